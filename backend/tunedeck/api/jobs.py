@@ -1,0 +1,97 @@
+"""Jobs: submit, list, read, follow metrics and logs, read the exact config, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Request, status
+
+from tunedeck import spec as specs
+from tunedeck.api.deps import SettingsDep
+from tunedeck.db import SessionDep
+from tunedeck.models import (JobConfigOut, JobCreated, JobOut, JobPage, JobSpec, JobStatus, LogOut, LogPage,
+                             MetricOut, MetricPage)
+from tunedeck.services import jobs as service
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+Cursor = Annotated[int | None, Query(ge=0, description="cursor from the previous page's `next`")]
+
+
+def _limit(settings, limit: int | None) -> int:  # noqa: ANN001
+    return min(limit or settings.page_limit, settings.page_limit_max)
+
+
+def _created(request: Request, session, settings, spec: JobSpec) -> JobCreated:  # noqa: ANN001
+    job, warnings = service.create_job(session, settings=settings, spec=spec,
+                                       node_gpus=request.app.state.node_gpus)
+    request.app.state.scheduler.wake()
+    return JobCreated(**JobOut.of(job).model_dump(), warnings=warnings)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated)
+def submit_job(spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep) -> JobCreated:
+    """Submit a fine-tune: LLaMA-Factory train keys, an optional DeepSpeed config, a GPU count."""
+    return _created(request, session, settings, spec)
+
+
+@router.post("/yaml", status_code=status.HTTP_201_CREATED, response_model=JobCreated)
+def submit_yaml(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    name: Annotated[str, Query(min_length=1, max_length=100)],
+    body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
+    gpus: Annotated[int | None, Query(ge=0, le=64)] = None,
+) -> JobCreated:
+    """Submit a LLaMA-Factory train YAML as-is."""
+    return _created(request, session, settings, specs.spec_from_yaml(body, name=name, gpus=gpus))
+
+
+@router.get("", response_model=JobPage)
+def list_jobs(session: SessionDep, settings: SettingsDep, status: JobStatus | None = None,
+              after: Cursor = None, limit: Annotated[int | None, Query(ge=1)] = None) -> JobPage:
+    """List jobs, newest first, optionally by status."""
+    jobs, nxt = service.list_jobs(session, status=status, after=after, limit=_limit(settings, limit))
+    return JobPage(jobs=[JobOut.of(j) for j in jobs], next=nxt)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: int, session: SessionDep) -> JobOut:
+    """One job with its progress."""
+    return JobOut.of(service.get_job(session, job_id))
+
+
+@router.get("/{job_id}/metrics", response_model=MetricPage)
+def get_metrics(job_id: int, session: SessionDep, settings: SettingsDep, after: Cursor = None,
+                limit: Annotated[int | None, Query(ge=1)] = None) -> MetricPage:
+    """Metric points (one per trainer_log.jsonl line) after a cursor."""
+    rows, nxt = service.metric_page(session, job_id=job_id, after=after, limit=_limit(settings, limit))
+    return MetricPage(points=[MetricOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
+
+
+@router.get("/{job_id}/logs", response_model=LogPage)
+def get_logs(job_id: int, session: SessionDep, settings: SettingsDep, after: Cursor = None,
+             limit: Annotated[int | None, Query(ge=1)] = None) -> LogPage:
+    """Output lines (stdout, stderr, runner notes), cleaned of progress-bar control characters."""
+    rows, nxt = service.log_page(session, job_id=job_id, after=after, limit=_limit(settings, limit))
+    return LogPage(lines=[LogOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
+
+
+@router.get("/{job_id}/config", response_model=JobConfigOut)
+def get_config(job_id: int, session: SessionDep) -> JobConfigOut:
+    """The exact train.yaml and ds_config.json the job runs with."""
+    job = service.get_job(session, job_id)
+    return JobConfigOut(train_yaml=job.train_yaml, ds_config=job.ds_config, run_dir=job.run_dir,
+                        output_dir=job.output_dir)
+
+
+@router.get("/{job_id}/files")
+def get_files(job_id: int, session: SessionDep) -> list[dict]:
+    """Files in the job's output folder."""
+    return service.run_files(service.get_job(session, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: int, request: Request, session: SessionDep) -> JobOut:
+    """Stop a job: queued ones at once, running ones gracefully (they save first)."""
+    return JobOut.of(service.request_cancel(session, job_id=job_id, executor=request.app.state.executor))

@@ -1,0 +1,36 @@
+"""Health and presets."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request
+from sqlalchemy import text
+
+from tunedeck import __version__
+from tunedeck import spec as specs
+from tunedeck.db import SessionDep
+
+router = APIRouter(prefix="/api", tags=["system"])
+
+
+@router.get("/health")
+def health(request: Request, session: SessionDep) -> dict:
+    """Liveness, version and what the scheduler sees."""
+    session.exec(text("SELECT 1"))
+    state = request.app.state
+    return {"status": "ok", "version": __version__, "executor": state.executor.name, "gpus": state.node_gpus,
+            "cpu_slots": state.settings.cpu_slots, "workspace": str(state.settings.workspace)}
+
+
+@router.get("/presets")
+def list_presets() -> list[dict]:
+    """Job configs (`yaml`) and DeepSpeed configs (`json`) shipped in configs/."""
+    return [{"name": k, "kind": p.suffix.lstrip(".")} for k, p in specs.presets().items()]
+
+
+@router.get("/presets/{name}")
+def get_preset(name: str) -> dict:
+    """One preset's text."""
+    p = specs.presets().get(name)
+    if p is None:
+        raise HTTPException(status_code=404, detail=f"no preset {name!r}")
+    return {"name": name, "kind": p.suffix.lstrip("."), "text": p.read_text()}

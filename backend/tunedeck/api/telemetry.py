@@ -1,0 +1,28 @@
+"""Telemetry from runners: batches of metric points, log lines and process states."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Request
+
+from tunedeck.db import SessionDep
+from tunedeck.models import TelemetryBatch
+from tunedeck.scheduler import token_hash
+from tunedeck.services import jobs as service
+
+router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
+
+
+@router.post("/{job_id}/telemetry")
+def ingest(job_id: int, batch: TelemetryBatch, request: Request, session: SessionDep,
+           authorization: Annotated[str | None, Header()] = None) -> dict:
+    """Store a runner's batch (idempotent: items are keyed by their line numbers)."""
+    job = service.get_job(session, job_id)
+    token = (authorization or "").removeprefix("Bearer ").strip()
+    if not job.runner_token_hash or not hmac.compare_digest(token_hash(token), job.runner_token_hash):
+        raise HTTPException(status_code=401, detail="this job's runner token is required")
+    session.close()  # the writer thread does the writing
+    request.app.state.writer.submit(job_id, batch.model_dump()).result(timeout=60)
+    return {"stored": batch.seq}

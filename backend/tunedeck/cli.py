@@ -1,0 +1,202 @@
+"""`tunedeck serve | submit | jobs | show | logs | cancel | demo`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import httpx
+import typer
+
+from tunedeck.config import Settings, get_settings
+
+app = typer.Typer(help="tunedeck: launch and monitor LLaMA-Factory fine-tunes.", no_args_is_help=True)
+ServerOpt = Annotated[Optional[str], typer.Option("--server", help="server URL (default from TUNEDECK_* settings)")]
+
+
+def _client(server: str | None) -> httpx.Client:
+    return httpx.Client(base_url=server or get_settings().url, timeout=30)
+
+
+def _call(server: str | None, method: str, path: str, **kw) -> dict | list:  # noqa: ANN003
+    try:
+        with _client(server) as c:
+            r = c.request(method, path, **kw)
+    except httpx.HTTPError as e:
+        typer.echo(f"cannot reach the tunedeck server: {e}", err=True)
+        raise typer.Exit(2) from None
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail")
+        except ValueError:
+            detail = r.text
+        if isinstance(detail, list):
+            for d in detail:
+                typer.echo(f"error: {'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}", err=True)
+        else:
+            typer.echo(f"error ({r.status_code}): {detail}", err=True)
+        raise typer.Exit(1)
+    return r.json()
+
+
+def _line(job: dict) -> str:
+    p = job.get("progress") or {}
+    prog = f"{p['current_steps']}/{p['total_steps']}" if p.get("total_steps") else "-"
+    return f"{job['id']:>5}  {job['status']:<10} {prog:>11}  gpus={job['gpus']}  {job['name']}"
+
+
+@app.command()
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="bind address (TUNEDECK_HOST)")] = None,
+    port: Annotated[Optional[int], typer.Option(help="bind port (TUNEDECK_PORT)")] = None,
+) -> None:
+    """Run the dashboard server."""
+    import uvicorn
+
+    from tunedeck.main import create_app
+
+    settings = _settings(host=host, port=port)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+def _settings(**overrides) -> Settings:  # noqa: ANN003
+    base = get_settings()
+    update = {k: v for k, v in overrides.items() if v is not None}
+    return Settings(**{**base.model_dump(), **update}) if update else base
+
+
+@app.command()
+def submit(
+    file: Annotated[Optional[Path], typer.Argument(help="a LLaMA-Factory train YAML", exists=True)] = None,
+    preset: Annotated[Optional[str], typer.Option(help="a job preset from configs/ instead of a file")] = None,
+    name: Annotated[Optional[str], typer.Option(help="job name (default: file or preset name)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="GPUs for the job; 0 = CPU")] = None,
+    deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
+    server: ServerOpt = None,
+) -> None:
+    """Submit a fine-tune from a YAML file or a preset."""
+    from tunedeck.spec import load_yaml
+
+    if (file is None) == (preset is None):
+        typer.echo("give either FILE or --preset", err=True)
+        raise typer.Exit(2)
+    if file is not None:
+        text, default_name = file.read_text(), file.stem
+    else:
+        text, default_name = _call(server, "GET", f"/api/presets/{preset}")["text"], preset
+    config = load_yaml(text)
+    ds = deepspeed if deepspeed is not None else config.pop("deepspeed", None)
+    if deepspeed is not None:
+        config.pop("deepspeed", None)
+    if isinstance(ds, str) and ds.endswith(".json") and Path(ds).is_file():
+        ds = json.loads(Path(ds).read_text())  # a local file travels inline
+    job = _call(server, "POST", "/api/jobs",
+                json={"name": name or default_name, "config": config, "deepspeed": ds, "gpus": gpus})
+    for w in job.get("warnings", []):
+        typer.echo(f"warning: {w}", err=True)
+    typer.echo(f"submitted job {job['id']} ({job['status']})")
+
+
+@app.command()
+def jobs(status: Annotated[Optional[str], typer.Option(help="only jobs in this status")] = None,
+         server: ServerOpt = None) -> None:
+    """List jobs, newest first."""
+    params = {"status": status} if status else {}
+    for job in _call(server, "GET", "/api/jobs", params=params)["jobs"]:
+        typer.echo(_line(job))
+
+
+@app.command()
+def show(job_id: int, server: ServerOpt = None) -> None:
+    """Show one job as JSON."""
+    typer.echo(json.dumps(_call(server, "GET", f"/api/jobs/{job_id}"), indent=2))
+
+
+@app.command()
+def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+         server: ServerOpt = None) -> None:
+    """Print a job's output; --follow keeps printing until the job ends."""
+    after = None
+    while True:
+        page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params={"after": after} if after else {})
+        for line in page["lines"]:
+            typer.echo(line["text"])
+        after = page["next"]
+        if not follow:
+            return
+        if not page["lines"]:
+            if _call(server, "GET", f"/api/jobs/{job_id}")["status"] not in ("queued", "running"):
+                return
+            time.sleep(1)
+
+
+@app.command()
+def cancel(job_id: int, server: ServerOpt = None) -> None:
+    """Stop a job (gracefully: LLaMA-Factory saves before it stops)."""
+    typer.echo(_line(_call(server, "POST", f"/api/jobs/{job_id}/cancel")))
+
+
+@app.command()
+def demo(
+    no_submit: Annotated[bool, typer.Option("--no-submit", help="only build the demo model and data")] = False,
+    host: Annotated[Optional[str], typer.Option(help="bind address when the server is started here")] = None,
+    port: Annotated[Optional[int], typer.Option(help="bind port when the server is started here")] = None,
+) -> None:
+    """Build a tiny local model and dataset, then run the dashboard with a demo fine-tune in it."""
+    settings = _settings(host=host, port=port)
+    # The build needs torch: it runs in the training environment, never in this process.
+    out = subprocess.run([str(settings.train_python), "-m", "tunedeck.demo", "build", "--workspace",
+                          str(settings.workspace)], check=False, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        typer.echo("building the demo assets failed", err=True)
+        raise typer.Exit(out.returncode)
+    typer.echo(f"demo assets in {settings.workspace / 'demo'}")
+    if no_submit:
+        return
+    url = settings.url
+    try:
+        httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+        running = True
+    except httpx.HTTPError:
+        running = False
+
+    def submit_when_up() -> None:
+        for _ in range(600):
+            try:
+                httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        try:
+            submit(file=None, preset="demo_cpu", name="demo", gpus=None, deepspeed=None, server=url)
+            typer.echo(f"dashboard: {url}   API docs: {url}/docs")
+        except typer.Exit:
+            typer.echo("submitting the demo job failed", err=True)
+
+    if running:
+        submit_when_up()
+        return
+    threading.Thread(target=submit_when_up, daemon=True).start()
+    import uvicorn
+
+    from tunedeck.main import create_app
+
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+@app.command("run-job", hidden=True)
+def run_job(run_dir: Path) -> None:
+    """Run one job's runner in the foreground (what the executor starts)."""
+    sys.argv = ["tunedeck.runner", str(run_dir)]
+    from tunedeck.runner.main import cli
+
+    cli()
+
+
+if __name__ == "__main__":
+    app()

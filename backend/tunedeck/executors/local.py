@@ -1,0 +1,83 @@
+"""Local executor: each job's runner is a subprocess on this host, in a session of its own.
+
+Runners outlive the server on purpose (a restart must not stop training); a restarted server
+finds them again by PID and start time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tunedeck import procs, spec
+from tunedeck.config import Settings
+from tunedeck.models import Job
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def launch(self, job: Job, *, devices: list[int], token: str, server_url: str) -> tuple[int, float | None]:
+        run_dir = Path(job.run_dir)
+        s = self.settings
+        cfg = {
+            "job_id": job.id,
+            "job_key": job.run_dir,
+            "server_url": server_url,
+            "token": token,
+            "output_dir": job.output_dir,
+            "train_python": str(s.train_python),
+            "env": spec.launch_env(gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None),
+            "abort_grace_s": s.cancel_abort_grace_s,
+            "term_grace_s": s.cancel_term_grace_s,
+            "flush_s": s.telemetry_flush_s,
+            "batch_max": s.telemetry_batch_max,
+            "poll_s": s.runner_poll_s,
+            "retry_max_s": s.runner_retry_max_s,
+            "give_up_s": s.runner_give_up_s,
+        }
+        path = run_dir / "runner.json"
+        # The runner token is a credential: readable by this user only.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(cfg, f, indent=2)
+        env = {**os.environ, procs.JOB_KEY_ENV: job.run_dir}
+        with open(run_dir / "runner.log", "ab") as log:
+            p = subprocess.Popen(
+                [str(s.train_python), "-m", "tunedeck.runner", str(run_dir)],
+                cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[job.id] = p
+        return p.pid, procs.create_time(p.pid)
+
+    def reap(self) -> None:
+        """Collect exit statuses of runners this server started (no zombies)."""
+        for job_id, p in list(self._children.items()):
+            if p.poll() is not None:
+                del self._children[job_id]
+
+    def alive(self, job: Job) -> bool:
+        self.reap()
+        return procs.alive(job.runner_pid, job.runner_started)
+
+    def cancel(self, job: Job) -> None:
+        """SIGTERM to the runner: it runs the graceful SIGABRT → SIGTERM → SIGKILL sequence."""
+        if self.alive(job):
+            try:
+                os.kill(job.runner_pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def kill(self, job: Job) -> int:
+        """SIGKILL the runner and every process of the job."""
+        n = procs.kill_job(job.run_dir, root_pid=job.trainer_pid if procs.alive(job.trainer_pid, None) else None)
+        self.reap()
+        return n

@@ -1,0 +1,240 @@
+"""SQLModel tables and the API schemas built on them."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field as PField
+from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status", "status"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    owner: str | None = None
+    status: JobStatus = Field(default=JobStatus.queued)
+    gpus: int = 0
+    spec: str = Field(sa_column=Column(Text, nullable=False))  # the submitted spec, JSON
+    train_yaml: str = Field(sa_column=Column(Text, nullable=False))  # exactly what runs
+    ds_config: str | None = Field(default=None, sa_column=Column(Text))
+    run_dir: str = ""
+    output_dir: str = ""
+    devices: str | None = None  # comma-separated device indices given to the job
+    exit_code: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    # Progress, from the newest trainer_log.jsonl line.
+    current_steps: int | None = None
+    total_steps: int | None = None
+    percentage: float | None = None
+    eta_seconds: float | None = None
+    # The runner process (reattach after a server restart) and its credentials.
+    runner_pid: int | None = None
+    runner_started: float | None = None  # psutil create_time, guards against PID reuse
+    trainer_pid: int | None = None
+    runner_token_hash: str | None = None
+    last_batch_seq: int = -1
+
+
+class MetricPoint(SQLModel, table=True):
+    """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_metric_job_line"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based line number in trainer_log.jsonl
+    t: float  # unix time the runner read the line
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    lr: float | None = None
+    epoch: float | None = None
+    throughput: float | None = None
+    total_tokens: int | None = None
+    vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
+    vram_reserved: float | None = None
+    raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
+
+
+class LogLine(SQLModel, table=True):
+    __tablename__ = "log_lines"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_log_job_line"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based, over stdout and stderr together, in the order the runner read them
+    t: float
+    stream: str  # stdout | stderr | runner
+    text: str = Field(sa_column=Column(Text, nullable=False))
+
+
+# ---------------------------------------------------------------- API schemas
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobSpec(Strict):
+    """What a client submits. `config` holds LLaMA-Factory train keys, as in its YAML files."""
+
+    name: str = PField(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._+-]*$")
+    config: dict[str, Any]
+    deepspeed: str | dict[str, Any] | None = None
+    gpus: int | None = PField(None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node")
+
+
+class Progress(BaseModel):
+    current_steps: int | None = None
+    total_steps: int | None = None
+    percentage: float | None = None
+    eta_seconds: float | None = None
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    owner: str | None
+    status: JobStatus
+    gpus: int
+    devices: list[int] | None
+    exit_code: int | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    progress: Progress
+    run_dir: str
+    output_dir: str
+
+    @classmethod
+    def of(cls, job: Job) -> "JobOut":
+        return cls(
+            id=job.id,
+            name=job.name,
+            owner=job.owner,
+            status=job.status,
+            gpus=job.gpus,
+            devices=[int(d) for d in job.devices.split(",")] if job.devices else None,
+            exit_code=job.exit_code,
+            error=job.error,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            progress=Progress(
+                current_steps=job.current_steps,
+                total_steps=job.total_steps,
+                percentage=job.percentage,
+                eta_seconds=job.eta_seconds,
+            ),
+            run_dir=job.run_dir,
+            output_dir=job.output_dir,
+        )
+
+
+class JobPage(BaseModel):
+    jobs: list[JobOut]
+    next: int | None
+
+
+class JobCreated(JobOut):
+    warnings: list[str] = []
+
+
+class MetricOut(BaseModel):
+    id: int
+    step: int | None
+    t: float
+    loss: float | None
+    eval_loss: float | None
+    lr: float | None
+    epoch: float | None
+    throughput: float | None
+    total_tokens: int | None
+    vram_allocated: float | None
+    vram_reserved: float | None
+
+
+class MetricPage(BaseModel):
+    points: list[MetricOut]
+    next: int | None
+
+
+class LogOut(BaseModel):
+    id: int
+    t: float
+    stream: str
+    text: str
+
+
+class LogPage(BaseModel):
+    lines: list[LogOut]
+    next: int | None
+
+
+class JobConfigOut(BaseModel):
+    train_yaml: str
+    ds_config: str | None
+    run_dir: str
+    output_dir: str
+
+
+# ---------------------------------------------------------------- runner → server
+
+
+class MetricIn(Strict):
+    line: int = PField(ge=0)
+    t: float
+    raw: str = PField(max_length=65536)
+
+
+class LogIn(Strict):
+    line: int = PField(ge=0)
+    t: float
+    stream: str = PField(pattern="^(stdout|stderr|runner)$")
+    text: str = PField(max_length=65536)
+
+
+class RunnerState(Strict):
+    """A runner's report about the training process."""
+
+    event: str = PField(pattern="^(started|exited)$")
+    trainer_pid: int | None = None
+    exit_code: int | None = None
+    cancelled: bool = False
+    cause: str | None = PField(None, max_length=2000)
+
+
+class TelemetryBatch(Strict):
+    seq: int = PField(ge=0)
+    metrics: list[MetricIn] = []
+    logs: list[LogIn] = []
+    states: list[RunnerState] = []

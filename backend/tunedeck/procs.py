@@ -1,0 +1,107 @@
+"""Process trees of a job: find them, signal them children first, make sure none outlives the job.
+
+Every process of a job carries `TUNEDECK_JOB_KEY` in its environment. torchrun's workers run in
+sessions of their own and outlive a dead parent, so a process-group signal alone can miss them;
+the key finds them wherever they were reparented to.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+
+JOB_KEY_ENV = "TUNEDECK_JOB_KEY"
+
+
+def alive(pid: int | None, create_time: float | None) -> bool:
+    """True while the process that had this pid at `create_time` still runs (PIDs get reused)."""
+    if not pid:
+        return False
+    try:
+        p = psutil.Process(pid)
+        if create_time is not None and abs(p.create_time() - create_time) > 0.01:
+            return False
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def job_processes(job_key: str, *, exclude: set[int] | None = None) -> list[psutil.Process]:
+    """Every live process whose environment carries this job's key."""
+    exclude = exclude or set()
+    found = []
+    for p in psutil.process_iter():
+        if p.pid in exclude:
+            continue
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get(JOB_KEY_ENV) == job_key:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def tree(root_pid: int, job_key: str | None = None, *, exclude: set[int] | None = None) -> list[psutil.Process]:
+    """The root, its descendants and the job's keyed processes, deepest first (children before parents)."""
+    procs: dict[int, psutil.Process] = {}
+    try:
+        root = psutil.Process(root_pid)
+        procs[root.pid] = root
+        for c in root.children(recursive=True):
+            procs[c.pid] = c
+    except psutil.Error:
+        pass
+    if job_key:
+        for p in job_processes(job_key, exclude=exclude):
+            procs.setdefault(p.pid, p)
+
+    def depth(p: psutil.Process) -> int:
+        try:
+            return len(p.parents())
+        except psutil.Error:
+            return 0
+
+    return sorted(procs.values(), key=depth, reverse=True)
+
+
+def signal_all(procs: list[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def kill_job(job_key: str, *, root_pid: int | None = None, exclude: set[int] | None = None,
+             timeout: float = 5.0) -> int:
+    """SIGKILL every process of the job and wait for them to go; returns how many were killed."""
+    procs = tree(root_pid, job_key, exclude=exclude) if root_pid else job_processes(job_key, exclude=exclude)
+    if root_pid:
+        try:
+            os.killpg(root_pid, signal.SIGKILL)  # the trainer leads its own session
+        except OSError:
+            pass
+    signal_all(procs, signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=timeout)
+    return len(procs)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not alive(pid, None):
+            return True
+        time.sleep(0.1)
+    return not alive(pid, None)

@@ -1,0 +1,1 @@
+"""The per-job process: starts LLaMA-Factory, follows it, reports to the server."""

@@ -1,0 +1,3 @@
+from tunedeck.runner.main import cli
+
+cli()

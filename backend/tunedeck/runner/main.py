@@ -1,0 +1,188 @@
+"""One runner per job: `python -m tunedeck.runner RUN_DIR`.
+
+Starts `llamafactory-cli train train.yaml` in a session of its own (no shell), follows
+trainer_log.jsonl and the output, and reports everything to the server in batches. SIGTERM or
+SIGINT to the runner means "cancel": SIGABRT to the trainer tree (LLaMA-Factory stops after the
+step and saves), then SIGTERM, then SIGKILL, each after a grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from tunedeck import procs
+from tunedeck.runner.report import Reporter
+from tunedeck.runner.tail import JsonlTail, LineSplitter
+
+TRAINER_LOG = "trainer_log.jsonl"
+RESULT = "result.json"
+OOM = re.compile(r"out of memory|OutOfMemoryError|HIP error: out of memory", re.IGNORECASE)
+EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
+
+
+def failure_cause(lines: list[str], exit_code: int) -> str:
+    """A one-line cause from the tail of the output: OOM first, then the last exception line."""
+    for line in reversed(lines):
+        if OOM.search(line):
+            return f"out of memory: {line.strip()[:500]}"
+    for line in reversed(lines):
+        if EXCEPTION.match(line.strip()):
+            return line.strip()[:500]
+    if exit_code < 0:
+        return f"killed by {signal.Signals(-exit_code).name}"
+    return f"exited with code {exit_code}"
+
+
+class Runner:
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.cfg: dict[str, Any] = json.loads((run_dir / "runner.json").read_text())
+        self.reporter = Reporter(
+            url=self.cfg["server_url"], job_id=self.cfg["job_id"], token=self.cfg["token"],
+            run_dir=run_dir, retry_max_s=self.cfg["retry_max_s"],
+        )
+        self.tail = JsonlTail(Path(self.cfg["output_dir"]) / TRAINER_LOG)
+        self.cancel = threading.Event()
+        self.cancelled = False
+        self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
+        self._lock = threading.Lock()
+        self._log_line = 0
+        self._recent: deque[str] = deque(maxlen=200)
+        self._raw = open(run_dir / "train.log", "ab")  # noqa: SIM115 - the human log, raw bytes
+
+    # ---------------------------------------------------------------- output readers
+    def _reader(self, stream: str, fd) -> None:  # noqa: ANN001
+        splitter = LineSplitter()
+        while True:
+            data = os.read(fd.fileno(), 65536)
+            if not data:
+                break
+            with self._lock:
+                self._raw.write(data)
+                for text in splitter.feed(data):
+                    self._lines.append((stream, time.time(), text))
+        with self._lock:
+            for text in splitter.flush():
+                self._lines.append((stream, time.time(), text))
+
+    def note(self, text: str) -> None:
+        """A line from the runner itself, shown with the job's logs."""
+        with self._lock:
+            self._lines.append(("runner", time.time(), text))
+
+    def _collect(self) -> None:
+        now = time.time()
+        first = self.tail.line
+        metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(self.tail.read())]
+        logs = []
+        with self._lock:
+            while self._lines:
+                stream, t, text = self._lines.popleft()
+                logs.append({"line": self._log_line, "t": t, "stream": stream, "text": text[:65536]})
+                self._log_line += 1
+                if stream != "runner":
+                    self._recent.append(text)
+        limit = self.cfg["batch_max"]
+        while metrics or logs:
+            take_m = metrics[:limit]
+            take_l = logs[: max(0, limit - len(take_m))]
+            metrics, logs = metrics[len(take_m):], logs[len(take_l):]
+            self.reporter.add(metrics=take_m, logs=take_l)
+
+    # ---------------------------------------------------------------- stopping
+    def _stop_sequence(self, trainer: subprocess.Popen) -> None:
+        key = self.cfg["job_key"]
+        me = {os.getpid()}
+        self.cancelled = True
+        self.note("cancel requested: SIGABRT to the trainer (graceful stop after this step)")
+        procs.signal_all(procs.tree(trainer.pid, key, exclude=me), signal.SIGABRT)
+        for sig, grace in ((signal.SIGTERM, self.cfg["abort_grace_s"]), (signal.SIGKILL, self.cfg["term_grace_s"])):
+            try:
+                trainer.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            self.note(f"trainer still running after {grace:g}s: {signal.Signals(sig).name}")
+            procs.signal_all(procs.tree(trainer.pid, key, exclude=me), sig)
+
+    # ---------------------------------------------------------------- main
+    def run(self) -> int:
+        cli = Path(self.cfg["train_python"]).parent / "llamafactory-cli"
+        env = {**os.environ, **self.cfg["env"]}
+        env["PATH"] = f"{cli.parent}{os.pathsep}{env.get('PATH', '')}"  # torchrun must be found
+        env[procs.JOB_KEY_ENV] = self.cfg["job_key"]
+        # LLaMA-Factory installs its graceful SIGABRT handler only in web-UI mode.
+        env["LLAMABOARD_ENABLED"] = "1"
+        env["LLAMABOARD_WORKDIR"] = self.cfg["output_dir"]
+        env["PYTHONUNBUFFERED"] = "1"
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
+        try:
+            trainer = subprocess.Popen(
+                [str(cli), "train", "train.yaml"], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as e:
+            return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
+        (self.run_dir / "trainer.pid").write_text(str(trainer.pid))
+        self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
+        readers = [threading.Thread(target=self._reader, args=(name, fd), daemon=True)
+                   for name, fd in (("stdout", trainer.stdout), ("stderr", trainer.stderr))]
+        for r in readers:
+            r.start()
+        stopper = None
+        last_flush = 0.0
+        while trainer.poll() is None:
+            if self.cancel.is_set() and stopper is None:
+                stopper = threading.Thread(target=self._stop_sequence, args=(trainer,), daemon=True)
+                stopper.start()
+            if time.monotonic() - last_flush >= self.cfg["flush_s"]:
+                self._collect()
+                last_flush = time.monotonic()
+            time.sleep(self.cfg["poll_s"])
+        for r in readers:
+            r.join(timeout=10)
+        # No process of the job may outlive it (torchrun workers, dataloader workers, ...).
+        left = procs.kill_job(self.cfg["job_key"], exclude={os.getpid()})
+        if left:
+            self.note(f"killed {left} leftover process(es) of the job")
+        code = trainer.returncode
+        cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
+        return self._finish(exit_code=code, cause=cause)
+
+    def _finish(self, *, exit_code: int, cause: str | None) -> int:
+        self._collect()
+        state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
+        # result.json first: a server that never hears from us reads it from the run folder.
+        (self.run_dir / RESULT).write_text(json.dumps(state))
+        self.reporter.add(states=[state])
+        self.tail.close()
+        self._raw.close()
+        if not self.reporter.drain(self.cfg["give_up_s"]):
+            print(f"[tunedeck runner] server unreachable; {self.reporter.pending} batch(es) left in the outbox",
+                  file=sys.stderr)
+        self.reporter.close()
+        return 0
+
+
+def cli() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tunedeck.runner RUN_DIR")
+    runner = Runner(Path(sys.argv[1]).resolve())
+
+    def on_signal(signum, _frame) -> None:  # noqa: ANN001
+        runner.cancel.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    sys.exit(runner.run())

@@ -1,0 +1,145 @@
+"""Queue and device allocation, and the watch over running jobs.
+
+FIFO: the oldest queued job starts as soon as the devices it asks for are free; later jobs wait
+behind it, so a big job is never starved by small ones. Detected GPUs are slots; a CPU-only job
+takes one of `cpu_slots`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from tunedeck.config import Settings
+from tunedeck.models import Job, JobStatus, utcnow
+from tunedeck.runner.report import OUTBOX
+from tunedeck.services.ingest import IngestWriter, finish
+
+log = logging.getLogger("tunedeck.scheduler")
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Scheduler:
+    def __init__(self, *, settings: Settings, engine: Engine, executor, writer: IngestWriter, node_gpus: int):  # noqa: ANN001
+        self.settings = settings
+        self.engine = engine
+        self.executor = executor
+        self.writer = writer
+        self.node_gpus = node_gpus
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the scheduler must survive a bad tick
+                log.exception("scheduler tick failed")
+            self._wake.wait(self.settings.scheduler_interval_s)
+            self._wake.clear()
+
+    # ------------------------------------------------------------------ one pass
+    def tick(self) -> None:
+        with Session(self.engine) as session:
+            running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
+            for job in running:
+                self._watch(session, job)
+            self._start_queued(session)
+
+    def _watch(self, session: Session, job: Job) -> None:
+        if self.executor.alive(job):
+            grace = self.settings.cancel_abort_grace_s + self.settings.cancel_term_grace_s + 30
+            if job.cancel_requested_at and utcnow() - _aware(job.cancel_requested_at) > timedelta(seconds=grace):
+                log.warning("job %s: runner ignored cancel for %ss; killing", job.id, grace)
+                self.executor.kill(job)
+            return
+        session.refresh(job)  # a runner exits only after its last batch is stored, or gives up
+        if job.status != JobStatus.running:
+            return
+        self._recover(session, job)
+
+    def _recover(self, session: Session, job: Job) -> None:
+        """The runner is gone while the job still runs: replay its outbox, then settle the state."""
+        run_dir = Path(job.run_dir)
+        outbox = run_dir / OUTBOX
+        if outbox.exists():
+            for line in outbox.read_text().splitlines():
+                try:
+                    batch = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line from a killed runner
+                self.writer.submit(job.id, batch).result(timeout=60)
+        session.refresh(job)
+        if job.status != JobStatus.running:
+            return
+        # The runner died before telling the result (SIGKILL): no process of the job may stay.
+        killed = self.executor.kill(job)
+        with self.engine.begin() as conn:
+            finish(conn, job.id, status=JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
+                   exit_code=None, error=f"runner lost (killed {killed} leftover process(es))")
+        log.warning("job %s: runner lost", job.id)
+
+    def free_devices(self, session: Session) -> tuple[list[int], int]:
+        running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
+        used = {int(d) for j in running if j.devices for d in j.devices.split(",")}
+        cpu_used = sum(1 for j in running if j.gpus == 0)
+        return [i for i in range(self.node_gpus) if i not in used], self.settings.cpu_slots - cpu_used
+
+    def _start_queued(self, session: Session) -> None:
+        queued = list(session.exec(select(Job).where(Job.status == JobStatus.queued).order_by(col(Job.id))))
+        for job in queued:
+            free, cpu_free = self.free_devices(session)
+            if job.gpus == 0:
+                if cpu_free <= 0:
+                    return
+                devices: list[int] = []
+            elif len(free) >= job.gpus:
+                devices = free[: job.gpus]
+            else:
+                return  # strict FIFO: nobody overtakes the head of the queue
+            self._launch(session, job, devices)
+
+    def _launch(self, session: Session, job: Job, devices: list[int]) -> None:
+        token = secrets.token_urlsafe(32)
+        job.runner_token_hash = token_hash(token)
+        job.devices = ",".join(map(str, devices)) if devices else None
+        job.status, job.started_at = JobStatus.running, utcnow()
+        session.add(job)
+        session.commit()  # the token must be known before the runner's first batch arrives
+        try:
+            pid, started = self.executor.launch(job, devices=devices, token=token, server_url=self.settings.url)
+        except OSError as e:
+            with self.engine.begin() as conn:
+                finish(conn, job.id, status=JobStatus.failed, exit_code=None, error=f"cannot start runner: {e}")
+            return
+        job.runner_pid, job.runner_started = pid, started
+        session.add(job)
+        session.commit()
+        log.info("job %s started: runner pid %s, devices %s", job.id, pid, devices or "cpu")
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)  # SQLite returns naive datetimes

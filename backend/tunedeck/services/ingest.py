@@ -1,0 +1,167 @@
+"""The one writer for telemetry: batches from runners, grouped into few transactions.
+
+Requests hand their batch to the writer thread and wait for its commit, so a runner's batch is
+acknowledged only once it is on disk. Every item has a natural key (its line number), and rows go
+in with INSERT ... ON CONFLICT DO NOTHING: a batch sent twice, or replayed from a runner's outbox
+file, is stored once.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, or_, update
+from sqlalchemy.dialects.sqlite import insert
+
+from tunedeck.models import Job, JobStatus, LogLine, MetricPoint, utcnow
+
+METRICS = MetricPoint.__table__
+LOGS = LogLine.__table__
+JOBS = Job.__table__
+HMS = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)$")
+POINT_KEYS = ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens", "vram_allocated", "vram_reserved")
+
+
+def seconds(text: Any) -> float | None:
+    """LLaMA-Factory's "1 day, 0:01:23" durations in seconds."""
+    m = HMS.match(str(text)) if text is not None else None
+    if not m:
+        return None
+    d, h, mi, s = (int(g or 0) for g in m.groups())
+    return float(((d * 24 + h) * 60 + mi) * 60 + s)
+
+
+def parse_point(raw: str) -> dict[str, Any]:
+    """One trainer_log.jsonl line as metric columns; a line that is not JSON keeps only `raw`."""
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        d = None
+    if not isinstance(d, dict):
+        return {}
+
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    out: dict[str, Any] = {k: num(d.get(k)) for k in POINT_KEYS}
+    out["total_tokens"] = int(out["total_tokens"]) if out["total_tokens"] is not None else None
+    step, total = num(d.get("current_steps")), num(d.get("total_steps"))
+    out["step"] = int(step) if step is not None else None
+    out["total_steps"] = int(total) if total is not None else None
+    out["percentage"] = num(d.get("percentage"))
+    out["eta_seconds"] = seconds(d.get("remaining_time"))
+    return out
+
+
+def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
+    if cancelled:
+        return JobStatus.cancelled
+    return JobStatus.succeeded if exit_code == 0 else JobStatus.failed
+
+
+def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
+    """Store one batch (a dict shaped like models.TelemetryBatch); idempotent."""
+    rows, progress = [], None
+    for m in batch.get("metrics", ()):
+        p = parse_point(m["raw"])
+        rows.append({"job_id": job_id, "line": m["line"], "t": m["t"], "raw": m["raw"],
+                     **{k: p.get(k) for k in ("step", "total_steps", *POINT_KEYS)}})
+        if p.get("step") is not None:
+            progress = p
+    if rows:
+        conn.execute(insert(METRICS).on_conflict_do_nothing(index_elements=["job_id", "line"]), rows)
+    logs = [{"job_id": job_id, **{k: g[k] for k in ("line", "t", "stream", "text")}} for g in batch.get("logs", ())]
+    if logs:
+        conn.execute(insert(LOGS).on_conflict_do_nothing(index_elements=["job_id", "line"]), logs)
+    if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
+        conn.execute(
+            update(JOBS)
+            .where(JOBS.c.id == job_id)
+            .where(or_(JOBS.c.current_steps.is_(None), JOBS.c.current_steps <= progress["step"]))
+            .values(current_steps=progress["step"], total_steps=progress["total_steps"],
+                    percentage=progress["percentage"], eta_seconds=progress["eta_seconds"])
+        )
+    for s in batch.get("states", ()):
+        if s["event"] == "started":
+            conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(trainer_pid=s.get("trainer_pid")))
+        elif s["event"] == "exited":
+            finish(conn, job_id, status=final_status(exit_code=s.get("exit_code"), cancelled=s.get("cancelled", False)),
+                   exit_code=s.get("exit_code"), error=s.get("cause"))
+    conn.execute(update(JOBS).where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))
+                 .values(last_batch_seq=batch["seq"]))
+
+
+def finish(conn: Connection, job_id: int, *, status: JobStatus, exit_code: int | None, error: str | None) -> bool:
+    """Move a running (or queued) job to a final state once; False when it had already ended."""
+    res = conn.execute(
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.status.in_([JobStatus.running.name, JobStatus.queued.name]))
+        .values(status=status.name, exit_code=exit_code, error=error, finished_at=utcnow(),
+                eta_seconds=None if status != JobStatus.succeeded else 0.0)
+    )
+    return res.rowcount > 0
+
+
+class IngestWriter:
+    """A thread that owns telemetry writes and commits whatever batches are waiting together."""
+
+    def __init__(self, engine: Engine, *, group_max: int = 200):
+        self.engine = engine
+        self.group_max = group_max
+        self.listeners: list[Callable[[set[int]], None]] = []  # called after each commit
+        self._q: queue.Queue[tuple[int, dict[str, Any], Future] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="ingest-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._q.put(None)
+        self._thread.join(timeout=10)
+
+    def submit(self, job_id: int, batch: dict[str, Any]) -> Future:
+        fut: Future = Future()
+        self._q.put((job_id, batch, fut))
+        return fut
+
+    def _loop(self) -> None:
+        while True:
+            first = self._q.get()
+            if first is None:
+                return
+            group = [first]
+            while len(group) < self.group_max:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._q.put(None)
+                    break
+                group.append(item)
+            try:
+                with self.engine.begin() as conn:
+                    for job_id, batch, _ in group:
+                        apply_batch(conn, job_id, batch)
+                for *_, fut in group:
+                    fut.set_result(None)
+            except Exception:  # noqa: BLE001 - one bad batch must not fail its neighbours
+                for job_id, batch, fut in group:
+                    try:
+                        with self.engine.begin() as conn:
+                            apply_batch(conn, job_id, batch)
+                        fut.set_result(None)
+                    except Exception as e:  # noqa: BLE001 - the waiting request gets the error
+                        fut.set_exception(e)
+            jobs = {job_id for job_id, _, _ in group}
+            for listener in self.listeners:
+                try:
+                    listener(jobs)
+                except Exception:  # noqa: BLE001 - a listener never stops ingest
+                    pass

@@ -1,0 +1,115 @@
+"""Jobs: create (validate and render), list, read, cancel, and their metric and log history."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from sqlmodel import Session, col, select
+
+from tunedeck import spec as specs
+from tunedeck.config import Settings
+from tunedeck.models import Job, JobSpec, JobStatus, LogLine, MetricPoint, utcnow
+
+
+class NotFound(Exception):
+    pass
+
+
+class Conflict(Exception):
+    pass
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "job"
+
+
+def create_job(session: Session, *, settings: Settings, spec: JobSpec, node_gpus: int,
+               owner: str | None = None) -> tuple[Job, list[str]]:
+    """Validate, then write train.yaml (and ds_config.json) into a fresh run folder."""
+    prepared = specs.prepare(spec, settings=settings, node_gpus=node_gpus)
+    job = Job(name=spec.name, owner=owner, gpus=prepared.gpus, spec=spec.model_dump_json(), train_yaml="")
+    session.add(job)
+    session.flush()  # the id names the run folder
+    run_dir = settings.runs_dir / f"{job.id:06d}-{slug(spec.name)}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    output_dir = run_dir / "output"
+    ds_path = run_dir / "ds_config.json"
+    train_yaml, ds_config = prepared.render(output_dir=output_dir, ds_path=ds_path)
+    (run_dir / "train.yaml").write_text(train_yaml)
+    if ds_config is not None:
+        ds_path.write_text(ds_config)
+    job.train_yaml, job.ds_config = train_yaml, ds_config
+    job.run_dir, job.output_dir = str(run_dir), str(output_dir)
+    session.commit()
+    session.refresh(job)
+    return job, prepared.warnings
+
+
+def get_job(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def list_jobs(session: Session, *, status: JobStatus | None, after: int | None,
+              limit: int) -> tuple[list[Job], int | None]:
+    """Newest first; `after` is the cursor from the previous page."""
+    q = select(Job).order_by(col(Job.id).desc()).limit(limit + 1)
+    if status is not None:
+        q = q.where(Job.status == status)
+    if after is not None:
+        q = q.where(col(Job.id) < after)
+    jobs = list(session.exec(q))
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    return jobs, (jobs[-1].id if more else None)
+
+
+def _page(session: Session, model, *, job_id: int, after: int | None, limit: int):  # noqa: ANN001
+    get_job(session, job_id)
+    q = select(model).where(model.job_id == job_id).order_by(col(model.id)).limit(limit)
+    if after is not None:
+        q = q.where(col(model.id) > after)
+    rows = list(session.exec(q))
+    # `next` is always the cursor to continue from, so a follower can poll with it.
+    return rows, (rows[-1].id if rows else after)
+
+
+def metric_page(session: Session, *, job_id: int, after: int | None, limit: int):
+    return _page(session, MetricPoint, job_id=job_id, after=after, limit=limit)
+
+
+def log_page(session: Session, *, job_id: int, after: int | None, limit: int):
+    return _page(session, LogLine, job_id=job_id, after=after, limit=limit)
+
+
+def request_cancel(session: Session, *, job_id: int, executor) -> Job:  # noqa: ANN001
+    """Queued jobs end at once; running ones get the graceful stop through their runner."""
+    job = get_job(session, job_id)
+    if job.status.finished:
+        raise Conflict(f"job {job_id} has already ended ({job.status.value})")
+    if job.status == JobStatus.queued:
+        job.status, job.finished_at = JobStatus.cancelled, utcnow()
+    elif job.cancel_requested_at is None:
+        job.cancel_requested_at = utcnow()
+        executor.cancel(job)
+    session.add(job)
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def run_files(job: Job) -> list[dict]:
+    """The files a job's output folder holds (adapter, checkpoints, trainer_log.jsonl, ...)."""
+    out = Path(job.output_dir)
+    if not out.is_dir():
+        return []
+    return [{"path": str(p.relative_to(out)), "bytes": p.stat().st_size}
+            for p in sorted(out.rglob("*")) if p.is_file()]
+
+
+def spec_of(job: Job) -> dict:
+    return json.loads(job.spec)

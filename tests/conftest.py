@@ -1,0 +1,149 @@
+"""Shared fixtures: one tiny model for the whole run, real servers on free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+OUTPUT = ROOT / "test-output"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory) -> Path:
+    """The demo model, tokenizer and datasets, built once (no hub) and shared by every test."""
+    cache = Path(os.environ.get("TUNEDECK_TEST_ASSETS", tmp_path_factory.mktemp("assets")))
+    subprocess.run([PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(cache)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return cache
+
+
+def demo_config(assets: Path, **overrides) -> dict:
+    """The CPU demo preset, pointed at the shared assets, with fewer steps for tests."""
+    config = yaml.safe_load((ROOT / "configs" / "demo_cpu.yaml").read_text())
+    config["model_name_or_path"] = str(assets / "demo" / "model")
+    config["dataset_dir"] = str(assets / "demo" / "data")
+    config.update({"max_steps": 20, "logging_steps": 2, "eval_steps": 10, "save_steps": 10})
+    config.update(overrides)
+    return config
+
+
+class Server:
+    """A real `tunedeck serve` process with its own workspace and SQLite file."""
+
+    def __init__(self, workspace: Path, assets: Path, **env: str):
+        self.workspace = workspace
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "TUNEDECK_WORKSPACE": str(workspace),
+            "TUNEDECK_PORT": str(self.port),
+            "TUNEDECK_ALLOWED_ROOTS": json.dumps([str(assets)]),
+            "TUNEDECK_SCHEDULER_INTERVAL_S": "0.3",
+            "TUNEDECK_RUNNER_RETRY_MAX_S": "1",
+            **env,
+        }
+        self.proc: subprocess.Popen | None = None
+        self.api = httpx.Client(base_url=self.url, timeout=30)
+
+    def start(self) -> "Server":
+        log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([PYTHON, "-m", "tunedeck.cli", "serve"], env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if self.api.get("/api/health").status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}")
+            time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def kill(self) -> None:
+        """SIGKILL, no cleanup: what a crash looks like."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def submit(self, spec: dict) -> dict:
+        r = self.api.post("/api/jobs", json=spec)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def wait(self, job_id: int, statuses: tuple[str, ...], timeout: float = 240) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.api.get(f"/api/jobs/{job_id}").json()
+            if job["status"] in statuses:
+                return job
+            time.sleep(0.3)
+        raise AssertionError(f"job {job_id} is {job['status']}, not {statuses}, after {timeout}s")
+
+    def all(self, job_id: int, what: str) -> list[dict]:
+        """Every page of a job's metrics or logs, following the cursor."""
+        key = "points" if what == "metrics" else "lines"
+        out, after = [], None
+        while True:
+            page = self.api.get(f"/api/jobs/{job_id}/{what}",
+                                params={"limit": 100, **({"after": after} if after else {})}).json()
+            out += page[key]
+            if not page[key]:
+                return out
+            after = page["next"]
+
+
+def job_processes(run_dir: str) -> list:
+    from tunedeck.procs import job_processes as find
+
+    return find(run_dir)
+
+
+@pytest.fixture
+def server_factory(tmp_path, assets):
+    servers: list[Server] = []
+
+    def make(**env: str) -> Server:
+        s = Server(tmp_path / "ws", assets, **env)
+        servers.append(s)
+        return s.start()
+
+    yield make
+    for s in servers:
+        s.stop()
+    # Whatever a failed test left behind must not keep running into the next one.
+    runs = tmp_path / "ws" / "runs"
+    if runs.exists():
+        from tunedeck.procs import kill_job
+
+        for run_dir in runs.iterdir():
+            kill_job(str(run_dir))

@@ -1,0 +1,149 @@
+"""The vertical slice end to end: a real server, real runners, real LLaMA-Factory on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, demo_config, job_processes
+
+pytestmark = pytest.mark.slow
+
+
+def trainer_lines(job: dict) -> list[dict]:
+    path = Path(job["output_dir"]) / "trainer_log.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def assert_metrics_match(server, job: dict) -> list[dict]:
+    """The stored points are exactly the trainer_log.jsonl lines: same count, same values, once each."""
+    points = server.all(job["id"], "metrics")
+    lines = trainer_lines(job)
+    assert len(points) == len(lines) > 0
+    for p, line in zip(points, lines):
+        assert p["step"] == line["current_steps"]
+        for key in ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens"):
+            assert p[key] == line.get(key), (key, p, line)
+    return points
+
+
+def test_submit_run_succeed(server_factory, assets):
+    server = server_factory()
+    created = server.submit({"name": "tiny sft", "config": demo_config(assets), "gpus": 0})
+    assert created["status"] == "queued"
+    job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
+    assert job["status"] == "succeeded", job
+    assert job["exit_code"] == 0 and job["error"] is None
+    assert job["progress"]["current_steps"] == job["progress"]["total_steps"] == 20
+
+    points = assert_metrics_match(server, job)
+    losses = [p["loss"] for p in points if p["loss"] is not None]
+    assert losses[-1] < losses[0]
+    assert any(p["eval_loss"] is not None for p in points)
+    assert all(p["throughput"] and p["total_tokens"] for p in points if p["loss"] is not None)
+    out = Path(job["output_dir"])
+    assert (out / "adapter_model.safetensors").exists()
+
+    # What ran is what the API shows; tunedeck chose the output folder.
+    config = server.api.get(f"/api/jobs/{job['id']}/config").json()
+    assert (Path(job["run_dir"]) / "train.yaml").read_text() == config["train_yaml"]
+    assert f"output_dir: {job['output_dir']}" in config["train_yaml"]
+    logs = server.all(job["id"], "logs")
+    assert logs and not any("\r" in g["text"] or "\x1b" in g["text"] for g in logs)
+    files = server.api.get(f"/api/jobs/{job['id']}/files").json()
+    assert any(f["path"] == "adapter_model.safetensors" for f in files)
+    assert job_processes(job["run_dir"]) == []
+
+
+def test_deepspeed_zero3_seed_config(server_factory, assets):
+    """The seed's ds_z3_rocm.json with its typo removed; fp16 off on the CPU."""
+    ds = json.loads((ROOT / "configs" / "ds_z3_rocm.json").read_text())
+    ds["fp16"]["enabled"] = False
+    server = server_factory()
+    created = server.submit({"name": "zero3", "config": demo_config(assets, max_steps=10, eval_steps=5,
+                                                                     save_steps=10), "deepspeed": ds, "gpus": 0})
+    job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=400)
+    assert job["status"] == "succeeded", job
+    config = server.api.get(f"/api/jobs/{job['id']}/config").json()
+    assert json.loads(config["ds_config"])["zero_optimization"]["stage"] == 3
+    assert "stage3_parition_grads" not in config["ds_config"]
+    assert_metrics_match(server, job)
+    logs = " ".join(g["text"] for g in server.all(job["id"], "logs"))
+    assert "DeepSpeed" in logs or "deepspeed" in logs
+
+
+def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets):
+    server = server_factory()
+    created = server.submit({"name": "long", "config": demo_config(assets, max_steps=2000, save_steps=1000), "gpus": 0})
+    deadline = time.monotonic() + 120
+    while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
+        assert time.monotonic() < deadline, "no metric point arrived"
+        time.sleep(0.3)
+    assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
+    job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=120)
+    assert job["status"] == "cancelled", job
+    assert job["exit_code"] == 0  # LLaMA-Factory stopped after the step, not killed
+    assert (Path(job["output_dir"]) / "adapter_model.safetensors").exists()
+    assert job["progress"]["current_steps"] < 2000
+    assert job_processes(job["run_dir"]) == []
+    assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 409
+
+
+def test_bad_dataset_fails_with_cause(server_factory, assets):
+    server = server_factory()
+    created = server.submit({"name": "bad data", "config": demo_config(assets, dataset="no_such_set"), "gpus": 0})
+    job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
+    assert job["status"] == "failed"
+    assert "Undefined dataset no_such_set" in job["error"]
+    assert job["exit_code"] == 1
+
+
+def test_refused_before_launch(server_factory, assets, tmp_path):
+    server = server_factory()
+    r = server.api.post("/api/jobs", json={"name": "typo", "config": demo_config(assets, learning_rat=1e-3)})
+    assert r.status_code == 422
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["config", "learning_rat"] and "learning_rate" in err["msg"]
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    r = server.api.post("/api/jobs", json={"name": "escape", "config": demo_config(assets, model_name_or_path=str(outside))})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["config", "model_name_or_path"]
+    assert "outside the allowed roots" in r.json()["detail"][0]["msg"]
+    assert server.api.get("/api/jobs").json()["jobs"] == []  # nothing was created
+    assert not (server.workspace / "runs").exists() or not any((server.workspace / "runs").iterdir())
+
+
+def test_server_killed_mid_run_loses_nothing(server_factory, assets):
+    server = server_factory()
+    created = server.submit({"name": "survivor", "config": demo_config(assets, max_steps=60), "gpus": 0})
+    deadline = time.monotonic() + 120
+    while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    server.kill()
+    time.sleep(3)  # the runner keeps training and buffers while the server is away
+    server.start()
+    job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
+    assert job["status"] == "succeeded", job
+    assert_metrics_match(server, job)
+    logs = server.all(job["id"], "logs")
+    assert len({g["id"] for g in logs}) == len(logs)
+
+
+def test_second_job_waits_for_a_slot(server_factory, assets):
+    server = server_factory(TUNEDECK_CPU_SLOTS="1")
+    first = server.submit({"name": "first", "config": demo_config(assets), "gpus": 0})
+    second = server.submit({"name": "second", "config": demo_config(assets), "gpus": 0})
+    server.wait(first["id"], ("running",), timeout=30)
+    assert server.api.get(f"/api/jobs/{second['id']}").json()["status"] == "queued"
+    a = server.wait(first["id"], ("succeeded", "failed"))
+    b = server.wait(second["id"], ("succeeded", "failed"))
+    assert a["status"] == b["status"] == "succeeded"
+    assert b["started_at"] >= a["finished_at"]
+    r = server.api.post("/api/jobs", json={"name": "too big", "config": demo_config(assets), "gpus": 2})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["gpus"]

@@ -1,0 +1,125 @@
+"""Job spec validation and rendering, against the captured LLaMA-Factory argument table."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from tunedeck.config import Settings
+from tunedeck.models import JobSpec
+from tunedeck.spec import SpecError, launch_env, lf_args, prepare, spec_from_yaml
+
+
+@pytest.fixture
+def settings(tmp_path):
+    (tmp_path / "ws" / "models" / "m").mkdir(parents=True)
+    return Settings(workspace=tmp_path / "ws")
+
+
+def spec(**config) -> JobSpec:
+    base = {"model_name_or_path": "models/m", "dataset": "d", "template": "qwen", "finetuning_type": "lora"}
+    return JobSpec(name="t", config={**base, **config})
+
+
+def errors(fn) -> list[dict]:  # noqa: ANN001
+    with pytest.raises(SpecError) as e:
+        fn()
+    return e.value.errors
+
+
+def test_table_is_llamafactory_0_9_5():
+    table = lf_args()
+    assert table["llamafactory_version"] == "0.9.5"
+    for key in ("model_name_or_path", "lora_rank", "deepspeed", "learning_rate", "ray_num_workers"):
+        assert key in table["args"]
+    assert "resources_per_worker" in table["removed"]
+
+
+def test_unknown_key_is_named_with_a_suggestion(settings):
+    errs = errors(lambda: prepare(spec(lora_rnak=8), settings=settings, node_gpus=0))
+    assert errs[0]["loc"] == ["config", "lora_rnak"]
+    assert "lora_rank" in errs[0]["msg"]
+
+
+def test_removed_and_wrongly_typed_keys(settings):
+    errs = errors(lambda: prepare(spec(resources_per_worker={"GPU": 1}, lora_rank="big", bf16="maybe"),
+                                  settings=settings, node_gpus=0))
+    by_key = {e["loc"][1]: e["msg"] for e in errs}
+    assert "removed" in by_key["resources_per_worker"]
+    assert "integer" in by_key["lora_rank"]
+    assert "true or false" in by_key["bf16"]
+
+
+def test_yaml_float_strings_are_numbers(settings):
+    # YAML 1.1 reads 5e-3 (no dot) as a string; LLaMA-Factory's parser takes it as a float.
+    prepared = prepare(spec(learning_rate="5e-3"), settings=settings, node_gpus=0)
+    assert prepared.config["learning_rate"] == "5e-3"
+
+
+def test_paths_are_confined(settings, tmp_path):
+    (tmp_path / "outside").mkdir()
+    for bad in (str(tmp_path / "outside"), "../outside", "models/../../outside"):
+        errs = errors(lambda bad=bad: prepare(spec(model_name_or_path=bad), settings=settings, node_gpus=0))
+        assert errs[0]["loc"] == ["config", "model_name_or_path"], bad
+    # A symlink inside the workspace that points out is refused too.
+    os.symlink(tmp_path / "outside", settings.workspace / "link")
+    errs = errors(lambda: prepare(spec(dataset_dir="link"), settings=settings, node_gpus=0))
+    assert errs[0]["loc"] == ["config", "dataset_dir"]
+
+
+def test_relative_paths_resolve_in_workspace_and_hub_ids_pass(settings):
+    p = prepare(spec(), settings=settings, node_gpus=0)
+    assert p.config["model_name_or_path"] == str(settings.workspace / "models" / "m")
+    assert p.config["dataset_dir"] == str(settings.workspace / "data")
+    p = prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct"), settings=settings, node_gpus=0)
+    assert p.config["model_name_or_path"] == "Qwen/Qwen2-7B-Instruct"
+
+
+def test_forced_keys_and_output_dir(settings, tmp_path):
+    p = prepare(spec(output_dir="saves/x", overwrite_output_dir=False), settings=settings, node_gpus=0)
+    assert p.config["overwrite_output_dir"] is True and p.config["include_num_input_tokens_seen"] is True
+    assert any("output_dir" in w for w in p.warnings)
+    text, ds = p.render(output_dir=tmp_path / "run" / "output", ds_path=tmp_path / "run" / "ds.json")
+    assert yaml.safe_load(text)["output_dir"] == str(tmp_path / "run" / "output")
+    assert ds is None
+
+
+def test_gpus_against_the_node(settings):
+    assert prepare(spec(), settings=settings, node_gpus=0).gpus == 0
+    assert prepare(spec(), settings=settings, node_gpus=4).gpus == 1
+    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, gpus=2), settings=settings, node_gpus=1))
+    assert errs[0]["loc"] == ["gpus"] and "has 1" in errs[0]["msg"]
+
+
+def test_deepspeed_preset_inline_and_yaml_path(settings, tmp_path):
+    p = prepare(JobSpec(name="t", config=spec().config, deepspeed="ds_z3_rocm"), settings=settings, node_gpus=0)
+    assert p.ds_config["zero_optimization"]["stage"] == 3
+    text, ds = p.render(output_dir=tmp_path / "o", ds_path=tmp_path / "ds_config.json")
+    assert yaml.safe_load(text)["deepspeed"] == str(tmp_path / "ds_config.json")
+    assert json.loads(ds) == p.ds_config
+    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, deepspeed="nope"), settings=settings,
+                                  node_gpus=0))
+    assert errs[0]["loc"] == ["deepspeed"]
+    # A LLaMA-Factory YAML names its DeepSpeed file with a path; ours is used when the stem matches.
+    s = spec_from_yaml(yaml.safe_dump({**spec().config, "deepspeed": "examples/deepspeed/ds_z3_rocm.json"}),
+                       name="y")
+    p = prepare(s, settings=settings, node_gpus=0)
+    assert p.ds_config["zero_optimization"]["stage"] == 3
+
+
+def test_launch_env():
+    assert launch_env(gpus=0, devices=[], deepspeed=False)["CUDA_VISIBLE_DEVICES"] == ""
+    env = launch_env(gpus=2, devices=[2, 3], deepspeed=False)
+    assert env["HIP_VISIBLE_DEVICES"] == "2,3" and env["NPROC_PER_NODE"] == "2" and env["FORCE_TORCHRUN"] == "1"
+    assert launch_env(gpus=0, devices=[], deepspeed=True)["NPROC_PER_NODE"] == "1"
+    assert "FORCE_TORCHRUN" not in launch_env(gpus=1, devices=[0], deepspeed=False)
+
+
+def test_bad_yaml_is_a_clear_error():
+    errs = errors(lambda: spec_from_yaml("a: [", name="x"))
+    assert errs[0]["loc"] == ["config"] and "YAML" in errs[0]["msg"]
+    errs = errors(lambda: spec_from_yaml("- a\n- b\n", name="x"))
+    assert "mapping" in errs[0]["msg"]
