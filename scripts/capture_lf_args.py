@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import contextlib
 import dataclasses
 import enum
+import inspect
 import json
 import math
 import os
@@ -46,26 +48,21 @@ HELP_CHARS = 200
 # captured version rejects as unknown ("Some keys are not used by the HfArgumentParser").
 # Only those absent from the captured args are written out.
 KNOWN_REMOVED: dict[str, str] = {
-    # LLaMA-Factory's RayArguments before 0.9.5 (src/llamafactory/hparams/training_args.py).
-    "ray_run_name": "Ray run naming was removed from LLaMA-Factory's RayArguments (0.9.5 keeps only "
-    "ray_num_workers, ray_init_kwargs, master_addr, master_port).",
-    "ray_storage_path": "Ray result storage was removed from LLaMA-Factory's RayArguments; results "
-    "go to output_dir.",
-    "ray_storage_filesystem": "Ray s3/gs/gcs storage was removed from LLaMA-Factory's RayArguments.",
-    "resources_per_worker": "Removed from LLaMA-Factory's RayArguments; each Ray worker now "
-    "reserves a fixed share (10 CPUs, 1 GPU).",
-    "placement_strategy": "Ray placement-group strategy was removed from LLaMA-Factory's "
-    "RayArguments.",
-    # transformers TrainingArguments keys that no longer exist in the captured transformers.
-    "evaluation_strategy": "Removed from transformers TrainingArguments; use eval_strategy.",
-    "no_cuda": "Removed from transformers TrainingArguments; use use_cpu.",
-    "use_mps_device": "Removed from transformers TrainingArguments; MPS is picked automatically.",
-    "per_gpu_train_batch_size": "Removed from transformers TrainingArguments; use "
-    "per_device_train_batch_size.",
-    "per_gpu_eval_batch_size": "Removed from transformers TrainingArguments; use "
-    "per_device_eval_batch_size.",
-    "fp16_backend": "Removed from transformers TrainingArguments; use half_precision_backend.",
-    "push_to_hub_token": "Removed from transformers TrainingArguments; use hub_token.",
+    # LLaMA-Factory's RayArguments before 0.9.5 (src/llamafactory/hparams/training_args.py); 0.9.5
+    # keeps only ray_num_workers, ray_init_kwargs, master_addr and master_port.
+    "ray_run_name": "Ray run naming was dropped from RayArguments in 0.9.5",
+    "ray_storage_path": "Ray result storage was dropped from RayArguments in 0.9.5; results go to output_dir",
+    "ray_storage_filesystem": "Ray s3/gs/gcs storage was dropped from RayArguments in 0.9.5",
+    "resources_per_worker": "dropped from RayArguments in 0.9.5; each Ray worker reserves 10 CPUs and 1 GPU",
+    "placement_strategy": "Ray placement strategy was dropped from RayArguments in 0.9.5",
+    # transformers TrainingArguments fields that the captured transformers no longer has.
+    "evaluation_strategy": "transformers dropped this TrainingArguments field; use eval_strategy",
+    "no_cuda": "transformers dropped this TrainingArguments field; use use_cpu",
+    "use_mps_device": "transformers dropped this TrainingArguments field; MPS is used automatically",
+    "per_gpu_train_batch_size": "transformers dropped this field; use per_device_train_batch_size",
+    "per_gpu_eval_batch_size": "transformers dropped this field; use per_device_eval_batch_size",
+    "fp16_backend": "transformers dropped this TrainingArguments field; use half_precision_backend",
+    "push_to_hub_token": "transformers dropped this TrainingArguments field; use hub_token",
 }
 
 _PRIMITIVES = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -91,19 +88,19 @@ def _resolve_hints(cls: type) -> dict[str, Any]:
             continue
         try:
             hints.update(typing.get_type_hints(klass))
-        except Exception:
-            module = sys.modules.get(klass.__module__)
-            namespace = dict(vars(typing))
-            namespace.update(vars(builtins))
-            if module is not None:
-                namespace.update(vars(module))
-            for name, ann in klass.__dict__.get("__annotations__", {}).items():
-                if isinstance(ann, str):
-                    try:
-                        ann = eval(ann, namespace)  # noqa: S307 - annotations of installed code
-                    except Exception:
-                        pass  # keep the string; _classify_string handles it
-                hints[name] = ann
+            continue
+        except (NameError, TypeError, AttributeError, SyntaxError):
+            pass  # some annotation names are not importable here: evaluate field by field
+        module = sys.modules.get(klass.__module__)
+        namespace = dict(vars(typing))
+        namespace.update(vars(builtins))
+        if module is not None:
+            namespace.update(vars(module))
+        for name, ann in inspect.get_annotations(klass).items():
+            if isinstance(ann, str):
+                with contextlib.suppress(NameError, TypeError, AttributeError, SyntaxError):
+                    ann = eval(ann, namespace)  # annotations of installed code, not user input
+            hints[name] = ann  # a string left here goes to _classify_string
     return hints
 
 
@@ -233,6 +230,8 @@ def _classify_string(text: str) -> tuple[str, list | None]:
         kinds = {_classify_string(p)[0] for p in parts}
         if len(kinds) == 1:
             return kinds.pop(), None
+        if kinds == {"int", "float"}:
+            return "float", None
         for container in ("list", "dict"):
             if kinds - {"str"} == {container}:
                 return container, None
@@ -278,10 +277,7 @@ def _default(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return _json_value(field.default)
     if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        try:
-            return _json_value(field.default_factory())  # type: ignore[misc]
-        except Exception:
-            return None
+        return _json_value(field.default_factory())  # type: ignore[misc]
     return None
 
 

@@ -65,8 +65,8 @@ class Server:
         self.api = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> "Server":
-        log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
         self.workspace.mkdir(parents=True, exist_ok=True)
+        log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen([PYTHON, "-m", "tunedeck.cli", "serve"], env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60

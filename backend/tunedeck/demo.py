@@ -28,8 +28,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 # Bump when anything below changes what gets built: an existing build with another version is
 # rebuilt on the next call.

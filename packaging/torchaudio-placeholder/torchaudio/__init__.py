@@ -24,7 +24,7 @@ def _unavailable(what: str) -> RuntimeError:
         import torch
 
         torch_version = torch.__version__
-    except Exception:  # torch missing or broken: still give the useful part of the message
+    except (ImportError, OSError, AttributeError):  # torch missing or broken: keep the useful part
         torch_version = "unknown torch version"
     return RuntimeError(_MESSAGE.format(what=what, torch_version=torch_version))
 
