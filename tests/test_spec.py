@@ -48,7 +48,7 @@ def test_removed_and_wrongly_typed_keys(settings):
     errs = errors(lambda: prepare(spec(resources_per_worker={"GPU": 1}, lora_rank="big", bf16="maybe"),
                                   settings=settings, node_gpus=0))
     by_key = {e["loc"][1]: e["msg"] for e in errs}
-    assert "removed" in by_key["resources_per_worker"]
+    assert "no longer accepted" in by_key["resources_per_worker"]
     assert "integer" in by_key["lora_rank"]
     assert "true or false" in by_key["bf16"]
 

@@ -206,7 +206,7 @@ def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Prepared:
 
     for key, value in config.items():
         if key in removed:
-            errors.append(_err(["config", key], f"removed from LLaMA-Factory: {removed[key]}"))
+            errors.append(_err(["config", key], f"no longer accepted by LLaMA-Factory {table['llamafactory_version']}: {removed[key]}"))
         elif key not in known:
             close = difflib.get_close_matches(key, known.keys(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
