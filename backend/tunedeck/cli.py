@@ -20,7 +20,9 @@ ServerOpt = Annotated[Optional[str], typer.Option("--server", help="server URL (
 
 
 def _client(server: str | None) -> httpx.Client:
-    return httpx.Client(base_url=server or get_settings().url, timeout=30)
+    settings = get_settings()
+    headers = {"Authorization": f"Bearer {settings.token}"} if settings.token else {}
+    return httpx.Client(base_url=server or settings.url, timeout=30, headers=headers)
 
 
 def _call(server: str | None, method: str, path: str, **kw) -> dict | list:  # noqa: ANN003
@@ -60,7 +62,12 @@ def serve(
 
     from tunedeck.main import create_app
 
+    from tunedeck.auth import writes_are_safe
+
     settings = _settings(host=host, port=port)
+    if why := writes_are_safe(settings):
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
 
@@ -187,6 +194,87 @@ def demo(
     from tunedeck.main import create_app
 
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+token_app = typer.Typer(help="Bearer tokens for people and scripts (run on the server host).", no_args_is_help=True)
+db_app = typer.Typer(help="The server's SQLite database.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+app.add_typer(db_app, name="db")
+
+
+def _engine():  # noqa: ANN202
+    from tunedeck.db import make_engine, upgrade
+
+    engine = make_engine(get_settings().db_path)
+    upgrade(engine)
+    return engine
+
+
+@token_app.command("create")
+def token_create(name: Annotated[str, typer.Option(help="who holds it (becomes the owner of their jobs)")],
+                 role: Annotated[str, typer.Option(help="viewer | submitter | admin")] = "submitter") -> None:
+    """Create a token; it is printed once, only its hash is kept."""
+    from sqlmodel import Session
+
+    from tunedeck.auth import Role, create_token
+
+    try:
+        r = Role(role)
+    except ValueError:
+        typer.echo("error: role: must be viewer, submitter or admin", err=True)
+        raise typer.Exit(2) from None
+    with Session(_engine()) as session:
+        try:
+            typer.echo(create_token(session, name=name, role=r))
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """List tokens (never their values)."""
+    from sqlmodel import Session
+
+    from tunedeck.auth import list_tokens
+
+    with Session(_engine()) as session:
+        for t in list_tokens(session):
+            state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
+            typer.echo(f"{t.name:<24} {t.role:<10} {state:<26} created {t.created_at:%Y-%m-%d %H:%M}")
+
+
+@token_app.command("revoke")
+def token_revoke(name: str) -> None:
+    """Revoke every active token of this name."""
+    from sqlmodel import Session
+
+    from tunedeck.auth import revoke_token
+
+    with Session(_engine()) as session:
+        n = revoke_token(session, name=name)
+    if not n:
+        typer.echo(f"error: no active token named {name!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {n} token(s) named {name}")
+
+
+@db_app.command("backup")
+def db_backup(path: Path) -> None:
+    """Copy the database with SQLite's online backup: safe while the server runs."""
+    import sqlite3
+
+    src = get_settings().db_path
+    if not src.exists():
+        typer.echo(f"error: no database at {src}", err=True)
+        raise typer.Exit(1)
+    if path.exists():
+        typer.echo(f"error: {path} exists; choose a new file", err=True)
+        raise typer.Exit(1)
+    with sqlite3.connect(src) as a, sqlite3.connect(path) as b:
+        a.backup(b)
+        ok = b.execute("PRAGMA integrity_check").fetchone()[0]
+    typer.echo(f"backed up {src} to {path} ({path.stat().st_size} bytes, integrity {ok})")
 
 
 @app.command("run-job", hidden=True)

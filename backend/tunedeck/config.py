@@ -41,6 +41,9 @@ class Settings(BaseSettings):
         Path(sys.executable),
         description="Python of the training environment; runners and `llamafactory-cli` come from it.",
     )
+    launch_paused: bool = Field(
+        False, description="Hold queued jobs (maintenance, draining a node); running jobs are still watched."
+    )
     scheduler_interval_s: float = Field(1.0, gt=0, description="How often the scheduler looks at the queue.")
     cancel_abort_grace_s: float = Field(
         60.0,
@@ -68,8 +71,57 @@ class Settings(BaseSettings):
         description="After training ends, how long a runner keeps trying to deliver its buffer "
         "before it exits (the server also reads the buffer from the run folder).",
     )
+    open_read: bool = Field(
+        True, description="Reading needs no token (a wall-screen team page); false: any valid token."
+    )
+    open_write: bool = Field(
+        True,
+        description="Submitting and cancelling need no token. Only allowed on a loopback address: "
+        "the server refuses to start on another address with writes open.",
+    )
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body the server reads (413 beyond)."
+    )
+    token: str | None = Field(None, description="Bearer token the CLI sends to the server.")
     page_limit: int = Field(1000, ge=1, description="Default page size of history endpoints.")
     page_limit_max: int = Field(20000, ge=1, description="Largest page a client may ask for.")
+    # issue 3: memory telemetry, alerts, webhooks
+    memory_sample_s: float = Field(
+        1.0, ge=0.1, description="Interval of a runner's memory samples (each keeps the maximum seen inside it)."
+    )
+    memory_polls: int = Field(4, ge=1, le=100, description="SMI polls per memory sample interval.")
+    trainer_rlimit_as_bytes: int | None = Field(
+        None, ge=1 << 26,
+        description="Address-space limit (RLIMIT_AS) for the trainer on CPU nodes: a run that needs more fails "
+        "with an out-of-memory error instead of swapping the host.",
+    )
+    alert_interval_s: float = Field(1.0, gt=0, description="Shortest time between two alert evaluations of a job.")
+    alert_near_oom_share: float = Field(
+        0.95, gt=0, le=1, description="Share of device memory that, sustained, raises `vram_near_oom`."
+    )
+    alert_stall_min_s: float = Field(
+        120.0, gt=0, description="No step progress for at least this long (and 10 usual step times) is a `stall`."
+    )
+    alert_hold_s: float = Field(
+        300.0, gt=0, description="A spike alert stays open this long after its last occurrence."
+    )
+    webhook_urls: list[str] = Field(
+        default_factory=list, description="URLs that get a JSON POST (Slack-compatible `text`) on alerts and job ends."
+    )
+    webhook_min_severity: str = Field(
+        "warning", pattern="^(info|warning|critical)$", description="Least alert severity sent to webhooks."
+    )
+    webhook_retries: int = Field(3, ge=0, le=20, description="Retries of a failed webhook POST (backing off).")
+    nodes_cache_s: float = Field(3.0, ge=0, description="How long `GET /api/nodes` reuses its reading of the host GPUs.")
+    preflight_ttl_s: float = Field(
+        600.0, ge=0, description="How long a preflight of the training environment is reused (issue 5)."
+    )
+    stream_ping_s: float = Field(15.0, gt=0, description="Keep-alive comment interval of the live (SSE) streams.")
+    stream_poll_s: float = Field(
+        0.5, gt=0, description="How often the stream watcher looks for job changes made outside ingest."
+    )
+    stream_batch_max: int = Field(2000, ge=1, description="Most rows of one kind in one live-stream event.")
+    chart_points: int = Field(2000, ge=10, description="Default `max_points` of the chart series endpoint.")
 
     @field_validator("workspace", "database", "train_python", mode="after")
     @classmethod

@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
-from tunedeck import __version__, gpus
-from tunedeck.api import jobs, system, telemetry
+from tunedeck import __version__, auth, gpus
+from tunedeck.api import jobs, series, stream, system, telemetry, ui
 from tunedeck.config import Settings, get_settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
+from tunedeck.services.events import Broadcaster
+from tunedeck.services.feed import Tables
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
 from tunedeck.spec import SpecError
+
+
+def check_workspace(settings: Settings) -> None:
+    """A clear error at start when the workspace cannot hold the database and run folders."""
+    try:
+        settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        probe = settings.workspace / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise RuntimeError(f"workspace {settings.workspace} is not writable: {e.strerror or e}") from None
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -25,8 +40,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
-        settings.workspace.mkdir(parents=True, exist_ok=True)
-        settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        if why := auth.writes_are_safe(settings):
+            raise RuntimeError(why)
+        check_workspace(settings)
         engine = make_engine(settings.db_path)
         upgrade(engine)
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(gpus.detect())
@@ -36,17 +52,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               node_gpus=node_gpus)
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
+        # Live streams: woken by the ingest writer after each commit, and by a watcher of job changes.
+        app.state.events, app.state.tables = Broadcaster(engine, poll_s=settings.stream_poll_s), Tables(engine)
+        writer.listeners.append(app.state.events.notify)
+        app.state.events.start()
         writer.start()
         scheduler.start()  # its first pass reattaches to the runners of jobs that were running
         try:
             yield
         finally:
+            await app.state.events.stop()
             scheduler.stop()
             writer.stop()
             engine.dispose()
 
     app = FastAPI(title="tunedeck", version=__version__, lifespan=lifespan,
-                  summary="Launch and monitor LLaMA-Factory fine-tunes")
+                  summary="Launch and monitor LLaMA-Factory fine-tunes",
+                  max_body_size=settings.max_body_bytes)  # 413 while the body streams in
+    auth.install(app, settings)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, e: RecursionError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": "nested too deeply",
+                                                                  "type": "value_error"}]})
+
+    @app.exception_handler(OperationalError)
+    async def _db_error(_: Request, e: OperationalError) -> JSONResponse:
+        text = str(e.orig)
+        if "disk is full" in text or "readonly" in text or "read-only" in text:
+            status = 507 if "full" in text else 503
+            return JSONResponse(status_code=status, content={"detail": f"database storage error: {text}"})
+        raise e
+
+    @app.exception_handler(OSError)
+    async def _os_error(_: Request, e: OSError) -> JSONResponse:
+        # Disk full or a read-only workspace: say so instead of a bare 500.
+        status = 507 if e.errno == errno.ENOSPC else 503
+        return JSONResponse(status_code=status, content={"detail": f"storage error: {e.strerror or e}"})
 
     @app.exception_handler(SpecError)
     async def _spec_error(_: Request, e: SpecError) -> JSONResponse:
@@ -67,7 +109,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   for err in e.errors()]
         return JSONResponse(status_code=422, content={"detail": errors})
 
-    for module in (jobs, telemetry, system):
+    for module in (jobs, telemetry, system, stream, series):
         app.include_router(module.router)
+    from tunedeck.api import checks, preflight  # issue 5: lint, estimate, preflight
+
+    for module in (checks, preflight):
+        app.include_router(module.router)
+    ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)
     return app

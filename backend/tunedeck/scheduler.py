@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus, utcnow
+from tunedeck.runner.main import TRAINER_LOG
 from tunedeck.runner.report import OUTBOX
 from tunedeck.services.ingest import IngestWriter, finish
 
@@ -67,7 +68,8 @@ class Scheduler:
             running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
             for job in running:
                 self._watch(session, job)
-            self._start_queued(session)
+            if not self.settings.launch_paused:
+                self._start_queued(session)
 
     def _watch(self, session: Session, job: Job) -> None:
         if self.executor.alive(job):
@@ -84,23 +86,27 @@ class Scheduler:
     def _recover(self, session: Session, job: Job) -> None:
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
         run_dir = Path(job.run_dir)
-        outbox = run_dir / OUTBOX
-        if outbox.exists():
-            for line in outbox.read_text().splitlines():
-                try:
-                    batch = json.loads(line)
-                except ValueError:
-                    continue  # a torn last line from a killed runner
-                self.writer.submit(job.id, batch).result(timeout=60)
+        self._replay(job.id, _jsonl(run_dir / OUTBOX))
         session.refresh(job)
         if job.status != JobStatus.running:
             return
-        # The runner died before telling the result (SIGKILL): no process of the job may stay.
+        # The runner died without telling the result (SIGKILL): no process of the job may stay,
+        # and what the trainer logged after the runner died is read from its file.
         killed = self.executor.kill(job)
+        log_path = Path(job.output_dir) / TRAINER_LOG
+        if log_path.exists():
+            t = log_path.stat().st_mtime
+            lines = [ln for ln in log_path.read_text(errors="replace").split("\n")[:-1] if ln.strip()]
+            self._replay(job.id, [{"seq": -1, "metrics": [{"line": i, "t": t, "raw": raw}
+                                                          for i, raw in enumerate(lines)]}])
         with self.engine.begin() as conn:
             finish(conn, job.id, status=JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
                    exit_code=None, error=f"runner lost (killed {killed} leftover process(es))")
         log.warning("job %s: runner lost", job.id)
+
+    def _replay(self, job_id: int, batches: list[dict]) -> None:
+        for fut in [self.writer.submit(job_id, b) for b in batches]:
+            fut.result(timeout=120)
 
     def free_devices(self, session: Session) -> tuple[list[int], int]:
         running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
@@ -139,6 +145,19 @@ class Scheduler:
         session.add(job)
         session.commit()
         log.info("job %s started: runner pid %s, devices %s", job.id, pid, devices or "cpu")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    """The whole lines of a JSONL file; a torn last line (a writer killed mid-write) is skipped."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def _aware(dt: datetime) -> datetime:

@@ -59,11 +59,28 @@ def presets() -> dict[str, Path]:
     return {p.stem: p for p in sorted(CONFIGS_DIR.glob("*")) if p.suffix in (".yaml", ".yml", ".json")}
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader without aliases (no "billion laughs") and with a nesting limit."""
+
+    max_depth = 32
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases (*name) are not accepted in job configs")
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > self.max_depth:
+                raise yaml.YAMLError(f"YAML nested deeper than {self.max_depth} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_yaml(text: str) -> dict[str, Any]:
     if len(text.encode()) > MAX_YAML_BYTES:
         raise SpecError([_err(["config"], f"YAML is larger than {MAX_YAML_BYTES} bytes")])
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise SpecError([_err(["config"], f"not valid YAML: {e}")]) from None
     if not isinstance(data, dict):

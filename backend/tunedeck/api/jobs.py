@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, status
+from fastapi import APIRouter, Body, HTTPException, Query, Request, status
 
+from tunedeck import auth
 from tunedeck import spec as specs
 from tunedeck.api.deps import SettingsDep
 from tunedeck.db import SessionDep
@@ -22,10 +23,12 @@ def _limit(settings, limit: int | None) -> int:  # noqa: ANN001
 
 
 def _created(request: Request, session, settings, spec: JobSpec) -> JobCreated:  # noqa: ANN001
-    job, warnings = service.create_job(session, settings=settings, spec=spec,
-                                       node_gpus=request.app.state.node_gpus)
+    principal = getattr(request.state, "principal", None)
+    job, warnings, findings = service.create_job(session, settings=settings, spec=spec,
+                                       node_gpus=request.app.state.node_gpus,
+                                       owner=principal.name if principal else None)
     request.app.state.scheduler.wake()
-    return JobCreated(**JobOut.of(job).model_dump(), warnings=warnings)
+    return JobCreated(**JobOut.of(job).model_dump(), warnings=warnings, findings=findings)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated)
@@ -92,6 +95,9 @@ def get_files(job_id: int, session: SessionDep) -> list[dict]:
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: int, request: Request, session: SessionDep) -> JobOut:
+def cancel_job(job_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> JobOut:
     """Stop a job: queued ones at once, running ones gracefully (they save first)."""
+    job = service.get_job(session, job_id)
+    if not auth.may_cancel(getattr(request.state, "principal", None), job.owner, settings):
+        raise HTTPException(status_code=403, detail=f"only its owner ({job.owner}) or an admin may cancel job {job_id}")
     return JobOut.of(service.request_cancel(session, job_id=job_id, executor=request.app.state.executor))

@@ -24,6 +24,7 @@ from typing import Any
 from tunedeck import procs
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
+from tunedeck.telemetry.sampler import Sampler
 
 TRAINER_LOG = "trainer_log.jsonl"
 RESULT = "result.json"
@@ -36,12 +37,19 @@ def failure_cause(lines: list[str], exit_code: int) -> str:
     for line in reversed(lines):
         if OOM.search(line):
             return f"out of memory: {line.strip()[:500]}"
+    if exit_code < 0:  # a signal ended it: any exception line above is older news
+        return f"killed by {signal.Signals(-exit_code).name}"
     for line in reversed(lines):
         if EXCEPTION.match(line.strip()):
             return line.strip()[:500]
-    if exit_code < 0:
-        return f"killed by {signal.Signals(-exit_code).name}"
     return f"exited with code {exit_code}"
+
+
+def _limit_as(limit: int | None):  # noqa: ANN202
+    """RLIMIT_AS for the trainer (CPU nodes): an allocation past it fails as out-of-memory."""
+    if not limit:
+        return None
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 class Runner:
@@ -60,6 +68,7 @@ class Runner:
         self._log_line = 0
         self._recent: deque[str] = deque(maxlen=200)
         self._raw = open(run_dir / "train.log", "ab")  # noqa: SIM115 - the human log, raw bytes
+        self.sampler: Sampler | None = None  # issue 3: memory of the job's own devices
 
     # ---------------------------------------------------------------- output readers
     def _reader(self, stream: str, fd) -> None:  # noqa: ANN001
@@ -93,12 +102,14 @@ class Runner:
                 self._log_line += 1
                 if stream != "runner":
                     self._recent.append(text)
+        memory = self.sampler.drain() if self.sampler else []
         limit = self.cfg["batch_max"]
-        while metrics or logs:
+        while metrics or logs or memory:
             take_m = metrics[:limit]
             take_l = logs[: max(0, limit - len(take_m))]
-            metrics, logs = metrics[len(take_m):], logs[len(take_l):]
-            self.reporter.add(metrics=take_m, logs=take_l)
+            take_s = memory[: max(0, limit - len(take_m) - len(take_l))]
+            metrics, logs, memory = metrics[len(take_m):], logs[len(take_l):], memory[len(take_s):]
+            self.reporter.add(metrics=take_m, logs=take_l, memory=take_s)
 
     # ---------------------------------------------------------------- stopping
     def _stop_sequence(self, trainer: subprocess.Popen) -> None:
@@ -131,10 +142,12 @@ class Runner:
             trainer = subprocess.Popen(
                 [str(cli), "train", "train.yaml"], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                preexec_fn=_limit_as(self.cfg.get("rlimit_as_bytes")),
             )
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
         (self.run_dir / "trainer.pid").write_text(str(trainer.pid))
+        self.sampler = self._start_sampler(trainer.pid)
         self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
         readers = [threading.Thread(target=self._reader, args=(name, fd), daemon=True)
                    for name, fd in (("stdout", trainer.stdout), ("stderr", trainer.stderr))]
@@ -160,7 +173,23 @@ class Runner:
         cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
         return self._finish(exit_code=code, cause=cause)
 
+    def _start_sampler(self, trainer_pid: int) -> Sampler | None:
+        env = self.cfg["env"]
+        visible = [int(d) for d in (env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or "").split(",")
+                   if d.strip().isdigit()]
+        try:
+            return Sampler(interval_s=self.cfg.get("memory_sample_s", 1.0), polls=self.cfg.get("memory_polls", 4),
+                           gpus=bool(visible), visible=visible, bus_ids=self.cfg.get("bus_ids"),
+                           root_pid=trainer_pid).start()
+        except Exception as e:  # noqa: BLE001 - telemetry never stops training
+            self.note(f"memory sampler not started: {e}")
+            return None
+
     def _finish(self, *, exit_code: int, cause: str | None) -> int:
+        if self.sampler is not None:
+            self.sampler.stop()
+            if self.sampler.reason and self.sampler.backend_name == "cpu" and self.sampler.gpus:
+                self.note(f"no GPU telemetry: {self.sampler.reason}")
         self._collect()
         state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
         # result.json first: a server that never hears from us reads it from the run folder.

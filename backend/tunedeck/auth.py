@@ -1,0 +1,158 @@
+"""Bearer tokens with roles, and the request guard that enforces them.
+
+viewer reads; submitter also launches and cancels its own jobs; admin does anything. Tokens are
+shown once and stored as SHA-256 hashes. Runners use their own per-job tokens, checked by the
+telemetry route, which can write only that job's telemetry.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from ipaddress import ip_address
+
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from tunedeck.config import Settings
+from tunedeck.models import ApiToken, utcnow
+
+PREFIX = "tdk_"
+# Routes that carry their own credentials or must answer anyone.
+EXEMPT = re.compile(r"^/api/(health$|jobs/\d+/telemetry$)")
+# POSTs that change nothing: a viewer may ask them.
+READ_POSTS = re.compile(r"^/api/(lint|estimate)$")
+
+
+class Role(str, enum.Enum):
+    viewer = "viewer"
+    submitter = "submitter"
+    admin = "admin"
+
+    @property
+    def rank(self) -> int:
+        return {"viewer": 0, "submitter": 1, "admin": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(session: Session, *, name: str, role: Role) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", name):
+        raise ValueError("name: letters, digits and . _ @ - only, at most 64 characters")
+    if session.exec(select(ApiToken).where(ApiToken.name == name, col(ApiToken.revoked_at).is_(None))).first():
+        raise ValueError(f"name: an active token named {name!r} exists; revoke it first")
+    token = PREFIX + secrets.token_urlsafe(32)
+    session.add(ApiToken(name=name, role=role.value, token_hash=hash_token(token)))
+    session.commit()
+    return token
+
+
+def list_tokens(session: Session) -> list[ApiToken]:
+    return list(session.exec(select(ApiToken).order_by(col(ApiToken.id))))
+
+
+def revoke_token(session: Session, *, name: str) -> int:
+    tokens = list(session.exec(select(ApiToken).where(ApiToken.name == name, col(ApiToken.revoked_at).is_(None))))
+    for t in tokens:
+        t.revoked_at = utcnow()
+        session.add(t)
+    session.commit()
+    return len(tokens)
+
+
+def authenticate(engine: Engine, token: str) -> Principal | None:
+    digest = hash_token(token)
+    with Session(engine) as session:
+        row = session.exec(select(ApiToken).where(ApiToken.token_hash == digest,
+                                                  col(ApiToken.revoked_at).is_(None))).first()
+        if row is None or not hmac.compare_digest(row.token_hash, digest):
+            return None
+        return Principal(name=row.name, role=Role(row.role))
+
+
+def writes_are_safe(settings: Settings) -> str | None:
+    """Why the server must not start: open writes on a non-loopback address (None when fine)."""
+    if not settings.open_write:
+        return None
+    host = settings.host.strip("[]")
+    try:
+        loopback = host == "localhost" or ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (f"refusing to bind {settings.host} with TUNEDECK_OPEN_WRITE=true: anyone on the network could "
+            "launch and kill jobs. Create tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false.")
+
+
+def _token_of(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else None
+    if request.method == "GET":  # EventSource cannot set headers: streams may pass it in the query
+        return request.query_params.get("access_token")
+    return None
+
+
+async def principal_for(request: Request, settings: Settings, engine: Engine) -> Principal | None:
+    """Who is asking, or AuthError when this request needs more than they have."""
+    path = request.url.path
+    token = _token_of(request)
+    principal = None
+    if token and not EXEMPT.match(path):
+        principal = await run_in_threadpool(authenticate, engine, token)
+        if principal is None:
+            raise AuthError(401, "invalid or revoked token")
+    if not path.startswith("/api/") or EXEMPT.match(path):
+        return principal
+    reading = request.method in ("GET", "HEAD", "OPTIONS") or bool(READ_POSTS.match(path))
+    if reading:
+        if principal is None and not settings.open_read:
+            raise AuthError(401, "a token is required to read (TUNEDECK_OPEN_READ=false)")
+    elif not settings.open_write:
+        if principal is None:
+            raise AuthError(401, "a submitter or admin token is required")
+        if principal.role.rank < Role.submitter.rank:
+            raise AuthError(403, f"role {principal.role.value} cannot change anything")
+    return principal
+
+
+def install(app, settings: Settings) -> None:  # noqa: ANN001
+    @app.middleware("http")
+    async def _auth(request: Request, call_next):  # noqa: ANN202, ANN001
+        try:
+            request.state.principal = await principal_for(request, settings, request.app.state.engine)
+        except AuthError as e:
+            return JSONResponse(status_code=e.status, content={"detail": str(e)},
+                                headers={"WWW-Authenticate": "Bearer"} if e.status == 401 else None)
+        return await call_next(request)
+
+
+def may_cancel(principal: Principal | None, owner: str | None, settings: Settings) -> bool:
+    if settings.open_write and principal is None:
+        return True
+    if principal is None:
+        return False
+    return principal.role == Role.admin or (principal.role == Role.submitter and principal.name == owner)
