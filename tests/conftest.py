@@ -122,10 +122,14 @@ class Server:
             after = page["next"]
 
 
-def job_processes(run_dir: str) -> list:
+def job_processes(run_dir: str, settle: float = 10.0) -> list:
+    """The job's live processes, once the runner has had `settle` seconds to exit after reporting."""
     from tunedeck.procs import job_processes as find
 
-    return find(run_dir)
+    deadline = time.monotonic() + settle
+    while (found := find(run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
 
 
 @pytest.fixture

@@ -76,6 +76,24 @@ def tree(root_pid: int, job_key: str | None = None, *, exclude: set[int] | None 
     return sorted(procs.values(), key=depth, reverse=True)
 
 
+def training_processes(root_pid: int) -> list[psutil.Process]:
+    """The processes that hold LLaMA-Factory's SIGABRT handler: torchrun's workers, else the root.
+
+    Under torchrun the CLI and the elastic agent have no handler: SIGABRT would kill them at once
+    and the workers would be torn down before they save. Without torchrun, training runs inside
+    `llamafactory-cli` itself; its dataloader workers must not get the signal either.
+    """
+    try:
+        root = psutil.Process(root_pid)
+        for p in [root, *root.children(recursive=True)]:
+            cmd = " ".join(p.cmdline())
+            if "torchrun" in cmd or "torch.distributed.run" in cmd:
+                return p.children()
+        return [root]
+    except psutil.Error:
+        return []
+
+
 def signal_all(procs: list[psutil.Process], sig: int) -> None:
     for p in procs:
         try:

@@ -75,9 +75,15 @@ def test_deepspeed_zero3_seed_config(server_factory, assets):
     assert "DeepSpeed" in logs or "deepspeed" in logs
 
 
-def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets):
+@pytest.mark.parametrize("deepspeed", [None, "ds_z3_rocm"], ids=["plain", "zero3-torchrun"])
+def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed):
     server = server_factory()
-    created = server.submit({"name": "long", "config": demo_config(assets, max_steps=2000, save_steps=1000), "gpus": 0})
+    ds = None
+    if deepspeed:  # under torchrun only the workers hold the stop handler
+        ds = json.loads((ROOT / "configs" / f"{deepspeed}.json").read_text())
+        ds["fp16"]["enabled"] = False
+    created = server.submit({"name": "long", "config": demo_config(assets, max_steps=2000, save_steps=1000),
+                             "deepspeed": ds, "gpus": 0})
     deadline = time.monotonic() + 120
     while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
         assert time.monotonic() < deadline, "no metric point arrived"

@@ -116,8 +116,9 @@ class Runner:
         key = self.cfg["job_key"]
         me = {os.getpid()}
         self.cancelled = True
-        self.note("cancel requested: SIGABRT to the trainer (graceful stop after this step)")
-        procs.signal_all(procs.tree(trainer.pid, key, exclude=me), signal.SIGABRT)
+        targets = procs.training_processes(trainer.pid)
+        self.note(f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step")
+        procs.signal_all(targets, signal.SIGABRT)
         for sig, grace in ((signal.SIGTERM, self.cfg["abort_grace_s"]), (signal.SIGKILL, self.cfg["term_grace_s"])):
             try:
                 trainer.wait(timeout=grace)
