@@ -1,0 +1,114 @@
+#!/usr/bin/env python
+"""Capture the keys DeepSpeed accepts under `zero_optimization`, for tunedeck's DeepSpeed lint.
+
+Run with the *training* environment's python (the one DeepSpeed is installed in)::
+
+    .venv/bin/python scripts/capture_ds_keys.py [--output PATH]
+
+It reads the pydantic models in ``deepspeed/runtime/zero/config.py`` (``DeepSpeedZeroConfig``) and
+``offload_config.py`` (the ``offload_param`` / ``offload_optimizer`` sub-models). All of them are
+``extra="forbid"``: a key not listed here makes DeepSpeed refuse the file, unless its value is
+``"auto"`` (``DeepSpeedConfigModel.__init__`` drops those first, silently). Writes
+``backend/tunedeck/data/deepspeed_keys.json``::
+
+    {"deepspeed_version": "...",
+     "models": {"zero_optimization" | "offload_param" | "offload_optimizer":
+                {field: {"alias": str | null, "type": "bool|int|float|str|enum|dict|any",
+                         "choices": [...] | null, "default": <JSON> | null,
+                         "deprecated": bool, "new_param": str | null}}}}
+
+The server reads only this file; it never imports deepspeed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import pathlib
+import types
+import typing
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = REPO / "backend" / "tunedeck" / "data" / "deepspeed_keys.json"
+
+
+def _kind(annotation) -> tuple[str, list | None]:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        if len(args) == 1:
+            return _kind(args[0])
+        return "any", None
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "enum", [m.value for m in annotation]
+    if annotation is bool:
+        return "bool", None
+    if isinstance(annotation, type) and issubclass(annotation, int):
+        return "int", None
+    if annotation is float:
+        return "float", None
+    if annotation is str:
+        return "str", None
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return "dict", None
+    if typing.get_origin(annotation) is dict or annotation is dict:
+        return "dict", None
+    return "any", None
+
+
+def _json(value):
+    if isinstance(value, enum.Enum):
+        value = value.value
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)  # pp_int → plain int
+    return value
+
+
+def fields_of(model) -> dict:
+    out = {}
+    for name, info in sorted(model.model_fields.items()):
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        kind, choices = _kind(info.annotation)
+        default = None if info.is_required() or info.default_factory is not None else _json(info.default)
+        out[name] = {
+            "alias": info.alias,
+            "type": kind,
+            "choices": choices,
+            "default": default,
+            "deprecated": bool(extra.get("deprecated", False)),
+            "new_param": extra.get("new_param") or None,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=pathlib.Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args()
+
+    import deepspeed
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime.zero.offload_config import (
+        DeepSpeedZeroOffloadOptimizerConfig,
+        DeepSpeedZeroOffloadParamConfig,
+    )
+
+    table = {
+        "deepspeed_version": deepspeed.__version__,
+        "models": {
+            "zero_optimization": fields_of(DeepSpeedZeroConfig),
+            "offload_param": fields_of(DeepSpeedZeroOffloadParamConfig),
+            "offload_optimizer": fields_of(DeepSpeedZeroOffloadOptimizerConfig),
+        },
+    }
+    args.output.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n")
+    n = sum(len(m) for m in table["models"].values())
+    print(f"wrote {n} keys of deepspeed {deepspeed.__version__} to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""VRAM estimate against hand-computed breakdowns, the real tiny model's weights and the seed's 14 GB."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tunedeck import estimate as est
+
+GiB = 2**30
+SEED_DS = json.loads((ROOT / "configs" / "ds_z3_rocm.json").read_text())
+# A toy Qwen2 small enough to count by hand: h=8, i=16, 2 layers, 2 heads, 1 kv head (head_dim 4),
+# vocab 32, untied. Per layer: q 8·8+8, k 8·4+4, v 8·4+4, o 8·8 (=208), MLP 3·8·16 (=384), 2 norms (16)
+# = 608; embeddings 2·32·8 = 512; final norm 8 → 2·608 + 512 + 8 = 1736.
+TOY = {
+    "model_type": "qwen2",
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 32,
+    "tie_word_embeddings": False,
+}
+# LoRA r=2 on all 7 linears: q 2·(8+8), k 2·(8+4), v 2·(8+4), o 2·(8+8), gate/up/down 2·(8+16) = 256 a layer.
+TOY_LORA = {
+    "finetuning_type": "lora",
+    "lora_rank": 2,
+    "lora_target": "all",
+    "lora_dropout": 0,
+    "per_device_train_batch_size": 1,
+    "cutoff_len": 4,
+    "fp16": True,
+}
+# Qwen2-7B's published config.json values.
+QWEN2_7B = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+}
+SEED_YAML = {
+    "finetuning_type": "lora",
+    "lora_target": "all",
+    "lora_rank": 16,
+    "lora_dropout": 0.1,
+    "cutoff_len": 2048,
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 4,
+    "fp16": True,
+}
+
+
+def test_parameter_counts_by_hand():
+    counts = est.count_params(est.shapes(TOY))
+    assert counts == {"total": 1736, "per_layer": 608, "embedding": 256, "largest_layer": 256}
+    assert est.trainable_params(TOY_LORA, est.shapes(TOY), counts) == (512, "lora")
+    assert est.trainable_params({**TOY_LORA, "lora_target": "q_proj,v_proj"}, est.shapes(TOY), counts)[
+        0
+    ] == 2 * (32 + 24)
+    assert est.trainable_params(
+        {"finetuning_type": "freeze", "freeze_trainable_layers": 1}, est.shapes(TOY), counts
+    ) == (608, "freeze")
+
+
+def test_parameter_count_matches_the_real_weights(assets):
+    """The tiny demo model: shapes from config.json against the tensors in its safetensors file."""
+    model = assets / "demo" / "model"
+    with open(model / "model.safetensors", "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    actual = sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    config = json.loads((model / "config.json").read_text())
+    assert est.count_params(est.shapes(config))["total"] == actual
+
+
+def test_published_qwen2_7b_size():
+    counts = est.count_params(est.shapes(QWEN2_7B))
+    assert counts["total"] == 7_615_616_512  # "7.62B" on the model card
+    assert est.trainable_params(SEED_YAML, est.shapes(QWEN2_7B), counts)[0] == 40_370_176
+
+
+def test_zero3_breakdown_by_hand():
+    e = est.estimate(model_config=TOY, config=TOY_LORA, ds=SEED_DS, gpus=2)
+    b = e["breakdown"]
+    # DeepSpeed's ZeRO-3: 4L + 18T/N for the trainable part, 2F/N for the frozen rest (F = 1736 - 512).
+    assert (
+        b["weights_frozen"],
+        b["weights_trainable"],
+        b["gradients"],
+        b["optimizer"],
+        b["gathered_layer"],
+    ) == (1224, 512, 512, 3584, 1024)
+    assert (
+        b["weights_frozen"] + b["weights_trainable"] + b["gradients"] + b["optimizer"] + b["gathered_layer"]
+        == 4 * 256 + 2 * 1224 // 2 + 18 * 512 // 2
+    )
+    # Checkpointed: 2 layer inputs 2·s·b·h bytes each + one layer in full 2·s·b·(6h + 16 + 4i) = 1024.
+    assert b["activations"] == 2 * 2 * 4 * 8 + 2 * 4 * (6 * 8 + 4 * 4 + 4 * 16)
+    assert b["logits"] == 4 * 32 * (2 + 8)
+    assert b["buckets"] == int((64 + int(0.9 * 64)) * 2 * 4.5)  # "auto" → h², 0.9·h²; overlap_comm 4.5×
+    assert b["runtime"] == est.RUNTIME_GPU
+    assert e["per_gpu_bytes"] == sum(b.values())
+    no_ckpt = est.estimate(
+        model_config=TOY, config={**TOY_LORA, "disable_gradient_checkpointing": True}, ds=SEED_DS, gpus=2
+    )
+    assert no_ckpt["breakdown"]["activations"] == 2 * 1024 and no_ckpt["gradient_checkpointing"] is False
+
+
+def test_zero2_offload_and_plain_formulas():
+    full = {**TOY_LORA, "finetuning_type": "full"}
+    z2 = est.estimate(model_config=TOY, config=full, ds={"zero_optimization": {"stage": 2}}, gpus=4)[
+        "breakdown"
+    ]
+    assert z2["weights_trainable"] + z2["gradients"] + z2["optimizer"] == 2 * 1736 + math.ceil(18 * 1736 / 4)
+    opt_off = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    b = est.estimate(model_config=TOY, config=full, ds=opt_off, gpus=4)["breakdown"]
+    assert (
+        sum(b[k] for k in ("weights_frozen", "weights_trainable", "gradients", "optimizer", "gathered_layer"))
+        == 4 * 256 + 2 * 1736 // 4
+    )
+    all_off = {
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "cpu"},
+            "offload_param": {"device": "cpu"},
+        }
+    }
+    b = est.estimate(model_config=TOY, config=full, ds=all_off, gpus=4)["breakdown"]
+    assert (
+        sum(b[k] for k in ("weights_frozen", "weights_trainable", "gradients", "optimizer", "gathered_layer"))
+        == 4 * 256
+    )
+    plain = est.estimate(model_config=TOY, config=full, ds=None, gpus=1)["breakdown"]
+    assert plain["weights_trainable"] + plain["gradients"] + plain["optimizer"] == 16 * 1736
+    assert plain["buckets"] == 0
+
+
+def test_seed_qwen2_7b_lora_zero3_near_14_gb():
+    """The seed: Qwen2-7B, LoRA + ZeRO-3 on MI250 ≈ 14 GB per card; full fine-tune 60 GB+."""
+    per = {
+        n: est.estimate(model_config=QWEN2_7B, config=SEED_YAML, ds=SEED_DS, gpus=n)["per_gpu_bytes"] / GiB
+        for n in (2, 4, 8)
+    }
+    assert 12 <= per[4] <= 16, per
+    assert per[2] > per[4] > per[8]
+    full = est.estimate(
+        model_config=QWEN2_7B, config={**SEED_YAML, "finetuning_type": "full"}, ds=None, gpus=1
+    )
+    assert full["per_gpu_bytes"] / GiB > 60
+
+
+def test_warns_when_it_exceeds_the_device():
+    e = est.estimate(model_config=QWEN2_7B, config=SEED_YAML, ds=SEED_DS, gpus=4, device_total_bytes=10 * GiB)
+    assert e["fits"] is False and "exceeds" in e["warnings"][0]
+    e = est.estimate(model_config=QWEN2_7B, config=SEED_YAML, ds=SEED_DS, gpus=4, device_total_bytes=64 * GiB)
+    assert e["fits"] is True and e["warnings"] == []
+
+
+def test_missing_shapes_are_an_error():
+    with pytest.raises(est.EstimateError):
+        est.estimate(model_config={"model_type": "x"}, config={}, ds=None, gpus=1)
+
+
+def test_cli_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN2_7B))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tunedeck.cli",
+            "estimate",
+            str(ROOT / "configs" / "qwen2_lora_sft.yaml"),
+            "--gpus",
+            "4",
+            "--model-config",
+            str(tmp_path / "config.json"),
+            "--json",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["per_gpu_bytes"] == sum(out["breakdown"].values())
+    assert out["zero_stage"] == 3 and out["gpus"] == 4  # the YAML's `deepspeed: ds_z3_rocm` preset was read
+    r = subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", "estimate", str(ROOT / "configs" / "qwen2_lora_sft.yaml")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={"HOME": str(tmp_path), "PATH": ""},
+    )
+    assert r.returncode == 2 and "--model-config" in r.stderr

@@ -1,0 +1,60 @@
+"""Hardware-aware lint at submission, from the node's preflight.
+
+This machine has no GPU, so the training environment is a stand-in at the hardware boundary: a
+"python" that answers the probe as a ROCm node with two MI300X (gfx942) would. Launches are held.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.conftest import demo_config
+from tests.preflight.test_preflight import ROCM_BOX
+from tunedeck.preflight import MARK
+
+
+def stand_in_python(tmp_path):
+    path = tmp_path / "rocm-python"
+    path.write_text(f"#!/bin/sh\ncat <<'EOF'\n{MARK}{json.dumps(ROCM_BOX)}\nEOF\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_submission_lint_uses_the_nodes_preflight(server_factory, assets, tmp_path):
+    server = server_factory(
+        TUNEDECK_LAUNCH_PAUSED="true",
+        TUNEDECK_GPU_SLOTS="2",
+        TUNEDECK_TRAIN_PYTHON=str(stand_in_python(tmp_path)),
+    )
+    result = server.api.get("/api/nodes/local/preflight").json()
+    assert result["ok"] and result["summary"] == "ROCm 6.2.41133: 2× gfx942"
+    created = server.submit({"name": "fp16-on-mi300", "config": demo_config(assets, fp16=True), "gpus": 2})
+    codes = {f["code"]: f for f in created["findings"]}
+    assert codes["HW001"]["path"] == "config.fp16" and "bf16" in codes["HW001"]["fix"]
+    assert codes["HW002"]["path"] == "config.ddp_timeout"
+    ok = server.submit(
+        {"name": "bf16", "config": demo_config(assets, bf16=True, ddp_timeout=180000000), "gpus": 2}
+    )
+    assert not [f for f in ok["findings"] if f["code"].startswith("HW")]
+    r = server.api.post("/api/jobs", json={"name": "too-many", "config": demo_config(assets), "gpus": 3})
+    assert r.status_code == 422
+    (gpus,) = [d for d in r.json()["detail"] if d["loc"] == ["gpus"]]
+    assert gpus["code"] == "HW003"
+
+
+def test_a_gpu_node_warms_its_preflight_at_start(server_factory, assets, tmp_path):
+    server = server_factory(
+        TUNEDECK_LAUNCH_PAUSED="true",
+        TUNEDECK_GPU_SLOTS="2",
+        TUNEDECK_TRAIN_PYTHON=str(stand_in_python(tmp_path)),
+    )
+    findings: list[dict] = []
+    for _ in range(100):  # the warm-up runs in the background; no submission waits for it
+        findings = server.api.post(
+            "/api/lint", json={"name": "x", "config": demo_config(assets, fp16=True), "gpus": 2}
+        ).json()["findings"]
+        if any(f["code"] == "HW001" for f in findings):
+            break
+        time.sleep(0.1)
+    assert any(f["code"] == "HW001" for f in findings)
