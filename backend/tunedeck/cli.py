@@ -106,6 +106,8 @@ def submit(
                 json={"name": name or default_name, "config": config, "deepspeed": ds, "gpus": gpus})
     for w in job.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)
+    for f in job.get("findings", []):  # issue 5: lint warnings and notes
+        typer.echo(f"{f['severity']}: {f['code']} {f['path']}: {f['message']} (fix: {f['fix']})", err=True)
     typer.echo(f"submitted job {job['id']} ({job['status']})")
 
 
@@ -284,6 +286,17 @@ def run_job(run_dir: Path) -> None:
     from tunedeck.runner.main import cli
 
     cli()
+
+
+# issue 5: `tunedeck lint | estimate | doctor` (checks before launch, run locally)
+from tunedeck.cli_checks import register as _register_checks  # noqa: E402
+
+_register_checks(app)
+
+# issue 3: `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
+from tunedeck.cli_analyze import register as _register_analyze  # noqa: E402
+
+_register_analyze(app)
 
 
 if __name__ == "__main__":

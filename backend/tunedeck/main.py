@@ -22,6 +22,11 @@ from tunedeck.services.feed import Tables
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
 from tunedeck.spec import SpecError
+# issue 3: memory telemetry, alerts, webhooks, node inventory, imports
+from tunedeck.api import alerts as alerts_api, memory as memory_api, nodes as nodes_api, runs as runs_api
+from tunedeck.services import notify
+from tunedeck.services.alerts import AlertEngine
+from tunedeck.services.nodes import NodeInventory
 
 
 def check_workspace(settings: Settings) -> None:
@@ -56,14 +61,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.events, app.state.tables = Broadcaster(engine, poll_s=settings.stream_poll_s), Tables(engine)
         writer.listeners.append(app.state.events.notify)
         app.state.events.start()
+        app.state.notifier = notify.start(settings, engine)
+        app.state.alerts = AlertEngine(engine, settings, on_new=notify.alerts_opened)
+        app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        writer.listeners.append(app.state.alerts.notify)
+        app.state.alerts.start()
         writer.start()
         scheduler.start()  # its first pass reattaches to the runners of jobs that were running
+        if node_gpus:  # issue 5: a GPU node warms its preflight so submissions get hardware-aware lint
+            from tunedeck.services.checks import warm_preflight
+
+            warm_preflight(settings)
         try:
             yield
         finally:
             await app.state.events.stop()
             scheduler.stop()
             writer.stop()
+            app.state.alerts.stop()
+            notify.stop()
             engine.dispose()
 
     app = FastAPI(title="tunedeck", version=__version__, lifespan=lifespan,
@@ -114,6 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     from tunedeck.api import checks, preflight  # issue 5: lint, estimate, preflight
 
     for module in (checks, preflight):
+        app.include_router(module.router)
+    for module in (alerts_api, memory_api, nodes_api, runs_api):  # issue 3
         app.include_router(module.router)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)

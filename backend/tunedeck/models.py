@@ -59,6 +59,7 @@ class Job(SQLModel, table=True):
     trainer_pid: int | None = None
     runner_token_hash: str | None = None
     last_batch_seq: int = -1
+    estimate: str | None = Field(default=None, sa_column=Column(Text))  # issue 5: VRAM estimate, JSON
 
 
 class MetricPoint(SQLModel, table=True):
@@ -167,6 +168,7 @@ class JobPage(BaseModel):
 
 class JobCreated(JobOut):
     warnings: list[str] = []
+    findings: list[dict] = []  # issue 5: lint warnings/info ({code, severity, path, message, fix})
 
 
 class MetricOut(BaseModel):
@@ -235,6 +237,141 @@ class RunnerState(Strict):
 
 class TelemetryBatch(Strict):
     seq: int = PField(ge=0)
-    metrics: list[MetricIn] = []
-    logs: list[LogIn] = []
-    states: list[RunnerState] = []
+    metrics: list[MetricIn] = PField([], max_length=20000)
+    logs: list[LogIn] = PField([], max_length=20000)
+    states: list[RunnerState] = PField([], max_length=10)
+    memory: list["MemoryIn"] = PField([], max_length=20000)  # issue 3: VRAM samples
+
+
+# ---------------------------------------------------------------- issue 6: tokens and roles
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token for people and scripts; only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    role: str  # viewer | submitter | admin
+    token_hash: str = Field(unique=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+
+
+# ---------------------------------------------------------------- issue 3: memory telemetry and alerts
+
+
+class MemorySample(SQLModel, table=True):
+    """One sampler interval of one device: the MAX seen inside it. (job_id, line) keys a resend."""
+
+    __tablename__ = "memory_samples"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_memory_job_line"),
+                      Index("ix_memory_job_gpu_t", "job_id", "gpu", "t"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # the runner's per-job sample sequence number
+    t: float
+    gpu: int  # device index on the node; -1 = host memory (cpu backend)
+    used_bytes: int
+    total_bytes: int | None = None
+    util: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    name: str | None = None
+
+
+class Alert(SQLModel, table=True):
+    """One episode of a detected condition; open while it holds, updated while it recurs."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_job_kind", "job_id", "kind", "gpu"), Index("ix_alerts_open", "open"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    kind: str
+    severity: str  # info | warning | critical
+    gpu: int | None = None
+    t: float  # the newest occurrence
+    step: int | None = None
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    suggestion: str | None = Field(default=None, sa_column=Column(Text))
+    open: bool = True
+    first_t: float
+    last_t: float
+    count: int = 1
+
+
+class MemoryIn(Strict):
+    line: int = PField(ge=0)
+    t: float
+    gpu: int = PField(ge=-1)
+    used_bytes: int = PField(ge=0)
+    total_bytes: int | None = PField(None, ge=0)
+    util: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    name: str | None = PField(None, max_length=200)
+
+
+class MemorySampleOut(BaseModel):
+    id: int
+    t: float
+    gpu: int
+    used_bytes: int
+    total_bytes: int | None
+    util: float | None
+    power_w: float | None
+    temp_c: float | None
+
+
+class MemoryGpu(BaseModel):
+    gpu: int
+    name: str | None
+    total_bytes: int | None
+
+
+class MemoryPage(BaseModel):
+    samples: list[MemorySampleOut]
+    next: int | None
+    downsampled: bool
+    gpus: list[MemoryGpu]
+
+
+class AlertOut(BaseModel):
+    id: int
+    job_id: int
+    kind: str
+    severity: str
+    gpu: int | None
+    t: float
+    step: int | None
+    message: str
+    suggestion: str | None
+    open: bool
+    first_t: float
+    last_t: float
+    count: int
+
+
+TelemetryBatch.model_rebuild()
+
+
+# ---------------------------------------------------------------- issue 5: estimate calibration
+
+
+class EstimateCalibration(SQLModel, table=True):
+    """Predicted against measured peak of one finished job, so estimates can be calibrated per GPU kind."""
+
+    __tablename__ = "estimate_calibrations"
+    __table_args__ = (UniqueConstraint("job_id", name="uq_calibration_job"), Index("ix_calibration_kind", "gpu_kind"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    gpu_kind: str  # the device name from the SMI, or "cpu"
+    predicted_bytes: int
+    measured_bytes: int
+    source: str  # memory_samples | vram_reserved
+    ratio: float  # measured / predicted
+    created_at: datetime = Field(default_factory=utcnow)

@@ -42,6 +42,9 @@ class LocalExecutor:
             "poll_s": s.runner_poll_s,
             "retry_max_s": s.runner_retry_max_s,
             "give_up_s": s.runner_give_up_s,
+            "memory_sample_s": s.memory_sample_s,  # issue 3
+            "memory_polls": s.memory_polls,
+            "rlimit_as_bytes": s.trainer_rlimit_as_bytes,
         }
         path = run_dir / "runner.json"
         # The runner token is a credential: readable by this user only.

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck import procs
+from tunedeck.alerts.training import OOM  # issue 3: one definition of an out-of-memory line
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.telemetry.sampler import Sampler
 
 TRAINER_LOG = "trainer_log.jsonl"
 RESULT = "result.json"
-OOM = re.compile(r"out of memory|OutOfMemoryError|HIP error: out of memory", re.IGNORECASE)
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
 

@@ -34,10 +34,12 @@ class Reporter:
         self._thread = threading.Thread(target=self._send_loop, name="reporter", daemon=True)
         self._thread.start()
 
-    def add(self, *, metrics=(), logs=(), states=()) -> None:
-        if not (metrics or logs or states):
+    def add(self, *, metrics=(), logs=(), states=(), memory=()) -> None:
+        if not (metrics or logs or states or memory):
             return
         batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
+        if memory:  # issue 3: the sampler's VRAM / host-memory samples
+            batch["memory"] = list(memory)
         self.seq += 1
         with open(self.outbox, "a", encoding="utf-8") as f:
             f.write(json.dumps(batch) + "\n")

@@ -19,11 +19,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects.sqlite import insert
 
-from tunedeck.models import Job, JobStatus, LogLine, MetricPoint, utcnow
+from tunedeck.models import Job, JobStatus, LogLine, MemorySample, MetricPoint, utcnow
 
 METRICS = MetricPoint.__table__
 LOGS = LogLine.__table__
 JOBS = Job.__table__
+MEMORY = MemorySample.__table__
+MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c", "name")
 HMS = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)$")
 POINT_KEYS = ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens", "vram_allocated", "vram_reserved")
 
@@ -79,6 +81,9 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     logs = [{"job_id": job_id, **{k: g[k] for k in ("line", "t", "stream", "text")}} for g in batch.get("logs", ())]
     if logs:
         conn.execute(insert(LOGS).on_conflict_do_nothing(index_elements=["job_id", "line"]), logs)
+    memory = [{"job_id": job_id, **{k: m.get(k) for k in MEMORY_KEYS}} for m in batch.get("memory", ())]
+    if memory:  # issue 3: the sampler's per-interval maxima, keyed by sample number
+        conn.execute(insert(MEMORY).on_conflict_do_nothing(index_elements=["job_id", "line"]), memory)
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
         conn.execute(
             update(JOBS)
@@ -105,6 +110,10 @@ def finish(conn: Connection, job_id: int, *, status: JobStatus, exit_code: int |
         .values(status=status.name, exit_code=exit_code, error=error, finished_at=utcnow(),
                 eta_seconds=None if status != JobStatus.succeeded else 0.0)
     )
+    if res.rowcount > 0:  # issue 3: webhooks, only queued here and sent by another thread
+        from tunedeck.services import notify
+
+        notify.job_finished(job_id, status=status.value, error=error)
     return res.rowcount > 0
 
 

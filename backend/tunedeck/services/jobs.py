@@ -8,9 +8,11 @@ from pathlib import Path
 
 from sqlmodel import Session, col, select
 
+from tunedeck import lint
 from tunedeck import spec as specs
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobSpec, JobStatus, LogLine, MetricPoint, utcnow
+from tunedeck.services import checks
 
 
 class NotFound(Exception):
@@ -26,10 +28,23 @@ def slug(name: str) -> str:
 
 
 def create_job(session: Session, *, settings: Settings, spec: JobSpec, node_gpus: int,
-               owner: str | None = None) -> tuple[Job, list[str]]:
-    """Validate, then write train.yaml (and ds_config.json) into a fresh run folder."""
-    prepared = specs.prepare(spec, settings=settings, node_gpus=node_gpus)
+               owner: str | None = None) -> tuple[Job, list[str], list[dict]]:
+    """Lint and validate, then write train.yaml (and ds_config.json) into a fresh run folder.
+
+    Returns the job, the spec's warnings and the lint findings below error (issue 5)."""
+    findings = checks.lint_spec(spec, settings=settings, node_gpus=node_gpus,
+                                node_preflight=checks.node_preflight(settings))
+    lint_errors = [lint.as_error(f) for f in findings if f["severity"] == "error"]
+    try:
+        prepared = specs.prepare(spec, settings=settings, node_gpus=node_gpus)
+    except specs.SpecError as e:  # both lists, one entry per key (lint's carries the code and fix)
+        seen = {tuple(x["loc"]) for x in lint_errors}
+        raise specs.SpecError(lint_errors + [x for x in e.errors if tuple(x["loc"]) not in seen]) from None
+    if lint_errors:
+        raise specs.SpecError(lint_errors)
     job = Job(name=spec.name, owner=owner, gpus=prepared.gpus, spec=spec.model_dump_json(), train_yaml="")
+    job.estimate = checks.estimate_for_job(spec, settings=settings, node_gpus=node_gpus,
+                                           device_total_bytes=checks.node_device_total(node_gpus))
     session.add(job)
     session.flush()  # the id names the run folder
     run_dir = settings.runs_dir / f"{job.id:06d}-{slug(spec.name)}"
@@ -44,7 +59,7 @@ def create_job(session: Session, *, settings: Settings, spec: JobSpec, node_gpus
     job.run_dir, job.output_dir = str(run_dir), str(output_dir)
     session.commit()
     session.refresh(job)
-    return job, prepared.warnings
+    return job, prepared.warnings, [f for f in findings if f["severity"] != "error"]
 
 
 def get_job(session: Session, job_id: int) -> Job:

@@ -1,0 +1,132 @@
+"""Series from files outside tunedeck: a LLaMA-Factory output folder and an optional memory CSV.
+
+trainer_log.jsonl has no wall-clock time; its `elapsed_time` ("0:01:23") is placed after the first
+memory sample (or after 0 without one), so the loss and memory series share one time axis.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunedeck.alerts.series import Point, Series
+from tunedeck.alerts.training import FLUSH, OOM
+
+MEMORY_HEADER = ["t", "gpu", "used_bytes", "total_bytes"]
+LOG_NAMES = ("running_log.txt", "train.log", "trainer.log")
+
+
+class BadInput(ValueError):
+    """A file that cannot be read as what it claims to be; the message names it."""
+
+
+def parse_memory_csv(text: str) -> dict[int, list[tuple[float, int, int | None]]]:
+    rows = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(rows, [])]
+    if header[:4] != MEMORY_HEADER:
+        raise BadInput(f"memory CSV: the header must be {','.join(MEMORY_HEADER)}, not {','.join(header)}")
+    out: dict[int, list[tuple[float, int, int | None]]] = {}
+    for n, r in enumerate(rows, start=2):
+        if not r or not "".join(r).strip():
+            continue
+        try:
+            total = int(float(r[3])) if len(r) > 3 and r[3].strip() else None
+            out.setdefault(int(r[1]), []).append((float(r[0]), int(float(r[2])), total))
+        except (ValueError, IndexError):
+            raise BadInput(f"memory CSV line {n}: expected t,gpu,used_bytes,total_bytes numbers") from None
+    for xs in out.values():
+        xs.sort()
+    return out
+
+
+def _elapsed(v: Any) -> float | None:
+    from tunedeck.services.ingest import seconds
+
+    return seconds(v)
+
+
+def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str, Any]]]:
+    """Points and the parsed lines (for storing), each with a time `t`."""
+    points, lines = [], []
+    last_t = t0
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            raise BadInput(f"trainer_log.jsonl line {n} is not JSON") from None
+        if not isinstance(d, dict):
+            raise BadInput(f"trainer_log.jsonl line {n} is not an object")
+        t = d.get("t") if isinstance(d.get("t"), (int, float)) else None
+        if t is None:
+            e = _elapsed(d.get("elapsed_time"))
+            t = t0 + e if e is not None else last_t
+        last_t = float(t)
+
+        def num(k: str) -> float | None:
+            v = d.get(k)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        step = num("current_steps")
+        points.append(Point(t=last_t, step=int(step) if step is not None else None, loss=num("loss"),
+                            eval_loss=num("eval_loss")))
+        lines.append({"t": last_t, "raw": raw})
+    return points, lines
+
+
+def parse_config(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise BadInput(f"train.yaml: {e}") from None
+    if not isinstance(cfg, dict):
+        raise BadInput("train.yaml must be a mapping of LLaMA-Factory keys")
+    return cfg
+
+
+def build(*, trainer_log: str, memory_csv: str | None = None, config: str | None = None,
+          ds_config: dict[str, Any] | None = None, log_text: str | None = None) -> tuple[Series, list[dict[str, Any]]]:
+    memory = parse_memory_csv(memory_csv) if memory_csv else {}
+    t0 = min((xs[0][0] for xs in memory.values() if xs), default=0.0)
+    points, lines = parse_trainer_log(trainer_log, t0)
+    end = max([p.t for p in points[-1:]] + [xs[-1][0] for xs in memory.values() if xs], default=t0)
+    logs = [(end, x) for x in (log_text or "").splitlines() if OOM.search(x) or FLUSH.search(x)]
+    cfg = parse_config(config)
+    gpus = sorted(g for g in memory if g >= 0)
+    series = Series(memory=memory, points=points, logs=logs, config=cfg, ds=ds_config, devices=gpus, running=False)
+    return series, lines
+
+
+def read_run_dir(run_dir: Path, *, memory: Path | None = None, config: Path | None = None) -> Series:
+    """A LLaMA-Factory output folder (or the folder above it) as a Series."""
+    log = next((p for p in (run_dir / "trainer_log.jsonl", run_dir / "output" / "trainer_log.jsonl") if p.is_file()),
+               None)
+    if log is None:
+        raise BadInput(f"no trainer_log.jsonl in {run_dir}")
+    if config is None:
+        config = next((p for p in (run_dir / "train.yaml", log.parent / "train.yaml") if p.is_file()), None)
+    config_text = config.read_text() if config else None
+    ds = None
+    cfg = parse_config(config_text)
+    if isinstance(cfg.get("deepspeed"), str):
+        ds_path = Path(cfg["deepspeed"])
+        for p in (ds_path, (config.parent if config else run_dir) / ds_path):
+            if p.is_file():
+                try:
+                    ds = json.loads(p.read_text())
+                except ValueError:
+                    raise BadInput(f"{p} is not JSON") from None
+                break
+    log_text = "\n".join(p.read_text(errors="replace") for d in {run_dir, log.parent} for name in LOG_NAMES
+                         if (p := d / name).is_file())
+    series, _ = build(trainer_log=log.read_text(), memory_csv=memory.read_text() if memory else None,
+                      config=config_text, ds_config=ds, log_text=log_text)
+    return series

@@ -1,0 +1,30 @@
+"""Chart data: a job's metric series, downsampled on the server (`max_points`), zoomable by step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from tunedeck.api.deps import SettingsDep
+from tunedeck.db import SessionDep
+from tunedeck.services import jobs as jobs_service
+from tunedeck.services import series as service
+
+router = APIRouter(prefix="/api/jobs", tags=["charts"])
+
+
+@router.get("/{job_id}/series")
+def get_series(
+    job_id: int,
+    session: SessionDep,
+    settings: SettingsDep,
+    max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
+    x0: Annotated[float | None, Query(description="first step of a zoomed window")] = None,
+    x1: Annotated[float | None, Query(description="last step of a zoomed window")] = None,
+    until: Annotated[int | None, Query(ge=0, description="only points with id <= until (a stream cursor's m)")] = None,
+) -> dict:
+    """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""
+    jobs_service.get_job(session, job_id)
+    return service.metric_series(session.get_bind(), job_id=job_id, max_points=max_points or settings.chart_points,
+                                 x0=x0, x1=x1, until=until)

@@ -1,0 +1,63 @@
+"""Live updates over Server-Sent Events: one stream per page, resumable with Last-Event-ID."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Header, HTTPException, Query, Request
+from sse_starlette.sse import EventSourceResponse
+
+from tunedeck.services import feed
+from tunedeck.services.events import TEAM
+
+router = APIRouter(prefix="/api/stream", tags=["stream"])
+
+
+def _cursor(last_event_id: str | None, cursor: str | None) -> feed.Cursor:
+    # A reconnecting EventSource repeats the URL's cursor but sends Last-Event-ID: that one wins.
+    try:
+        return feed.Cursor.parse(last_event_id or cursor)
+    except feed.BadCursor as e:
+        raise HTTPException(status_code=422, detail=[{"loc": ["query", "cursor"], "msg": str(e)}]) from None
+
+
+async def _follow(request: Request, job: int | None, cur: feed.Cursor):
+    state = request.app.state
+    settings, engine, hub, tables = state.settings, state.engine, state.events, state.tables
+    limit = settings.stream_batch_max
+    while True:
+        ticket, since = hub.ticket(job or TEAM), hub.generation
+        key = (job or TEAM, str(cur))
+        if job is None:
+            events, cur = await hub.shared(key, since, lambda c=cur: feed.team_events(engine, tables, c, limit=limit))
+            more = bool(events)
+        else:
+            events, cur, more = await hub.shared(
+                key, since, lambda c=cur: feed.job_events(engine, tables, job, c, limit=limit))
+        for ev in events:
+            yield ev.sse()
+        if not more:
+            await hub.wait(ticket, settings.stream_ping_s)
+
+
+@router.get("")
+async def stream(
+    request: Request,
+    job: Annotated[int | None, Query(ge=1, description="one job's stream; omit for the team's job rows")] = None,
+    cursor: Annotated[str | None, Query(description="start after this cursor (m<n>-l<n>-s<n>-a<n>-j<n>)")] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """Server-Sent Events after a cursor: `job`, `metrics`, `logs`, `memory`, `alerts` (or `jobs`)."""
+    cur = _cursor(last_event_id, cursor)
+    if job is not None and not await anyio.to_thread.run_sync(
+            lambda: feed.job_rows(request.app.state.engine, request.app.state.tables, [job])):
+        raise HTTPException(status_code=404, detail=f"job {job} not found")
+    return EventSourceResponse(_follow(request, job, cur), ping=request.app.state.settings.stream_ping_s,
+                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+@router.get("/cursor")
+def now(request: Request) -> dict:
+    """The cursor of the newest rows: load history up to it, then stream from it."""
+    return {"cursor": str(feed.current_cursor(request.app.state.engine, request.app.state.tables))}

@@ -1,0 +1,64 @@
+"""The browser pages (frontend/, no build step), plotly.js from the installed package, and the
+form's helpers: read a LLaMA-Factory YAML, preview the exact train.yaml a spec would run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import plotly
+from fastapi import APIRouter, Body, FastAPI, Request
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from tunedeck import spec as specs
+from tunedeck.api.deps import SettingsDep
+from tunedeck.models import JobSpec
+
+FRONTEND = Path(__file__).resolve().parents[3] / "frontend"
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+PAGES = {"/": "index.html", "/new": "new.html", "/compare": "compare.html", "/nodes": "nodes.html"}
+
+router = APIRouter(prefix="/api/ui", tags=["ui"])
+
+
+@router.post("/parse-yaml")
+def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)]) -> dict:
+    """A LLaMA-Factory train YAML as the form's fields: `config` and `deepspeed`."""
+    config = specs.load_yaml(body)
+    return {"config": config, "deepspeed": config.pop("deepspeed", None)}
+
+
+@router.post("/preview")
+def preview(spec: JobSpec, request: Request, settings: SettingsDep) -> dict:
+    """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
+    prepared = specs.prepare(spec, settings=settings, node_gpus=request.app.state.node_gpus)
+    run = Path("<run folder>")
+    train_yaml, ds_config = prepared.render(output_dir=run / "output", ds_path=run / "ds_config.json")
+    return {"train_yaml": train_yaml, "ds_config": ds_config, "gpus": prepared.gpus, "warnings": prepared.warnings}
+
+
+def _page(name: str):  # noqa: ANN202
+    def serve() -> FileResponse:
+        return FileResponse(FRONTEND / name, headers={"Cache-Control": "no-cache"})
+
+    serve.__doc__ = f"The {name} page."
+    return serve
+
+
+def mount(app: FastAPI) -> None:
+    """Pages at /, /new, /jobs/{id}, /compare, /nodes; static files under /static."""
+    app.include_router(router)
+    for path, name in PAGES.items():
+        app.add_api_route(path, _page(name), include_in_schema=False)
+    job_page = _page("job.html")
+
+    def job(job_id: int) -> FileResponse:
+        return job_page()
+
+    def plotly_js() -> FileResponse:
+        return FileResponse(PLOTLY_JS, headers={"Cache-Control": "max-age=86400"})
+
+    app.add_api_route("/jobs/{job_id}", job, include_in_schema=False)
+    app.add_api_route("/static/vendor/plotly.min.js", plotly_js, include_in_schema=False)
+    app.mount("/static", StaticFiles(directory=FRONTEND), name="static")

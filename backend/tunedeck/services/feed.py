@@ -1,0 +1,186 @@
+"""What a live stream sends: rows after a composite cursor, read back from SQLite.
+
+The cursor names the last row of every kind a client holds: `m<metric id>-l<log id>-s<memory
+sample id>-a<alert id>-j<job change seq>`. Each event carries the whole cursor as its SSE id, so
+a browser reconnecting with Last-Event-ID resumes exactly after what it received: row ids only
+grow (one SQLite writer at a time), hence no gaps and no duplicates, and no buffer in memory.
+Tables from other migrations (memory_samples, alerts) are used only once they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlmodel import Session, col, select
+
+from tunedeck.models import Job, JobOut
+
+ROW_TTL_S = 1.0
+_ROWS: dict[tuple, tuple[float, dict]] = {}
+CURSOR = re.compile(r"^m(\d+)-l(\d+)-s(\d+)-a(\d+)-j(\d+)$")
+
+
+class BadCursor(ValueError):
+    pass
+
+
+@dataclass
+class Cursor:
+    m: int = 0
+    l: int = 0  # noqa: E741 - the cursor's letters are its wire format
+    s: int = 0
+    a: int = 0
+    j: int = 0
+
+    def __str__(self) -> str:
+        return "-".join(f"{f.name}{getattr(self, f.name)}" for f in fields(self))
+
+    @classmethod
+    def parse(cls, value: str | None) -> "Cursor":
+        if not value:
+            return cls()
+        m = CURSOR.match(value.strip())
+        if not m:
+            raise BadCursor(f"bad stream cursor {value!r}; expected m<n>-l<n>-s<n>-a<n>-j<n>")
+        return cls(*(int(g) for g in m.groups()))
+
+
+@dataclass
+class Event:
+    event: str
+    data: Any
+    id: str
+
+    def sse(self) -> dict:
+        return {"event": self.event, "id": self.id, "data": json.dumps(self.data, default=str)}
+
+
+class Tables:
+    """Remembers which optional tables exist; re-checks a missing one at most every few seconds."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._present: set[str] = set()
+        self._checked = 0.0
+
+    def has(self, name: str) -> bool:
+        if name not in self._present and time.monotonic() - self._checked > 5:
+            self._checked = time.monotonic()
+            self._present |= set(inspect(self.engine).get_table_names())
+        return name in self._present
+
+
+def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
+    return [dict(r._mapping) for r in conn.execute(text(sql), params)]
+
+
+def job_extras(conn: Connection, tables: Tables, job_id: int) -> dict:
+    """The jobs page's columns beyond JobOut: last loss, peak VRAM of the job, open alerts."""
+    out: dict[str, Any] = {"last_loss": None, "peak_vram_bytes": None, "total_vram_bytes": None,
+                           "open_alerts": 0, "alert_severity": None}
+    # (job_id, line) is unique, hence indexed: the newest loss is found from the end.
+    out["last_loss"] = conn.execute(text(
+        "SELECT loss FROM metric_points WHERE job_id=:j AND loss IS NOT NULL ORDER BY line DESC LIMIT 1"),
+        {"j": job_id}).scalar()
+    if tables.has("memory_samples"):
+        row = conn.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"),
+                           {"j": job_id}).one()
+        out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
+    if tables.has("alerts"):
+        rows = conn.execute(text("SELECT severity, count(*) FROM alerts WHERE job_id=:j AND open GROUP BY severity"),
+                            {"j": job_id}).all()
+        out["open_alerts"] = sum(r[1] for r in rows)
+        sev = {r[0] for r in rows}
+        out["alert_severity"] = next((s for s in ("critical", "error", "warning", "info") if s in sev),
+                                     next(iter(sev), None))
+    return out
+
+
+def job_rows(engine: Engine, tables: Tables, job_ids: list[int], *, seq: int | None = None) -> list[dict]:
+    """Jobs as the pages show them: JobOut plus the extras.
+
+    With `seq` (one job at that change), the row is shared for a second by every stream that asks:
+    a hundred open pages of one job then cost one read per change, not a hundred."""
+    key = (id(engine), job_ids[0], seq) if seq is not None and len(job_ids) == 1 else None
+    if key is not None and (hit := _ROWS.get(key)) and time.monotonic() - hit[0] < ROW_TTL_S:
+        return [hit[1]]
+    with Session(engine) as session:
+        jobs = list(session.exec(select(Job).where(col(Job.id).in_(job_ids))))
+        conn = session.connection()
+        by_id = {j.id: {**JobOut.of(j).model_dump(mode="json"), **job_extras(conn, tables, j.id)} for j in jobs}
+    rows = [by_id[i] for i in job_ids if i in by_id]
+    if key is not None and rows:
+        _ROWS[key] = (time.monotonic(), rows[0])
+        for k in [k for k, (t, _) in list(_ROWS.items()) if time.monotonic() - t > ROW_TTL_S]:
+            _ROWS.pop(k, None)
+    return rows
+
+
+def team_events(engine: Engine, tables: Tables, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor]:
+    """Jobs changed after the cursor, one `jobs` event with their current rows."""
+    cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
+    with engine.connect() as conn:
+        changes = conn.execute(text("SELECT seq, job_id FROM job_changes WHERE seq > :s ORDER BY seq LIMIT :n"),
+                               {"s": cur.j, "n": limit}).all()
+    if not changes:
+        return [], cur
+    cur.j = changes[-1][0]
+    rows = job_rows(engine, tables, [c[1] for c in changes])
+    return [Event("jobs", rows, str(cur))], cur
+
+
+def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
+               limit: int) -> tuple[list[Event], Cursor, bool]:
+    """One job's new rows after the cursor; `more` when a kind hit the limit and another read is due."""
+    cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
+    events: list[Event] = []
+    more = False
+    with engine.connect() as conn:
+        # The job row first, so a page sees `running` before that run's first points.
+        seq = conn.execute(text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"),
+                           {"j": job_id, "s": cur.j}).scalar()
+        kinds: list[tuple[str, str, str]] = [
+            ("metrics", "m", "SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
+                             "vram_allocated, vram_reserved FROM metric_points"),
+            ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
+        ]
+        if tables.has("memory_samples"):
+            kinds.append(("memory", "s", "SELECT * FROM memory_samples"))
+        if tables.has("alerts"):
+            kinds.append(("alerts", "a", "SELECT * FROM alerts"))
+        batches = []
+        for name, letter, sql in kinds:
+            rows = _rows(conn, f"{sql} WHERE id > :after AND job_id = :j ORDER BY id LIMIT :n",
+                         after=getattr(cur, letter), j=job_id, n=limit)
+            for r in rows:
+                r.pop("job_id", None)
+            more = more or len(rows) == limit
+            batches.append((name, letter, rows))
+    if seq is not None:
+        cur.j = seq
+        events.append(Event("job", job_rows(engine, tables, [job_id], seq=seq)[0], str(cur)))
+    for name, letter, rows in batches:
+        if rows:
+            setattr(cur, letter, rows[-1]["id"])
+            events.append(Event(name, rows, str(cur)))
+    return events, cur, more
+
+
+def current_cursor(engine: Engine, tables: Tables) -> Cursor:
+    """The newest row of every kind: a client that loaded history up to now streams from here."""
+    with engine.connect() as conn:
+        def top(sql: str) -> int:
+            return int(conn.execute(text(sql)).scalar() or 0)
+
+        return Cursor(
+            m=top("SELECT max(id) FROM metric_points"),
+            l=top("SELECT max(id) FROM log_lines"),
+            s=top("SELECT max(id) FROM memory_samples") if tables.has("memory_samples") else 0,
+            a=top("SELECT max(id) FROM alerts") if tables.has("alerts") else 0,
+            j=0,  # job rows are state: a fresh client always wants the current one
+        )

@@ -1,0 +1,63 @@
+"""A job's memory series: pages after a cursor, a time window, and extreme-preserving downsampling."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+from tsdownsample import MinMaxLTTBDownsampler
+
+from tunedeck.models import MemoryGpu, MemorySample
+from tunedeck.services.jobs import get_job
+
+
+def downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
+    """Indices to keep: MinMaxLTTB (shape-faithful, extremes preselected), plus every local bucket
+    maximum LTTB passed over, so no spike's peak is lost from a memory chart."""
+    n = len(y)
+    if n <= max_points:
+        return np.arange(n)
+    keep = MinMaxLTTBDownsampler().downsample(t, y, n_out=max(3, max_points))
+    # LTTB picks one point per bucket; a bucket's peak can lose to a steeper neighbour. Guarantee it.
+    buckets = np.array_split(np.arange(n), max(1, max_points // 2))
+    peaks = [b[np.argmax(y[b])] for b in buckets if len(b)]
+    return np.unique(np.concatenate([keep, np.asarray(peaks, dtype=keep.dtype)]))
+
+
+def gpus_of(session: Session, job_id: int) -> list[MemoryGpu]:
+    q = (select(MemorySample.gpu, func.max(MemorySample.name), func.max(MemorySample.total_bytes))
+         .where(MemorySample.job_id == job_id).group_by(MemorySample.gpu).order_by(MemorySample.gpu))
+    return [MemoryGpu(gpu=g, name=n, total_bytes=tb) for g, n, tb in session.exec(q)]
+
+
+def memory_page(session: Session, *, job_id: int, gpu: int | None, after: int | None, max_points: int | None,
+                t0: float | None, t1: float | None, limit: int) -> tuple[list[MemorySample], int | None, bool]:
+    """Samples in id order; with `max_points`, each GPU's series in the window is downsampled."""
+    get_job(session, job_id)
+    q = select(MemorySample).where(MemorySample.job_id == job_id).order_by(col(MemorySample.id))
+    if gpu is not None:
+        q = q.where(MemorySample.gpu == gpu)
+    if after is not None:
+        q = q.where(col(MemorySample.id) > after)
+    if t0 is not None:
+        q = q.where(col(MemorySample.t) >= t0)
+    if t1 is not None:
+        q = q.where(col(MemorySample.t) <= t1)
+    if max_points is None:
+        rows = list(session.exec(q.limit(limit)))
+        return rows, (rows[-1].id if rows else after), False
+    rows = list(session.exec(q))
+    nxt = rows[-1].id if rows else after
+    by_gpu: dict[int, list[MemorySample]] = {}
+    for r in rows:
+        by_gpu.setdefault(r.gpu, []).append(r)
+    out, reduced = [], False
+    for series in by_gpu.values():
+        series.sort(key=lambda r: r.t)
+        t = np.fromiter((r.t for r in series), dtype=np.float64, count=len(series))
+        y = np.fromiter((r.used_bytes for r in series), dtype=np.float64, count=len(series))
+        idx = downsample(t, y, max_points)
+        reduced = reduced or len(idx) < len(series)
+        out += [series[i] for i in idx]
+    out.sort(key=lambda r: r.id)
+    return out, nxt, reduced

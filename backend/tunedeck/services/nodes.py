@@ -1,0 +1,47 @@
+"""This host's GPUs for the node inventory, read with the same telemetry backends as the runners."""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from tunedeck.models import Job, JobStatus
+from tunedeck.telemetry import open_backend
+
+
+class NodeInventory:
+    """Reads the SMI libraries at most every `cache_s` (init, one poll, shutdown: nothing stays open)."""
+
+    def __init__(self, engine: Engine, cache_s: float = 3.0):
+        self.engine, self.cache_s = engine, cache_s
+        self._lock = threading.Lock()
+        self._at = -1e9
+        self._reading: tuple[str, str | None, list] = ("cpu", None, [])
+
+    def _read(self) -> tuple[str, str | None, list]:
+        backend, reason = open_backend(gpus=True)
+        try:
+            return backend.name, reason, backend.devices() if backend.name != "cpu" else []
+        finally:
+            backend.close()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            if time.monotonic() - self._at > self.cache_s:
+                try:
+                    self._reading = self._read()
+                except Exception as e:  # noqa: BLE001 - the inventory never takes the server down
+                    self._reading = ("cpu", f"{type(e).__name__}: {e}", [])
+                self._at = time.monotonic()
+            name, reason, readings = self._reading
+        with Session(self.engine) as s:
+            holders = {int(d): j.id for j in s.exec(select(Job).where(Job.status == JobStatus.running))
+                       if j.devices for d in j.devices.split(",")}
+        gpus = [{"index": r.index, "name": r.name, "bus_id": r.bus_id, "total_bytes": r.total_bytes,
+                 "used_bytes": r.used_bytes, "util": r.util, "job_id": holders.get(r.index)} for r in readings]
+        return [{"name": platform.node() or "localhost", "backend": name, "reason": reason, "gpus": gpus}]

@@ -1,0 +1,85 @@
+"""One thread that owns a telemetry backend (init, every poll, shutdown) and keeps per-interval maxima.
+
+It polls `polls` times per interval and reports, per device, the reading with the highest used
+memory inside the interval: a short peak is kept, never averaged away (Determined averages ten
+1 s samples; W&B and MLflow sample every 10 s).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tunedeck.telemetry import open_backend, select
+from tunedeck.telemetry.base import Reading
+
+
+class Sampler:
+    def __init__(self, *, interval_s: float = 1.0, polls: int = 4, gpus: bool = True, visible: list[int] | None = None,
+                 bus_ids: list[str] | None = None, root_pid: int | None = None,
+                 opener: Callable[..., Any] = open_backend):
+        self.interval_s = max(0.1, float(interval_s))
+        self.polls = max(1, int(polls))
+        self.gpus, self.visible, self.bus_ids, self.root_pid = gpus, visible or [], bus_ids, root_pid
+        self.opener = opener
+        self.backend_name: str | None = None
+        self.reason: str | None = None
+        self.indices: list[int] | None = None
+        self.ready = threading.Event()
+        self._line = 0
+        self._out: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The samples taken since the last drain, as TelemetryBatch `memory` items."""
+        with self._lock:
+            out, self._out = self._out, []
+        return out
+
+    def _emit(self, t: float, best: dict[int, Reading]) -> None:
+        with self._lock:
+            for idx in sorted(best):
+                r = best[idx]
+                self._out.append({"line": self._line, "t": round(t, 3), "gpu": r.index, "used_bytes": r.used_bytes,
+                                  "total_bytes": r.total_bytes, "util": r.util, "power_w": r.power_w,
+                                  "temp_c": r.temp_c, "name": r.name})
+                self._line += 1
+
+    def _loop(self) -> None:
+        backend, self.reason = self.opener(gpus=self.gpus, root_pid=self.root_pid)
+        self.backend_name = backend.name
+        try:
+            if backend.name != "cpu":
+                self.indices = select(backend.devices(), visible=self.visible, bus_ids=self.bus_ids)
+            self.ready.set()
+            step = self.interval_s / self.polls
+            nxt = time.monotonic()
+            while not self._stop.is_set():
+                best: dict[int, Reading] = {}
+                for _ in range(self.polls):
+                    try:
+                        for r in backend.read(self.indices):
+                            if r.index not in best or r.used_bytes > best[r.index].used_bytes:
+                                best[r.index] = r
+                    except Exception:  # noqa: BLE001 - one failed poll is a gap, not a crash
+                        pass
+                    nxt += step
+                    if self._stop.wait(max(0.0, nxt - time.monotonic())):
+                        break
+                if best:
+                    self._emit(time.time(), best)
+        finally:
+            self.ready.set()
+            backend.close()

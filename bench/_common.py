@@ -1,0 +1,40 @@
+"""Shared by the UI benchmarks: a real server from the test fixtures, Chromium, percentiles."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import Server, demo_config
+from tests.ui.conftest import ARGS, CHROMIUM
+
+__all__ = ["ARGS", "CHROMIUM", "ROOT", "Server", "assets", "demo_config", "pct", "summary"]
+
+
+def assets() -> Path:
+    path = Path(os.environ.get("TUNEDECK_TEST_ASSETS", "/tmp/tdassets"))
+    if not (path / "demo" / "model").exists():
+        import subprocess
+
+        subprocess.run([sys.executable, "-m", "tunedeck.demo", "build", "--workspace", str(path)], check=True)
+    return path
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def summary(values: list[float], unit: str = "ms") -> str:
+    if not values:
+        return "no samples"
+    return (f"n={len(values)} median={statistics.median(values):.0f}{unit} p95={pct(values, 95):.0f}{unit} "
+            f"p99={pct(values, 99):.0f}{unit} max={max(values):.0f}{unit}")

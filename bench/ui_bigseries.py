@@ -1,0 +1,128 @@
+"""The job page with a 1M-point series: 1M metric points and 1M memory samples in a real SQLite
+file, then the page's data requests (over HTTP) and the whole page (headless Chromium) timed.
+
+    .venv/bin/python bench/ui_bigseries.py [--points 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ARGS, CHROMIUM, Server, assets, summary
+
+
+def fill(db: Path, n: int) -> int:
+    from tunedeck.db import make_engine, upgrade
+
+    engine = make_engine(db)
+    upgrade(engine)
+    engine.dispose()
+    con = sqlite3.connect(db)
+    t0 = time.time() - n
+    cur = con.execute(
+        "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at, last_batch_seq,"
+        " current_steps, total_steps, percentage) VALUES ('big', 'succeeded', 1, '{}', 'stage: sft\n', '/tmp', '/tmp',"
+        " '2026-01-01 00:00:00', -1, ?, ?, 100.0)", (n, n))
+    job = cur.lastrowid
+    rnd = random.Random(0)
+
+    def metrics():
+        for i in range(n):
+            loss = 3 * math.exp(-i / (n / 5)) + 0.5 + rnd.random() * 0.1 + (4.0 if i % 99_991 == 0 else 0)
+            yield (job, i, t0 + i, i + 1, n, loss, 2e-4 * (1 - i / n), 1500 + rnd.random() * 100, "{}")
+
+    def memory():
+        total = 64 * 2**30
+        for i in range(n):
+            used = int(total * (0.5 + 0.3 * (i / n) + 0.05 * rnd.random())) + (8 * 2**30 if i % 77_777 == 0 else 0)
+            yield (job, i, t0 + i, 0, used, total)
+
+    con.executemany("INSERT INTO metric_points (job_id, line, t, step, total_steps, loss, lr, throughput, raw)"
+                    " VALUES (?,?,?,?,?,?,?,?,?)", metrics())
+    con.executemany("INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes) VALUES (?,?,?,?,?,?)",
+                    memory())
+    con.commit()
+    con.close()
+    return job
+
+
+def timed(fn, repeat: int = 3) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(1000 * (time.perf_counter() - t))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", type=int, default=1_000_000)
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        t = time.perf_counter()
+        job = fill(ws / "tunedeck.db", args.points)
+        print(f"inserted {args.points:,} metric points + {args.points:,} memory samples in {time.perf_counter() - t:.0f}s")
+        server = Server(ws, assets()).start()
+        try:
+            api = server.api
+            n = args.points
+
+            def series(**kw):
+                r = api.get(f"/api/jobs/{job}/series", params={"max_points": 2000, **kw})
+                assert r.status_code == 200, r.text
+                return r.json()
+
+            def memory(**kw):
+                r = api.get(f"/api/jobs/{job}/memory", params={"max_points": 2000, "limit": 20000, **kw})
+                assert r.status_code == 200, r.text
+                return r.json()
+
+            s = series()
+            assert s["count"] == n and len(s["series"]["loss"]["y"]) <= 2000 and max(s["series"]["loss"]["y"]) > 4
+            print(f"GET series (all {n:,}, 2000 pts)      : {summary(timed(series))}")
+            print(f"GET series zoom (10% window)          : {summary(timed(lambda: series(x0=n // 2, x1=n // 2 + n // 10)))}")
+            m = memory()
+            print(f"GET memory (all {n:,}, max_points 2000): {summary(timed(memory))} -> {len(m['samples'])} samples")
+            print(f"GET memory zoom (10% window)          : "
+                  f"{summary(timed(lambda: memory(t0=m['samples'][0]['t'] + n / 2, t1=m['samples'][0]['t'] + n * 0.6)))}")
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+                loads = []
+                for _ in range(3):
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    t = time.perf_counter()
+                    page.goto(f"{server.url}/jobs/{job}")
+                    page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+                    loads.append(1000 * (time.perf_counter() - t))
+                    page.close()
+                print(f"job page load to charts drawn (Chromium): {summary(loads)}")
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{server.url}/jobs/{job}")
+                page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+                t = time.perf_counter()
+                page.evaluate(f"Plotly.relayout('loss-chart', {{'xaxis.range': [{n // 2}, {n // 2 + n // 100}]}})")
+                page.wait_for_function("document.querySelector('#loss-n').textContent.includes('zoomed')", timeout=60_000)
+                page.wait_for_function("window.tunedeck.metrics.loss.step[0] >= %d" % (n // 2), timeout=60_000)
+                print(f"zoom to a 1% window, finer points drawn: {1000 * (time.perf_counter() - t):.0f}ms "
+                      f"({len(page.evaluate('window.tunedeck.metrics.loss.y'))} points in the window)")
+                page.screenshot(path=str(Path(__file__).resolve().parents[1] / "test-output" / "ui" / "job-1M-zoomed.png"))
+                browser.close()
+        finally:
+            server.stop()
+    _ = json
+
+
+if __name__ == "__main__":
+    main()

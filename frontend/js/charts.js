@@ -1,0 +1,50 @@
+// Plotly helpers: smoothing, layouts, and a redraw that runs at most a few times a second.
+/* global Plotly */
+
+export const GiB = 1024 ** 3;
+
+// Exponential moving average, debiased at the start (TensorBoard's smoothing).
+export function ema(ys, weight) {
+  if (!weight) return ys;
+  const out = new Array(ys.length);
+  let last = 0, n = 0;
+  for (let i = 0; i < ys.length; i++) {
+    const y = ys[i];
+    if (y === null || !Number.isFinite(y)) { out[i] = null; continue; }
+    last = last * weight + (1 - weight) * y;
+    n++;
+    out[i] = last / (1 - weight ** n);
+  }
+  return out;
+}
+
+export function layout(title, extra = {}) {
+  return {
+    title: { text: title, font: { size: 13 }, x: 0.01 },
+    margin: { l: 55, r: 15, t: 30, b: 35 },
+    legend: { orientation: "h", y: -0.18 },
+    hovermode: "x unified",
+    uirevision: "keep", // keep zoom and legend toggles across redraws
+    ...extra,
+  };
+}
+
+export const config = { displaylogo: false, responsive: true };
+
+// Coalesce many updates into one Plotly.react per interval.
+export function throttled(fn, ms = 300) {
+  let timer = null;
+  return () => {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; fn(); }, ms);
+  };
+}
+
+// Calls back with the zoomed x range, or null when the user resets the zoom.
+export function onZoom(el, fn) {
+  el.on("plotly_relayout", (ev) => {
+    if (ev["xaxis.autorange"]) fn(null);
+    else if (ev["xaxis.range[0]"] !== undefined) fn([ev["xaxis.range[0]"], ev["xaxis.range[1]"]]);
+    else if (ev["xaxis.range"]) fn(ev["xaxis.range"]);
+  });
+}

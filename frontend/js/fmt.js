@@ -1,0 +1,61 @@
+// Small formatters and DOM helpers.
+
+export const $ = (sel, root = document) => root.querySelector(sel);
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+
+export function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i >= 3 ? 1 : 0)} ${units[i]}`;
+}
+
+export function duration(s) {
+  if (s === null || s === undefined) return "–";
+  s = Math.max(0, Math.round(s));
+  const d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600), mm = Math.floor((s % 3600) / 60), ss = s % 60;
+  if (d) return `${d}d ${hh}h`;
+  if (hh) return `${hh}h ${mm}m`;
+  if (mm) return `${mm}m ${ss}s`;
+  return `${ss}s`;
+}
+
+export function num(x, digits = 4) {
+  if (x === null || x === undefined) return "–";
+  return Math.abs(x) >= 1000 ? x.toFixed(0) : Number(x.toPrecision(digits)).toString();
+}
+
+export function when(iso) {
+  if (!iso) return "–";
+  const d = new Date(/Z|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z");
+  return d.toLocaleString();
+}
+
+export function statusBadge(status) { return h("span", { class: `badge s-${status}`, "data-status": status, text: status }); }
+
+export function progressBar(p, wide = false) {
+  const pct = p && p.percentage !== null && p.percentage !== undefined ? p.percentage : 0;
+  return h("span", { class: `bar${wide ? " wide" : ""}`, title: `${pct.toFixed(1)}%` }, h("i", { style: `width:${Math.min(100, pct)}%` }));
+}
+
+export function nav(here) {
+  const links = [["/", "Jobs"], ["/new", "New job"], ["/compare", "Compare"], ["/nodes", "Nodes"]];
+  const top = h("header", { class: "top" }, h("span", { class: "brand", text: "tunedeck" }),
+    ...links.map(([href, label]) => h("a", { href, class: href === here ? "here" : null, text: label })),
+    h("span", { class: "live", id: "live" }));
+  document.body.prepend(top);
+  return top.querySelector("#live");
+}

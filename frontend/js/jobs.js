@@ -1,0 +1,64 @@
+// The team page: every job, live from the team stream (which sends every job's current row first).
+import { live } from "./api.js";
+import { $, bytes, duration, h, nav, num, progressBar, statusBadge, when } from "./fmt.js";
+
+const indicator = nav("/");
+const jobs = new Map();
+const filter = $("#filter");
+filter.value = new URLSearchParams(location.search).get("status") || "";
+
+function gpus(j) {
+  if (!j.gpus) return "CPU";
+  return j.devices ? `${j.gpus} (${j.devices.join(",")})` : String(j.gpus);
+}
+
+function vram(j) {
+  if (j.peak_vram_bytes === null || j.peak_vram_bytes === undefined) return "–";
+  return j.total_vram_bytes ? `${bytes(j.peak_vram_bytes)} / ${bytes(j.total_vram_bytes)}` : bytes(j.peak_vram_bytes);
+}
+
+function alertBadge(j) {
+  if (!j.open_alerts) return "";
+  return h("span", { class: `badge sev-${j.alert_severity || "warning"}`, title: "open alerts", text: `⚠ ${j.open_alerts}` });
+}
+
+function row(j) {
+  const p = j.progress || {};
+  const steps = p.total_steps ? `${p.current_steps ?? 0}/${p.total_steps}` : "";
+  return h("tr", { "data-job": j.id, "data-status": j.status },
+    h("td", { class: "num", text: j.id }),
+    h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name })),
+    h("td", { text: j.owner || "–" }),
+    h("td", {}, statusBadge(j.status)),
+    h("td", { text: gpus(j) }),
+    h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),
+    h("td", { class: "num", text: j.status === "running" ? duration(p.eta_seconds) : "–" }),
+    h("td", { class: "num", text: num(j.last_loss) }),
+    h("td", { class: "num", text: vram(j) }),
+    h("td", {}, alertBadge(j)),
+    h("td", { class: "muted", text: when(j.created_at) }));
+}
+
+let pending = false;
+function render() {
+  if (pending) return;
+  pending = true;
+  requestAnimationFrame(() => {
+    pending = false;
+    const want = filter.value;
+    const rows = [...jobs.values()].filter((j) => !want || j.status === want).sort((a, b) => b.id - a.id);
+    $("#jobs tbody").replaceChildren(...rows.map(row));
+    $("#empty").style.display = rows.length ? "none" : "";
+    $("#count").textContent = `${rows.length} of ${jobs.size}`;
+  });
+}
+
+filter.addEventListener("change", () => {
+  const u = new URL(location.href);
+  if (filter.value) u.searchParams.set("status", filter.value); else u.searchParams.delete("status");
+  history.replaceState(null, "", u);
+  render();
+});
+
+live({}, { jobs: (rows) => { for (const j of rows) jobs.set(j.id, j); render(); } }, indicator);
+render();

@@ -1,0 +1,215 @@
+// The new-job form: presets, YAML import, preview/export of the exact train.yaml, errors at fields.
+import { ApiError, describe, get, optional, post } from "./api.js";
+import { $, bytes, h, nav } from "./fmt.js";
+import { GROUPS, KINDS } from "./form-fields.js";
+
+nav("/new");
+const form = $("#form");
+
+// ------------------------------------------------------------------ build the fields
+function input(key, kind, hint) {
+  let el;
+  if (Array.isArray(kind)) {
+    el = h("select", { id: `f-${key}`, name: key }, h("option", { value: "", text: "—" }), ...kind.map((c) => h("option", { value: c, text: c })));
+  } else if (kind === "bool") {
+    el = h("select", { id: `f-${key}`, name: key }, h("option", { value: "", text: "—" }), h("option", { value: "true", text: "true" }), h("option", { value: "false", text: "false" }));
+  } else {
+    el = h("input", { id: `f-${key}`, name: key, type: kind === "text" ? "text" : "number", step: kind === "int" ? "1" : "any", placeholder: hint || "" });
+  }
+  return h("div", { class: "field", "data-field": `config.${key}` }, h("label", { for: `f-${key}`, text: key }), el);
+}
+
+$("#g-job").append(
+  h("div", { class: "field", "data-field": "name" }, h("label", { for: "f-name", text: "job name" }), h("input", { id: "f-name", name: "name", required: true, placeholder: "qwen2-lora-sft" })),
+  h("div", { class: "field", "data-field": "gpus" }, h("label", { for: "f-gpus", text: "GPUs (0 = CPU)" }), h("input", { id: "f-gpus", name: "gpus", type: "number", min: "0", step: "1" })),
+);
+for (const [title, fields] of GROUPS) {
+  $("#groups").append(h("fieldset", {}, h("legend", { text: title }), h("div", { class: "fields" }, ...fields.map(([k, kind, hint]) => input(k, kind, hint)))));
+}
+
+// ------------------------------------------------------------------ config <-> fields
+function yamlScalar(v) { return typeof v === "string" && /^[\w./,+-]+$/.test(v) && !/^(true|false|null|yes|no|~|[\d.eE+-]+)$/i.test(v) ? v : JSON.stringify(v); }
+
+function fill(config, deepspeed) {
+  form.reset();
+  const extra = [];
+  for (const [key, value] of Object.entries(config || {})) {
+    const el = document.getElementById(`f-${key}`);
+    if (el && KINDS[key] && (value === null || typeof value !== "object")) el.value = value === null ? "" : String(value);
+    else extra.push(`${key}: ${yamlScalar(value)}`);
+  }
+  $("#extra").value = extra.join("\n");
+  setDeepspeed(deepspeed);
+}
+
+function setDeepspeed(ds) {
+  const mode = $("#ds-mode");
+  for (const o of [...mode.options]) if (o.dataset.path) o.remove();
+  if (ds === null || ds === undefined || ds === "") { mode.value = ""; }
+  else if (typeof ds === "object") { mode.value = "json"; $("#ds-json").value = JSON.stringify(ds, null, 2); }
+  else if ([...mode.options].some((o) => o.value === `preset:${ds}`)) { mode.value = `preset:${ds}`; }
+  else { mode.append(h("option", { value: `path:${ds}`, "data-path": "1", text: `file: ${ds}` })); mode.value = `path:${ds}`; }
+  $("#ds-json").hidden = mode.value !== "json";
+}
+$("#ds-mode").addEventListener("change", () => { $("#ds-json").hidden = $("#ds-mode").value !== "json"; });
+
+async function collect() {
+  clearErrors();
+  const config = {};
+  if ($("#extra").value.trim()) {
+    try {
+      Object.assign(config, (await post("/api/ui/parse-yaml", $("#extra").value, { yaml: true })).config);
+    } catch (e) { throw new FieldErrors([{ loc: ["extra"], msg: describe(e) }]); }
+  }
+  for (const [key, kind] of Object.entries(KINDS)) {
+    const raw = document.getElementById(`f-${key}`).value.trim();
+    if (raw === "") continue;
+    if (kind === "int") config[key] = Number.isInteger(Number(raw)) ? Number(raw) : raw;
+    else if (kind === "float") config[key] = Number.isFinite(Number(raw)) ? Number(raw) : raw;
+    else if (kind === "bool") config[key] = raw === "true";
+    else config[key] = raw;
+  }
+  const mode = $("#ds-mode").value;
+  let deepspeed = null;
+  if (mode === "json") {
+    try { deepspeed = JSON.parse($("#ds-json").value || "{}"); } catch (e) { throw new FieldErrors([{ loc: ["deepspeed"], msg: `not valid JSON: ${e.message}` }]); }
+  } else if (mode.startsWith("preset:")) deepspeed = mode.slice(7);
+  else if (mode.startsWith("path:")) deepspeed = mode.slice(5);
+  const gpus = $("#f-gpus").value.trim();
+  return { name: $("#f-name").value.trim(), config, deepspeed, gpus: gpus === "" ? null : Number(gpus) };
+}
+
+// ------------------------------------------------------------------ errors at their fields
+class FieldErrors extends Error { constructor(errors) { super("invalid"); this.errors = errors; } }
+
+function clearErrors() {
+  for (const el of document.querySelectorAll(".field.has-error")) el.classList.remove("has-error");
+  for (const el of document.querySelectorAll(".field-error:not(#ds-error)")) el.remove();
+  $("#ds-error").textContent = "";
+  $("#banner").replaceChildren();
+}
+
+function fieldFor(loc) {
+  const path = loc[0] === "body" ? loc.slice(1) : loc;
+  if (path[0] === "config" && path[1]) {
+    return document.querySelector(`[data-field="config.${CSS.escape(String(path[1]))}"]`) || document.querySelector('[data-field="extra"]');
+  }
+  if (path[0] === "deepspeed") return document.querySelector('[data-field="deepspeed"]');
+  if (path[0] === "gpus" || path[0] === "name" || path[0] === "extra") return document.querySelector(`[data-field="${path[0]}"]`);
+  return null;
+}
+
+function showErrors(errors) {
+  const loose = [];
+  for (const err of errors) {
+    const loc = err.loc || [];
+    const field = fieldFor(loc);
+    const path = (loc[0] === "body" ? loc.slice(1) : loc).join(".");
+    if (!field) { loose.push(`${path}: ${err.msg}`); continue; }
+    field.classList.add("has-error");
+    const key = loc[loc.length - 1];
+    const msg = field.dataset.field === "extra" || field.dataset.field === "deepspeed" ? `${path}: ${err.msg}` : err.msg;
+    if (field.dataset.field === "deepspeed") $("#ds-error").textContent += `${msg} `;
+    else field.append(h("div", { class: "field-error", "data-loc": path, "data-key": key, text: msg }));
+  }
+  const n = errors.length;
+  $("#banner").replaceChildren(h("div", { class: "error", text: `${n} problem${n === 1 ? "" : "s"} to fix before this can run.${loose.length ? " " + loose.join("; ") : ""}` }));
+  const first = document.querySelector(".field.has-error");
+  if (first) first.scrollIntoView({ block: "center" });
+}
+
+async function guarded(fn) {
+  try { return await fn(); } catch (e) {
+    if (e instanceof FieldErrors) showErrors(e.errors);
+    else if (e instanceof ApiError && e.status === 422 && Array.isArray(e.detail)) showErrors(e.detail);
+    else $("#banner").replaceChildren(h("div", { class: "error", text: describe(e) }));
+    return null;
+  }
+}
+
+// ------------------------------------------------------------------ actions
+form.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  guarded(async () => {
+    $("#submit").disabled = true;
+    try {
+      const job = await post("/api/jobs", await collect());
+      location.href = `/jobs/${job.id}`;
+    } finally { $("#submit").disabled = false; }
+  });
+});
+
+async function preview() {
+  const spec = await collect();
+  const out = await post("/api/ui/preview", { ...spec, name: spec.name || "preview" });
+  $("#preview-out").classList.remove("muted");
+  $("#preview-out").textContent = out.train_yaml + (out.ds_config ? `\n# ds_config.json\n${out.ds_config}` : "") +
+    (out.warnings.length ? `\n# warnings:\n${out.warnings.map((w) => `#  ${w}`).join("\n")}` : "");
+  return out;
+}
+$("#preview").addEventListener("click", () => guarded(preview));
+$("#export").addEventListener("click", () => guarded(async () => {
+  const out = await preview();
+  const a = h("a", { href: URL.createObjectURL(new Blob([out.train_yaml], { type: "application/yaml" })), download: `${$("#f-name").value.trim() || "train"}.yaml` });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}));
+
+$("#check").addEventListener("click", () => guarded(async () => {
+  const spec = await collect();
+  const body = { ...spec, name: spec.name || "check" };
+  const box = $("#checks");
+  box.classList.remove("muted");
+  box.replaceChildren(h("span", { class: "muted", text: "checking…" }));
+  const [lint, est] = await Promise.all([post("/api/lint", body).catch((e) => e), post("/api/estimate", body).catch((e) => e)]);
+  const parts = [];
+  if (lint instanceof ApiError && lint.status === 404) parts.push(h("div", { class: "notice", text: "Lint is not available on this server yet." }));
+  else if (lint instanceof Error) parts.push(h("div", { class: "error", text: `lint: ${describe(lint)}` }));
+  else if (!lint.findings.length) parts.push(h("div", { text: "Lint: no findings." }));
+  else parts.push(...lint.findings.map((f) => h("div", { class: "alert-item" }, h("span", { class: `badge sev-${f.severity}`, text: f.severity }), " ",
+    h("b", { text: f.code }), ` ${f.path || ""}: ${f.message}`, f.fix ? h("div", { class: "sugg", text: `→ ${f.fix}` }) : null)));
+  if (est instanceof ApiError && est.status === 404) parts.push(h("div", { class: "notice", text: "The memory estimate is not available on this server yet." }));
+  else if (est instanceof Error) parts.push(h("div", { class: "error", text: `estimate: ${describe(est)}` }));
+  else parts.push(h("div", { style: "margin-top:8px" }, h("b", { text: "Estimate: " }), `${bytes(est.per_gpu_bytes)} per GPU`,
+    est.device_total_bytes ? ` of ${bytes(est.device_total_bytes)} — ${est.fits ? "fits" : "does NOT fit"}` : "",
+    ...(est.warnings || []).map((w) => h("div", { class: "notice", text: w }))));
+  box.replaceChildren(...parts);
+}));
+
+// ------------------------------------------------------------------ presets and import
+async function importYaml(text, name) {
+  await guarded(async () => {
+    const parsed = await post("/api/ui/parse-yaml", text, { yaml: true });
+    fill(parsed.config, parsed.deepspeed);
+    if (name && !$("#f-name").value) $("#f-name").value = name;
+    $("#banner").replaceChildren(h("div", { class: "notice", text: `Imported ${Object.keys(parsed.config).length} keys.` }));
+  });
+}
+
+$("#import-file").addEventListener("change", async (ev) => {
+  const file = ev.target.files[0];
+  if (file) await importYaml(await file.text(), file.name.replace(/\.ya?ml$/, "").replace(/[^A-Za-z0-9._+-]+/g, "-"));
+  ev.target.value = "";
+});
+$("#toggle-paste").addEventListener("click", () => { $("#paste-box").hidden = !$("#paste-box").hidden; });
+$("#import-paste").addEventListener("click", () => importYaml($("#paste").value));
+
+$("#load-preset").addEventListener("click", async () => {
+  const name = $("#preset").value;
+  if (!name) return;
+  const p = await get(`/api/presets/${encodeURIComponent(name)}`);
+  await importYaml(p.text, name.replace(/_/g, "-"));
+});
+
+async function loadPresets() {
+  const presets = (await optional("/api/presets")) || [];
+  for (const p of presets) {
+    if (p.kind === "yaml" || p.kind === "yml") $("#preset").append(h("option", { value: p.name, text: p.name }));
+    else if (p.kind === "json") $("#ds-mode").insertBefore(h("option", { value: `preset:${p.name}`, text: `preset: ${p.name}` }), $("#ds-mode").lastElementChild);
+  }
+  const want = new URLSearchParams(location.search).get("preset");
+  if (want) { $("#preset").value = want; $("#load-preset").click(); }
+  window.tunedeckReady = true;
+}
+loadPresets();

@@ -1,0 +1,39 @@
+// GPU inventory: which job holds which GPU; refreshed every few seconds. Also the team's open alerts.
+import { describe, live, optional } from "./api.js";
+import { $, bytes, h, nav } from "./fmt.js";
+
+const indicator = nav("/nodes");
+
+function gpuRow(g) {
+  const pct = g.total_bytes ? (100 * (g.used_bytes || 0)) / g.total_bytes : 0;
+  return h("tr", {}, h("td", { class: "num", text: g.index }), h("td", { text: g.name || "–" }), h("td", {}, h("code", { text: g.bus_id || "–" })),
+    h("td", {}, h("span", { class: "bar" }, h("i", { style: `width:${pct}%` })), ` ${bytes(g.used_bytes)} / ${bytes(g.total_bytes)}`),
+    h("td", { class: "num", text: g.util === null || g.util === undefined ? "–" : `${g.util}%` }),
+    h("td", {}, g.job_id ? h("a", { href: `/jobs/${g.job_id}`, text: `#${g.job_id}` }) : h("span", { class: "muted", text: "free" })));
+}
+
+async function refresh() {
+  try {
+    const nodes = await optional("/api/nodes");
+    if (nodes === null) { $("#nodes").replaceChildren(h("div", { class: "notice", text: "The node inventory is not available on this server yet." })); return; }
+    $("#nodes").replaceChildren(...nodes.map((n) => h("div", { class: "card", "data-node": n.name },
+      h("h2", {}, `${n.name} `, h("span", { class: "badge", text: n.backend })),
+      n.reason ? h("div", { class: "notice", text: n.reason }) : null,
+      n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "job"].map((t) => h("th", { text: t })))),
+        h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: "No GPUs on this node: jobs run on the CPU." }))));
+    const alerts = await optional("/api/alerts", { open: true });
+    $("#alerts").classList.toggle("muted", !alerts || !alerts.length);
+    $("#alerts").replaceChildren(...(alerts === null ? ["Alerts are not available on this server yet."] : !alerts.length ? ["No open alerts."]
+      : alerts.map((a) => h("div", { class: "alert-item" }, h("span", { class: `badge sev-${a.severity}`, text: a.severity }), " ",
+        h("a", { href: `/jobs/${a.job_id}`, text: `#${a.job_id}` }), ` ${a.kind}: ${a.message}`, a.suggestion ? h("div", { class: "sugg", text: `→ ${a.suggestion}` }) : null))));
+  } catch (e) {
+    $("#nodes").replaceChildren(h("div", { class: "error", text: describe(e) }));
+  }
+  window.tunedeckReady = true;
+}
+
+refresh();
+setInterval(refresh, 5000);
+// Job changes (start, finish) move GPUs between holders: refresh on them too.
+let t = null;
+live({}, { jobs: () => { clearTimeout(t); t = setTimeout(refresh, 300); } }, indicator);

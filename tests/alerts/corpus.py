@@ -1,0 +1,171 @@
+"""A labelled corpus of memory and loss traces, generated (deterministic per seed).
+
+Each trace is a tunedeck.alerts.Series plus the set of alert kinds that must fire on it, and the
+times of the spikes it holds. `python -m tests.alerts.corpus OUT_DIR` also writes every trace as
+a run folder (trainer_log.jsonl, memory.csv, train.yaml, train.log) for `tunedeck analyze`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from tunedeck.alerts import Point, Series
+
+GiB = 1024**3
+TOTAL = 192 * GiB  # an MI300X
+T0 = 1_800_000_000.0
+MICRO_S = 2.0  # one micro-batch
+
+
+@dataclass
+class Trace:
+    name: str
+    series: Series
+    labels: set[str]
+    spike_times: list[float] = field(default_factory=list)
+
+
+def _config(ga: int = 2, fp16: bool = False, **kw) -> dict:
+    return {"stage": "sft", "finetuning_type": "lora", "per_device_train_batch_size": 4, "gradient_accumulation_steps": ga,
+            "learning_rate": 1e-4, "cutoff_len": 2048, "bf16": not fp16, "fp16": fp16, **kw}
+
+
+DS = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                            "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e8}}
+
+
+def _memory(rng: np.random.Generator, n: int, level: float, warm: int = 30) -> np.ndarray:
+    """Warm-up climb to `level`, then a flat line with small noise."""
+    y = np.full(n, level) + rng.normal(0, 0.1 * GiB, n)
+    y[:warm] = np.linspace(2 * GiB, level, warm)
+    return y
+
+
+def _points(rng: np.random.Generator, ga: int, dur: float, loss=None, until: float | None = None) -> list[Point]:
+    step_s = ga * MICRO_S
+    out, k = [], 1
+    while k * step_s <= (until if until is not None else dur):
+        t = T0 + k * step_s
+        v = loss(k) if loss else 2.5 * math.exp(-k / 60) + 1.0 + rng.normal(0, 0.02)
+        out.append(Point(t=t, step=k, loss=float(v)))
+        k += 1
+    return out
+
+
+def _series(y: np.ndarray, points: list[Point], cfg: dict, ds: dict | None = None, logs=(), running: bool = True,
+            now: float | None = None) -> Series:
+    t = T0 + np.arange(len(y), dtype=float)
+    mem = {0: [(float(a), int(max(b, 0)), TOTAL) for a, b in zip(t, y)]}
+    return Series(memory=mem, points=points, logs=list(logs), config=cfg, ds=ds, gpu_names={0: "AMD Instinct MI300X"},
+                  devices=[0], running=running, now=now)
+
+
+def generate(seed: int = 0, n: int = 600) -> list[Trace]:
+    rng = np.random.default_rng(seed)
+    out: list[Trace] = []
+    level = float(rng.uniform(40, 90)) * GiB
+
+    y = _memory(rng, n, level)
+    out.append(Trace(f"plateau-{seed}", _series(y, _points(rng, 2, n), _config()), {"vram_plateau"}))
+
+    y = _memory(rng, n, level)
+    at = sorted(rng.choice(np.arange(80, n - 10), size=int(rng.integers(1, 3)), replace=False))
+    for i in at:
+        y[i] += float(rng.uniform(15, 40)) * GiB
+    out.append(Trace(f"single-spike-{seed}", _series(y, _points(rng, 2, n), _config()), {"vram_spike", "vram_plateau"},
+                     [T0 + float(i) for i in at]))
+
+    for ga in (2, 4, 8, 16):
+        y = _memory(rng, n, level)
+        period = ga * MICRO_S
+        phase = float(rng.uniform(0, period))
+        times = [T0 + 40 + phase + k * period for k in range(int((n - 45) // period))]
+        idx = [int(round(tt - T0)) for tt in times if int(round(tt - T0)) < n]
+        for i in idx:
+            y[i] += float(rng.uniform(18, 25)) * GiB
+        out.append(Trace(f"periodic-ga{ga}-{seed}", _series(y, _points(rng, ga, n), _config(ga=ga), DS),
+                         {"vram_periodic_spikes", "vram_plateau"}, [T0 + float(i) for i in idx]))
+
+    # A slow ramp that ends in an out-of-memory error.
+    y = _memory(rng, n, level)
+    y[60:] = np.linspace(level, 0.985 * TOTAL, n - 60) + rng.normal(0, 0.05 * GiB, n - 60)
+    end = T0 + n
+    logs = [(end, "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                  "capacity of 191.98 GiB of which 1.20 GiB is free.")]
+    out.append(Trace(f"ramp-oom-{seed}", _series(y, _points(rng, 2, n), _config(), DS, logs, running=False),
+                     {"vram_near_oom", "oom"}))
+
+    # Fragmentation: reserved memory climbs in steps, DeepSpeed flushes its allocator cache.
+    y = _memory(rng, n, 80 * GiB)
+    for k, start in enumerate(range(60, n, 40)):
+        y[start:] += 6 * GiB
+    logs = [(T0 + s, f"[rank0]: {int(rng.integers(1, 6))} pytorch allocator cache flushes since last step. this "
+                     "happens when there is high memory pressure and is detrimental to performance.")
+            for s in range(300, n, 24)]
+    out.append(Trace(f"fragmentation-{seed}", _series(y, _points(rng, 2, n), _config(), DS, logs), {"alloc_flush"}))
+
+    # A hang: steps stop at 250 s while the process (and its memory) lives on.
+    y = _memory(rng, n, level)
+    out.append(Trace(f"hang-{seed}", _series(y, _points(rng, 2, n, until=250), _config(), DS, now=T0 + n),
+                     {"stall", "vram_plateau"}))
+
+    # fp16 loss oscillation.
+    sign = 1 if rng.random() < 0.5 else -1
+    osc = lambda k: 2.0 + sign * (-1) ** k * float(rng.uniform(0.4, 0.8)) + rng.normal(0, 0.05)
+    y = _memory(rng, n, level)
+    out.append(Trace(f"fp16-oscillation-{seed}", _series(y, _points(rng, 2, n, loss=osc), _config(fp16=True)),
+                     {"loss_oscillation", "vram_plateau"}))
+
+    # NaN after a while.
+    k_nan = int(rng.integers(40, 120))
+    nan = lambda k: float("nan") if k >= k_nan else 2.5 * math.exp(-k / 60) + 1.0 + rng.normal(0, 0.02)
+    y = _memory(rng, n, level)
+    out.append(Trace(f"nan-{seed}", _series(y, _points(rng, 2, n, loss=nan), _config(fp16=True)), {"loss_nan", "vram_plateau"}))
+
+    # Divergence: the loss falls, then climbs away.
+    k_div = int(rng.integers(50, 90))
+    div = lambda k: (2.5 * math.exp(-k / 30) + 1.0 if k < k_div else 1.0 * math.exp((k - k_div) / 40)) + rng.normal(0, 0.02)
+    y = _memory(rng, n, level)
+    out.append(Trace(f"divergence-{seed}", _series(y, _points(rng, 2, n, loss=div), _config(learning_rate=5e-4)),
+                     {"loss_divergence", "vram_plateau"}))
+    return out
+
+
+def corpus(seeds=range(5)) -> list[Trace]:
+    return [tr for s in seeds for tr in generate(s)]
+
+
+def write_run(trace: Trace, folder: Path) -> Path:
+    """A trace as a LLaMA-Factory-like run folder plus a memory CSV."""
+    s = trace.series
+    out = folder / trace.name
+    (out / "output").mkdir(parents=True, exist_ok=True)
+    with open(out / "output" / "trainer_log.jsonl", "w") as f:
+        f.writelines(json.dumps({"current_steps": p.step, "total_steps": 150, "loss": p.loss, "t": p.t}) + "\n" for p in s.points)
+    with open(out / "memory.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t", "gpu", "used_bytes", "total_bytes"])
+        for gpu, xs in s.memory.items():
+            for t, used, total in xs:
+                w.writerow([f"{t:.3f}", gpu, used, total or ""])
+    cfg = dict(s.config)
+    if s.ds:
+        (out / "ds_config.json").write_text(json.dumps(s.ds))
+        cfg["deepspeed"] = str(out / "ds_config.json")
+    (out / "train.yaml").write_text(yaml.safe_dump(cfg))
+    (out / "output" / "train.log").write_text("".join(f"{line}\n" for _, line in s.logs))
+    return out
+
+
+if __name__ == "__main__":
+    dest = Path(sys.argv[1] if len(sys.argv) > 1 else "corpus")
+    for tr in corpus():
+        print(write_run(tr, dest), sorted(tr.labels))

@@ -1,0 +1,66 @@
+"""Runs from outside tunedeck: `tunedeck analyze` over corpus run folders, and the import API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.alerts.corpus import generate, write_run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    return [(tr, write_run(tr, folder)) for tr in generate(4)]
+
+
+def analyze(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tunedeck.cli", "analyze", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_analyze_prints_the_labelled_alerts(runs):
+    for tr, folder in runs:
+        r = analyze(str(folder), "--memory", str(folder / "memory.csv"), "--json")
+        assert r.returncode == 0, r.stderr
+        found = json.loads(r.stdout)
+        assert {f["kind"] for f in found} == tr.labels, tr.name
+        assert all(set(f) == {"kind", "severity", "gpu", "t", "step", "message", "suggestion"} for f in found)
+
+
+def test_analyze_text_and_errors(runs, tmp_path):
+    tr, folder = next(x for x in runs if x[0].name.startswith("periodic-ga8"))
+    r = analyze(str(folder / "output"), "--memory", str(folder / "memory.csv"), "--config", str(folder / "train.yaml"))
+    assert r.returncode == 0 and "WARNING  vram_periodic_spikes gpu 0" in r.stdout
+    assert "gradient_accumulation_steps is 8" in r.stdout
+    r = analyze(str(tmp_path))
+    assert r.returncode == 2 and "no trainer_log.jsonl" in r.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,used\n1,2\n")
+    r = analyze(str(folder), "--memory", str(bad))
+    assert r.returncode == 2 and "t,gpu,used_bytes,total_bytes" in r.stderr
+
+
+def test_import_stores_a_finished_job_with_charts_and_alerts(server_factory, runs):
+    server = server_factory()
+    tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
+    files = {"trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
+             "memory": (folder / "memory.csv").read_bytes(), "config": (folder / "train.yaml").read_bytes(),
+             "log": (folder / "output" / "train.log").read_bytes()}
+    r = server.api.post("/api/runs/import", files=files, data={"name": "cli run"})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["status"] == "succeeded" and job["name"] == "cli run"
+    assert len(server.all(job["id"], "metrics")) == len(tr.series.points)
+    mem = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 5000}).json()
+    assert len(mem["samples"]) == len(tr.series.memory[0])
+    small = server.api.get(f"/api/jobs/{job['id']}/memory", params={"max_points": 50}).json()
+    assert small["downsampled"] and max(s["used_bytes"] for s in small["samples"]) == max(
+        u for _, u, _ in tr.series.memory[0])
+    alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+    assert {a["kind"] for a in alerts} == tr.labels and not any(a["open"] for a in alerts)
+    r = server.api.post("/api/runs/import", files={"trainer_log": b"{not json\n"})
+    assert r.status_code == 422 and "line 1" in r.json()["detail"][0]["msg"]

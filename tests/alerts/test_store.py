@@ -1,0 +1,194 @@
+"""Alerts in a real SQLite file: fed batch by batch through the ingest writer, one open alert per
+(job, kind, gpu) updated while it recurs and closed when it clears; webhooks that never block."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import numpy as np
+from sqlmodel import Session, select
+
+from tests.alerts.corpus import generate
+from tunedeck.config import Settings
+from tunedeck.db import make_engine, upgrade
+from tunedeck.models import Alert, Job, JobStatus, MemorySample
+from tunedeck.services import alerts, memory, notify
+from tunedeck.services.ingest import IngestWriter, finish
+
+GiB = 1024**3
+
+
+def new_job(engine, **kw) -> int:
+    with Session(engine) as s:
+        job = Job(name="j", spec="{}", train_yaml="gradient_accumulation_steps: 4\nper_device_train_batch_size: 2\n",
+                  status=JobStatus.running, devices="0", **kw)
+        s.add(job)
+        s.commit()
+        return job.id
+
+
+def batches(trace, per: int = 10):
+    """The trace's samples and points as runner batches of `per` seconds each."""
+    mem = trace.series.memory[0]
+    pts = trace.series.points
+    for seq, k in enumerate(range(0, len(mem), per)):
+        chunk = mem[k:k + per]
+        t_end = chunk[-1][0]
+        yield t_end, {"seq": seq, "memory": [{"line": k + i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot,
+                                              "name": "AMD Instinct MI300X"} for i, (t, u, tot) in enumerate(chunk)],
+                      "metrics": [{"line": i, "t": p.t, "raw": json.dumps({"current_steps": p.step, "loss": p.loss})}
+                                  for i, p in enumerate(pts) if chunk[0][0] <= p.t <= t_end],
+                      "logs": [], "states": []}
+
+
+def open_alerts(engine, job_id):
+    with Session(engine) as s:
+        return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.open == True)))
+
+
+def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    trace = next(t for t in generate(0) if t.name == "periodic-ga4-0")
+    writer = IngestWriter(engine)
+    writer.start()
+    lim = alerts.Limits()
+    counts = []
+    for t_end, batch in batches(trace):
+        writer.submit(job_id, batch).result(timeout=10)
+        writer.submit(job_id, batch).result(timeout=10)  # a resent batch changes nothing
+        alerts.evaluate(engine, job_id, limits=lim, now=t_end)
+        rows = [a for a in open_alerts(engine, job_id) if a.kind == "vram_periodic_spikes"]
+        assert len(rows) <= 1
+        counts += [r.count for r in rows]
+    assert counts == sorted(counts) and counts[-1] > 50  # one alert, updated while the spikes recur
+    with Session(engine) as s:
+        kinds = [a.kind for a in s.exec(select(Alert).where(Alert.job_id == job_id))]
+        assert len(s.exec(select(MemorySample)).all()) == len(trace.series.memory[0])
+    assert kinds.count("vram_periodic_spikes") == 1
+    # Live, the first spikes are single ones until they recur: that alert is closed, not duplicated.
+    assert not any(a.kind == "vram_spike" for a in open_alerts(engine, job_id))
+    (a,) = [a for a in open_alerts(engine, job_id) if a.kind == "vram_periodic_spikes"]
+    assert a.gpu == 0 and a.severity == "warning" and "gradient_accumulation_steps is 4" in a.suggestion
+    # The job ends: nothing holds any more.
+    with engine.begin() as conn:
+        finish(conn, job_id, status=JobStatus.succeeded, exit_code=0, error=None)
+    alerts.evaluate(engine, job_id, limits=lim)
+    assert open_alerts(engine, job_id) == []
+    writer.stop()
+
+
+def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    rng = np.random.default_rng(0)
+    y = 50 * GiB + rng.normal(0, 0.05 * GiB, 900)
+    y[100] += 30 * GiB
+    y[800] += 30 * GiB
+    t0 = 1_800_000_000.0
+    rows = [{"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
+            for i, v in enumerate(y)]
+    lim = alerts.Limits(hold_s=300)
+
+    def upto(i: int):
+        with engine.begin() as conn:
+            conn.execute(MemorySample.__table__.insert(), [r for r in rows if r["line"] <= i and r["line"] > upto.done])
+        upto.done = i
+        alerts.evaluate(engine, job_id, limits=lim, now=t0 + i)
+        with Session(engine) as s:
+            return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
+    upto.done = -1
+    (a,) = upto(101)
+    assert a.open and a.count == 1 and a.t == t0 + 100
+    assert "+30.0 GiB above the 50.0 GiB baseline" in a.message
+    (a,) = upto(500)  # hold time passed without a new spike: closed
+    assert not a.open
+    first, second = upto(801)  # it recurs: a new episode, the old one stays closed
+    assert not first.open and second.open and second.first_t == t0 + 800 and second.count == 1
+
+
+def test_downsampling_keeps_every_peak(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    trace = next(t for t in generate(1) if t.name == "periodic-ga8-1")
+    writer = IngestWriter(engine)
+    writer.start()
+    for _, batch in batches(trace, per=100):
+        writer.submit(job_id, batch).result(timeout=10)
+    writer.stop()
+    with Session(engine) as s:
+        rows, nxt, reduced = memory.memory_page(s, job_id=job_id, gpu=None, after=None, max_points=100, t0=None,
+                                                t1=None, limit=1000)
+        assert reduced and len(rows) <= 200
+        kept = {r.t for r in rows}
+        assert set(trace.spike_times) <= kept  # 36 spikes in 600 samples: every one in ≤ 200 points
+        t0 = trace.spike_times[10] - 5
+        win, _, _ = memory.memory_page(s, job_id=job_id, gpu=0, after=None, max_points=None, t0=t0, t1=t0 + 10,
+                                       limit=1000)
+        assert [r.t for r in win] == [t0 + i for i in range(11)]
+        page, nxt, reduced = memory.memory_page(s, job_id=job_id, gpu=None, after=None, max_points=None, t0=None,
+                                                t1=None, limit=50)
+        assert not reduced and len(page) == 50 and nxt == page[-1].id
+
+
+class Hook(BaseHTTPRequestHandler):
+    got: list = []
+    fail_first = True
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if Hook.fail_first:
+            Hook.fail_first = False
+            self.send_response(503)
+        else:
+            Hook.got.append(body)
+            self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a) -> None:
+        pass
+
+
+def test_webhooks_are_retried_and_never_block(tmp_path):
+    http = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    settings = Settings(workspace=tmp_path, webhook_urls=[f"http://127.0.0.1:{http.server_port}/hook",
+                                                          "http://127.0.0.1:9/dead"],
+                        webhook_min_severity="critical", webhook_retries=2)
+    notify.start(settings, engine)
+    try:
+        trace = next(t for t in generate(0) if t.name == "ramp-oom-0")
+        writer = IngestWriter(engine)
+        writer.start()
+        engine_thread = alerts.AlertEngine(engine, settings, on_new=notify.alerts_opened)
+        writer.listeners.append(engine_thread.notify)
+        engine_thread.start()
+        for _, batch in batches(trace, per=50):
+            writer.submit(job_id, batch).result(timeout=10)  # returns while webhooks still retry
+        writer.submit(job_id, {"seq": 99, "logs": [{"line": 0, "t": trace.series.logs[0][0], "stream": "stderr",
+                                                    "text": trace.series.logs[0][1]}],
+                               "states": [{"event": "exited", "exit_code": 1, "cancelled": False,
+                                           "cause": "out of memory: HIP out of memory"}]}).result(timeout=10)
+        deadline = time.monotonic() + 60
+        while len(Hook.got) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        engine_thread.stop()
+        writer.stop()
+    finally:
+        notify.stop()
+        http.shutdown()
+    events = {(g["event"], g.get("kind")) for g in Hook.got}
+    assert ("alert", "vram_near_oom") in events and ("job_finished", None) in events
+    assert all(g["text"] for g in Hook.got)
+    assert not any(g.get("severity") in ("info", "warning") for g in Hook.got)  # below the chosen severity
+    done = next(g for g in Hook.got if g["event"] == "job_finished")
+    assert done["text"] == f"tunedeck: job {job_id} (j) failed: out of memory: HIP out of memory"

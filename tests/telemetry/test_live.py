@@ -1,0 +1,113 @@
+"""End to end on this CPU machine: real server, real runners, real LLaMA-Factory runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, demo_config
+
+pytestmark = pytest.mark.slow
+GiB = 1024**3
+FAKES = ROOT / "tests" / "fakes"
+
+
+def wait_done(server, job_id: int) -> dict:
+    return server.wait(job_id, ("succeeded", "failed", "cancelled"), timeout=300)
+
+
+def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, assets):
+    server = server_factory(TUNEDECK_MEMORY_SAMPLE_S="0.2")
+    job = server.submit({"name": "healthy", "config": demo_config(assets, max_steps=60), "gpus": 0})
+    job = wait_done(server, job["id"])
+    assert job["status"] == "succeeded", job
+    full = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 20000}).json()
+    samples = full["samples"]
+    assert len(samples) >= 20 and not full["downsampled"]
+    assert {s["gpu"] for s in samples} == {-1}  # host memory of the job's process tree
+    assert full["gpus"] == [{"gpu": -1, "name": "host memory (job process tree)",
+                             "total_bytes": psutil.virtual_memory().total}]
+    peak = max(s["used_bytes"] for s in samples)
+    assert 100 * 1024**2 < peak < psutil.virtual_memory().total  # a real process tree: torch, the model, data
+    small = server.api.get(f"/api/jobs/{job['id']}/memory", params={"max_points": 10}).json()
+    assert small["downsampled"] and len(small["samples"]) <= 15
+    assert max(s["used_bytes"] for s in small["samples"]) == peak  # the maximum survives downsampling
+    t = [s["t"] for s in samples]
+    win = server.api.get(f"/api/jobs/{job['id']}/memory", params={"t0": t[5], "t1": t[9]}).json()["samples"]
+    assert [s["t"] for s in win] == t[5:10]
+    # Healthy: nothing but the plateau, and nothing open once the job ended.
+    alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+    assert {a["kind"] for a in alerts} <= {"vram_plateau"}, alerts
+    deadline = time.monotonic() + 30  # the engine judges the finished job right after its last batch
+    while server.api.get("/api/alerts", params={"open": "true"}).json():
+        assert time.monotonic() < deadline, "alerts of a finished job still open"
+        time.sleep(0.3)
+    (node,) = server.api.get("/api/nodes").json()
+    assert node["backend"] == "cpu" and node["gpus"] == [] and "pyrsmi" in node["reason"]
+    # The same run folder read from outside: `tunedeck analyze` over the real trainer_log.jsonl.
+    csv = Path(job["run_dir"]) / "memory.csv"
+    csv.write_text("t,gpu,used_bytes,total_bytes\n" + "".join(
+        f"{s['t']},{s['gpu']},{s['used_bytes']},{s['total_bytes']}\n" for s in samples))
+    r = subprocess.run([sys.executable, "-m", "tunedeck.cli", "analyze", job["output_dir"], "--memory", str(csv),
+                        "--config", str(Path(job["run_dir"]) / "train.yaml"), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert {f["kind"] for f in json.loads(r.stdout)} <= {"vram_plateau"}
+
+
+def test_out_of_memory_run_fails_with_that_cause_and_an_oom_alert(server_factory, assets):
+    # A real LLaMA-Factory run under an address-space limit it cannot live with.
+    server = server_factory(TUNEDECK_TRAINER_RLIMIT_AS_BYTES=str(1200 * 1024**2))
+    job = server.submit({"name": "too big", "config": demo_config(assets), "gpus": 0})
+    job = wait_done(server, job["id"])
+    assert job["status"] == "failed", job
+    assert job["error"].startswith("out of memory: "), job["error"]
+    deadline = time.monotonic() + 30
+    while not (oom := [a for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+                       if a["kind"] == "oom" and not a["open"]]):  # closed once the job's end is judged
+        assert time.monotonic() < deadline, "no closed oom alert"
+        time.sleep(0.3)
+    assert oom[0]["severity"] == "critical"
+    assert "out of memory in the trainer output" in oom[0]["message"]
+    assert "TUNEDECK_TRAINER_RLIMIT_AS_BYTES" in oom[0]["suggestion"]
+
+
+def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, assets, tmp_path):
+    """The hardware boundary replaced by the stand-in amdsmi (pyrsmi's real code runs over it); the
+    training itself is a real LLaMA-Factory run on the CPU."""
+    start = time.time() + 2
+    flat = [40 * GiB + (i % 3) * 64 * 1024**2 for i in range(400)]
+    for i in range(32, 34):  # 0.5 s at +30 GiB, ~8 s after the trace starts
+        flat[i] += 30 * GiB
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"mode": "time", "start": start, "dt": 0.25, "devices": [
+        {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "vram": flat, "activity": 90,
+         "power": 600, "temp": 60},
+        {"name": "AMD Instinct MI300X", "bdf": "0000:1c:00.0", "total": 192 * GiB, "vram": [GiB], "activity": 0}]}))
+    server = server_factory(PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
+                            TUNEDECK_FAKE_SMI_TRACE=str(trace), TUNEDECK_MEMORY_SAMPLE_S="0.5")
+    (node,) = server.api.get("/api/nodes").json()
+    assert node["backend"] == "rocm" and [g["bus_id"] for g in node["gpus"]] == ["0000:0c:00.0", "0000:1c:00.0"]
+    time.sleep(max(0.0, start - time.time()))
+    job = server.submit({"name": "on gpu0", "config": demo_config(assets, max_steps=100, save_steps=1000,
+                                                                   eval_steps=1000), "gpus": 1})
+    server.wait(job["id"], ("running",), timeout=30)
+    (node,) = server.api.get("/api/nodes").json()
+    assert [g["job_id"] for g in node["gpus"]] == [job["id"], None]
+    job = wait_done(server, job["id"])
+    assert job["status"] == "succeeded", job
+    mem = server.api.get(f"/api/jobs/{job['id']}/memory").json()
+    assert {s["gpu"] for s in mem["samples"]} == {0}  # only the job's own GPU
+    assert mem["gpus"] == [{"gpu": 0, "name": "AMD Instinct MI300X", "total_bytes": 192 * GiB}]
+    assert max(s["used_bytes"] for s in mem["samples"]) == max(flat)  # the 0.5 s peak, kept by the max
+    alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+    spikes = [a for a in alerts if a["kind"] == "vram_spike"]
+    assert len(spikes) == 1 and spikes[0]["gpu"] == 0, alerts
+    assert "reached 70.1 GiB, +30.0 GiB above the 40.1 GiB baseline" in spikes[0]["message"]
+    assert {a["kind"] for a in alerts} <= {"vram_spike", "vram_plateau"}
