@@ -7,7 +7,6 @@ file, then the page's data requests (over HTTP) and the whole page (headless Chr
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import sqlite3
@@ -89,9 +88,11 @@ def main() -> None:
                 assert r.status_code == 200, r.text
                 return r.json()
 
+            t = time.perf_counter()
             s = series()
+            print(f"GET series (all {n:,}, 2000 pts), cold : {1000 * (time.perf_counter() - t):.0f}ms")
             assert s["count"] == n and len(s["series"]["loss"]["y"]) <= 2000 and max(s["series"]["loss"]["y"]) > 4
-            print(f"GET series (all {n:,}, 2000 pts)      : {summary(timed(series))}")
+            print(f"GET series again (answer cached)      : {summary(timed(series))}")
             print(f"GET series zoom (10% window)          : {summary(timed(lambda: series(x0=n // 2, x1=n // 2 + n // 10)))}")
             m = memory()
             print(f"GET memory (all {n:,}, max_points 2000): {summary(timed(memory))} -> {len(m['samples'])} samples")
@@ -99,29 +100,31 @@ def main() -> None:
                   f"{summary(timed(lambda: memory(t0=m['samples'][0]['t'] + n / 2, t1=m['samples'][0]['t'] + n * 0.6)))}")
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-                loads = []
+                loss_drawn, loads = [], []
                 for _ in range(3):
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     t = time.perf_counter()
                     page.goto(f"{server.url}/jobs/{job}")
+                    page.wait_for_function("document.querySelector('#loss-chart .scatterlayer .trace')", timeout=120_000)
+                    loss_drawn.append(1000 * (time.perf_counter() - t))
                     page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
                     loads.append(1000 * (time.perf_counter() - t))
                     page.close()
-                print(f"job page load to charts drawn (Chromium): {summary(loads)}")
+                print(f"job page: loss/lr/throughput charts drawn (Chromium): {summary(loss_drawn)}")
+                print(f"job page: everything incl. memory chart, stream open : {summary(loads)}")
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(f"{server.url}/jobs/{job}")
                 page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
                 t = time.perf_counter()
                 page.evaluate(f"Plotly.relayout('loss-chart', {{'xaxis.range': [{n // 2}, {n // 2 + n // 100}]}})")
                 page.wait_for_function("document.querySelector('#loss-n').textContent.includes('zoomed')", timeout=60_000)
-                page.wait_for_function("window.tunedeck.metrics.loss.step[0] >= %d" % (n // 2), timeout=60_000)
+                page.wait_for_function(f"window.tunedeck.metrics.loss.step[0] >= {n // 2}", timeout=60_000)
                 print(f"zoom to a 1% window, finer points drawn: {1000 * (time.perf_counter() - t):.0f}ms "
                       f"({len(page.evaluate('window.tunedeck.metrics.loss.y'))} points in the window)")
                 page.screenshot(path=str(Path(__file__).resolve().parents[1] / "test-output" / "ui" / "job-1M-zoomed.png"))
                 browser.close()
         finally:
             server.stop()
-    _ = json
 
 
 if __name__ == "__main__":

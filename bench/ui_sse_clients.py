@@ -70,7 +70,8 @@ async def client(port: int, job: int, cursor: str, sent: dict[int, float], lat: 
 
 
 async def level(server: Server, job: int, token: str, n: int, seconds: float, step0: int) -> tuple[list[float], int, int]:
-    cursor = httpx.get(f"{server.url}/api/stream/cursor").json()["cursor"]
+    async with httpx.AsyncClient(base_url=server.url) as api:
+        cursor = (await api.get("/api/stream/cursor")).json()["cursor"]
     sent: dict[int, float] = {}
     lat: list[float] = []
     ready, stop, counter = asyncio.Event(), asyncio.Event(), [0]
@@ -106,7 +107,7 @@ async def main() -> None:
     ap.add_argument("--levels", default="50,100,200,400,800,1200")
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     token = "bench-token"
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ def events(response: httpx.Response) -> Iterator[dict]:
             continue  # keep-alive comment
         else:
             key, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
+            value = value.removeprefix(" ")
             if key == "data":
                 data.append(value)
             else:

@@ -3,6 +3,7 @@ point and every log line exactly once, and the run never notices the browsers.""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import httpx
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slow
 FINISHED = ("succeeded", "failed", "cancelled")
 
 
-def read(server, job_id: int, *, last_id: str | None, until) -> tuple[dict, str | None]:  # noqa: ANN001
+def read(server, job_id: int, *, last_id: str | None, until) -> tuple[dict, str | None]:
     """Read the job stream into per-kind id lists until `until(got)` holds; returns them and the last id."""
     got: dict[str, list] = {"metrics": [], "logs": [], "memory": [], "alerts": [], "job": []}
     headers = {"Last-Event-ID": last_id} if last_id else {}
@@ -81,3 +82,11 @@ def test_team_stream_and_cursors(server_factory, assets):
     now = server.api.get("/api/stream/cursor").json()["cursor"]
     assert now.startswith("m") and int(now.split("-")[0][1:]) == server.all(job["id"], "metrics")[-1]["id"]
     assert int(cursor.rsplit("-j", 1)[1]) > 0
+    # A new alert changes the job's row on the team page (its badge) without changing the job.
+    with sqlite3.connect(server.workspace / "tunedeck.db") as con:
+        con.execute("INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+                    " last_t, count) VALUES (?, 'test', 'warning', NULL, 1, 1, 'm', 's', 0, 1, 1, 1)", (job["id"],))
+    with httpx.Client(base_url=server.url, timeout=60) as client, \
+            client.stream("GET", "/api/stream", headers={"Last-Event-ID": cursor}) as r:
+        ev = next(events(r))
+    assert [j["id"] for j in ev["data"]] == [job["id"]] and ev["id"] != cursor

@@ -58,16 +58,30 @@ def serve(
     port: Annotated[Optional[int], typer.Option(help="bind port (TUNEDECK_PORT)")] = None,
 ) -> None:
     """Run the dashboard server."""
-    import uvicorn
-
-    from tunedeck.main import create_app
-
     from tunedeck.auth import writes_are_safe
 
     settings = _settings(host=host, port=port)
     if why := writes_are_safe(settings):
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(2)
+    _run_server(settings)
+
+
+class _QuietAccess:
+    """Drop access-log lines of runner telemetry and streams: one per job every half second is noise."""
+
+    def filter(self, record) -> bool:  # noqa: ANN001
+        return not any(p in record.getMessage() for p in ("/telemetry ", "/api/stream"))
+
+
+def _run_server(settings: Settings) -> None:
+    import logging
+
+    import uvicorn
+
+    from tunedeck.main import create_app
+
+    logging.getLogger("uvicorn.access").addFilter(_QuietAccess())
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
 
@@ -191,11 +205,7 @@ def demo(
         submit_when_up()
         return
     threading.Thread(target=submit_when_up, daemon=True).start()
-    import uvicorn
-
-    from tunedeck.main import create_app
-
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    _run_server(settings)
 
 
 token_app = typer.Typer(help="Bearer tokens for people and scripts (run on the server host).", no_args_is_help=True)
@@ -277,6 +287,21 @@ def db_backup(path: Path) -> None:
         a.backup(b)
         ok = b.execute("PRAGMA integrity_check").fetchone()[0]
     typer.echo(f"backed up {src} to {path} ({path.stat().st_size} bytes, integrity {ok})")
+
+
+@db_app.command("rollup")
+def db_rollup(older_than_days: Annotated[Optional[float], typer.Option(
+        help="roll up jobs that ended this many days ago (default TUNEDECK_MEMORY_RAW_RETENTION_DAYS)")] = None) -> None:
+    """Roll old memory samples up into per-interval min/max/mean rows now."""
+    from tunedeck.services.retention import rollup
+
+    settings = get_settings()
+    days = older_than_days if older_than_days is not None else settings.memory_raw_retention_days
+    if days is None:
+        typer.echo("error: older-than-days: give a number (retention is off in the settings)", err=True)
+        raise typer.Exit(2)
+    report = rollup(_engine(), older_than_s=days * 86400, interval_s=settings.memory_rollup_s)
+    typer.echo(f"rolled up {report['jobs']} job(s): {report['before']} samples → {report['after']}")
 
 
 @app.command("run-job", hidden=True)

@@ -83,6 +83,14 @@ class Settings(BaseSettings):
         8 * 1024 * 1024, ge=1024, description="Largest request body the server reads (413 beyond)."
     )
     token: str | None = Field(None, description="Bearer token the CLI sends to the server.")
+    memory_raw_retention_days: float | None = Field(
+        30.0,
+        gt=0,
+        description="Days after a job ends before its memory samples are rolled up into per-interval "
+        "min/max/mean rows (the min and max samples stay); unset or empty keeps raw samples forever.",
+    )
+    memory_rollup_s: float = Field(60.0, gt=0, description="Interval of a memory rollup row, in seconds.")
+    retention_check_s: float = Field(3600.0, gt=0, description="How often the server looks for jobs due for rollup.")
     page_limit: int = Field(1000, ge=1, description="Default page size of history endpoints.")
     page_limit_max: int = Field(20000, ge=1, description="Largest page a client may ask for.")
     # issue 3: memory telemetry, alerts, webhooks

@@ -92,6 +92,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": "nested too deeply",
                                                                   "type": "value_error"}]})
 
+    @app.exception_handler(OverflowError)
+    async def _overflow(_: Request, e: OverflowError) -> JSONResponse:
+        # An id or cursor beyond SQLite's 64-bit integers cannot name anything.
+        return JSONResponse(status_code=422, content={"detail": [{"loc": ["request"], "msg": f"id or cursor out of range: {e}",
+                                                                  "type": "value_error"}]})
+
     @app.exception_handler(OperationalError)
     async def _db_error(_: Request, e: OperationalError) -> JSONResponse:
         text = str(e.orig)

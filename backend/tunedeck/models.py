@@ -304,11 +304,11 @@ class Alert(SQLModel, table=True):
 
 
 class MemoryIn(Strict):
-    line: int = PField(ge=0)
-    t: float
-    gpu: int = PField(ge=-1)
-    used_bytes: int = PField(ge=0)
-    total_bytes: int | None = PField(None, ge=0)
+    line: int = PField(ge=0, le=2**62)
+    t: float = PField(allow_inf_nan=False)
+    gpu: int = PField(ge=-1, le=1_000_000)
+    used_bytes: int = PField(ge=0, le=2**62)
+    total_bytes: int | None = PField(None, ge=0, le=2**62)
     util: float | None = None
     power_w: float | None = None
     temp_c: float | None = None
@@ -375,3 +375,23 @@ class EstimateCalibration(SQLModel, table=True):
     source: str  # memory_samples | vram_reserved
     ratio: float  # measured / predicted
     created_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------- issue 6: retention
+
+
+class MemoryRollup(SQLModel, table=True):
+    """Count, min, max and mean of one GPU's samples over one interval, kept after raw samples go."""
+
+    __tablename__ = "memory_rollups"
+    __table_args__ = (UniqueConstraint("job_id", "gpu", "t0", name="uq_rollup_job_gpu_t0"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    gpu: int
+    t0: float
+    t1: float
+    n: int
+    min_bytes: int
+    max_bytes: int
+    mean_bytes: float

@@ -12,6 +12,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus, utcnow
 from tunedeck.runner.main import TRAINER_LOG
 from tunedeck.runner.report import OUTBOX
+from tunedeck.services import retention
 from tunedeck.services.ingest import IngestWriter, finish
 
 log = logging.getLogger("tunedeck.scheduler")
@@ -54,9 +56,17 @@ class Scheduler:
         self._wake.set()
 
     def _loop(self) -> None:
+        next_retention = time.monotonic() + 60  # not during start-up
         while not self._stop.is_set():
             try:
                 self.tick()
+                if time.monotonic() >= next_retention and self.settings.memory_raw_retention_days:
+                    next_retention = time.monotonic() + self.settings.retention_check_s
+                    report = retention.rollup(self.engine, older_than_s=self.settings.memory_raw_retention_days * 86400,
+                                              interval_s=self.settings.memory_rollup_s)
+                    if report["jobs"]:
+                        log.info("retention: rolled up %s job(s), %s → %s samples", report["jobs"],
+                                 report["before"], report["after"])
             except Exception:  # noqa: BLE001 - the scheduler must survive a bad tick
                 log.exception("scheduler tick failed")
             self._wake.wait(self.settings.scheduler_interval_s)

@@ -168,9 +168,16 @@ async function loadMemory(range) {
     g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id);
     byGpu.set(s.gpu, g);
     if (s.total_bytes) state.memTotal.set(s.gpu, s.total_bytes);
-    if (!range) state.memLast = Math.max(state.memLast, s.id);
   }
   for (const g of page.gpus || []) if (g.total_bytes) state.memTotal.set(g.gpu, g.total_bytes);
+  if (!range) {
+    // Samples the stream delivered while this history was loading come after it.
+    for (const [gpu, old] of state.mem) {
+      const g = byGpu.get(gpu) || { t: [], y: [], ids: [] };
+      old.ids.forEach((id, i) => { if (id > state.memCursor) { g.t.push(old.t[i]); g.y.push(old.y[i]); g.ids.push(id); } });
+      byGpu.set(gpu, g);
+    }
+  }
   state.mem = byGpu;
   state.gpuNames = new Map((page.gpus || []).map((g) => [g.gpu, g.name]));
   state.memDownsampled = page.downsampled;
@@ -301,9 +308,10 @@ async function start() {
   const m = Number(/^m(\d+)/.exec(now)[1]);
   const s = Number(/-s(\d+)/.exec(now)[1]);
   state.memCursor = s;
-  await Promise.all([loadSeries(null, m), loadMemory(null), loadConfig(), loadFiles(), loadAlerts()]);
+  state.memLast = s;
+  const memory = loadMemory(null); // may take longer on a huge run: the stream does not wait for it
+  await Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
   state.metricsLast = Math.max(state.metricsLast, m);
-  state.memLast = Math.max(state.memLast, s);
   live({ job: jobId, cursor: `m${m}-l0-s${s}-a0-j0` }, {
     job: showJob,
     metrics: addMetrics,
@@ -319,6 +327,7 @@ async function start() {
     state.memZoom = range ? range.map((x) => new Date(x).getTime() / 1000) : null;
     if (range) loadMemory(state.memZoom); else { state.memCursor = state.memLast; loadMemory(null); }
   });
+  await memory;
   window.tunedeckReady = true;
 }
 start();

@@ -136,6 +136,34 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
     y = _memory(rng, n, level)
     out.append(Trace(f"divergence-{seed}", _series(y, _points(rng, 2, n, loss=div), _config(learning_rate=5e-4)),
                      {"loss_divergence", "vram_plateau"}))
+    out += hard(rng, seed, n, level)
+    return out
+
+
+def hard(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Trace]:
+    """Traces closer to real runs: noisier lines, a lasting step up at the first eval, bumps under
+    the spike threshold, jittered two-sample-wide periodic spikes, a small-batch noisy loss."""
+    out = []
+    y = _memory(rng, n, level) + rng.normal(0, 0.4 * GiB, n)
+    y[250:] += 4 * GiB  # eval buffers allocated once, then kept by the caching allocator
+    out.append(Trace(f"eval-step-{seed}", _series(y, _points(rng, 2, n), _config()), {"vram_plateau"}))
+
+    y = _memory(rng, n, level) + rng.normal(0, 0.5 * GiB, n)
+    for i in rng.choice(np.arange(60, n), size=8, replace=False):
+        y[i] += 2 * GiB  # under 2 % of 192 GiB: noise, not a spike
+    noisy = lambda k: (2.5 * math.exp(-k / 60) + 1.0) * (1 + rng.normal(0, 0.08))  # noqa: E731
+    out.append(Trace(f"noisy-healthy-{seed}", _series(y, _points(rng, 2, n, loss=noisy), _config()), {"vram_plateau"}))
+
+    ga = int(rng.choice([4, 8]))
+    y = _memory(rng, n, level) + rng.normal(0, 0.3 * GiB, n)
+    t, idx = 45.0, []
+    while t < n - 3:
+        i = int(t)
+        y[i:i + 2] += float(rng.uniform(12, 20)) * GiB
+        idx.append(i)
+        t += ga * MICRO_S * float(rng.uniform(0.9, 1.1))
+    out.append(Trace(f"jittered-periodic-ga{ga}-{seed}", _series(y, _points(rng, ga, n), _config(ga=ga), DS),
+                     {"vram_periodic_spikes", "vram_plateau"}))
     return out
 
 

@@ -54,6 +54,8 @@ def test_import_stores_a_finished_job_with_charts_and_alerts(server_factory, run
     assert r.status_code == 201, r.text
     job = r.json()
     assert job["status"] == "succeeded" and job["name"] == "cli run"
+    files = server.api.get(f"/api/jobs/{job['id']}/files").json()
+    assert [f["path"] for f in files] == ["trainer_log.jsonl"]
     assert len(server.all(job["id"], "metrics")) == len(tr.series.points)
     mem = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 5000}).json()
     assert len(mem["samples"]) == len(tr.series.memory[0])

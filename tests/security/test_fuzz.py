@@ -15,7 +15,7 @@ from tests.conftest import OUTPUT, Server
 
 schemathesis = pytest.importorskip("schemathesis")
 TALLY = {"requests": 0, "failures": 0, "by_status": {}}
-EXAMPLES = int(os.environ.get("TUNEDECK_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("TUNEDECK_FUZZ_EXAMPLES", "15"))
 
 
 @pytest.fixture(scope="module")
@@ -32,23 +32,29 @@ def fuzz_server(tmp_path_factory, assets):
           f"statuses {TALLY['by_status']}")
 
 
-@pytest.fixture(scope="module")
-def api_schema(fuzz_server):
-    return schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json")
+def test_no_server_errors(fuzz_server):
+    """Every operation, `EXAMPLES` generated cases each (schemathesis' pytest plugin does not run on
+    this pytest, so its strategies are driven with hypothesis directly)."""
+    from hypothesis import given
 
+    schema = schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json")
+    failures = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
 
-schema = schemathesis.pytest.from_fixture("api_schema")
+        @given(case=operation.as_strategy())
+        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def run(case):  # noqa: ANN001
+            response = case.call(timeout=30)
+            TALLY["requests"] += 1
+            TALLY["by_status"][response.status_code] = TALLY["by_status"].get(response.status_code, 0) + 1
+            if response.status_code >= 500:
+                TALLY["failures"] += 1
+                failures.append(f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:200]}")
 
-
-@schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-def test_no_server_errors(case):
-    response = case.call(timeout=30)
-    TALLY["requests"] += 1
-    TALLY["by_status"][response.status_code] = TALLY["by_status"].get(response.status_code, 0) + 1
-    if response.status_code >= 500:
-        TALLY["failures"] += 1
-    assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:300]}"
+        run()
+    assert TALLY["requests"] > 0
+    assert failures == []
 
 
 def test_nothing_stored_is_garbage(fuzz_server):
@@ -57,7 +63,7 @@ def test_nothing_stored_is_garbage(fuzz_server):
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     runs = (fuzz_server.workspace / "runs").resolve()
     for name, train_yaml, run_dir, status in db.execute("SELECT name, train_yaml, run_dir, status FROM jobs"):
-        assert status in ("queued", "cancelled")
+        assert status in ("queued", "cancelled") or (status == "succeeded" and run_dir)  # an import
         config = yaml.safe_load(train_yaml)
         assert isinstance(config, dict) and Path(config["output_dir"]).resolve().is_relative_to(runs)
         assert Path(run_dir).resolve().parent == runs

@@ -37,7 +37,7 @@ def page(browser):
     context.close()
 
 
-def shot(page, name: str) -> Path:  # noqa: ANN001
+def shot(page, name: str) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)

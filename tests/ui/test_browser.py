@@ -4,16 +4,17 @@ validation error at its field. Screenshots go to test-output/ui/."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
-from tests.conftest import demo_config
 from tests.ui.conftest import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 WAIT = 240_000  # ms: a tiny CPU fine-tune on a shared 2-core machine
 
 
-def ready(page) -> None:  # noqa: ANN001
+def ready(page) -> None:
     page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
 
 
@@ -65,6 +66,16 @@ def test_submit_watch_and_stop(server_factory, assets, page):
     page.wait_for_selector('#status [data-status="cancelled"]', timeout=WAIT)
     assert page.locator("#stop").is_disabled()
     assert server.api.get(f"/api/jobs/{job_id}").json()["status"] == "cancelled"
+
+    # An alert, as the alert engine stores one: it reaches the open page and the team page live.
+    t = page.evaluate("window.tunedeck.metrics.loss.t.at(-1)")
+    with sqlite3.connect(server.workspace / "tunedeck.db") as con:
+        con.execute("INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+                    " last_t, count) VALUES (?, 'loss_spike', 'warning', NULL, ?, 3, 'loss jumped 3x in one step',"
+                    " 'lower learning_rate', 1, ?, ?, 1)", (job_id, t, t, t))
+    item = page.locator('.alert-item[data-kind="loss_spike"]')
+    item.wait_for(timeout=30_000)
+    assert "lower learning_rate" in item.inner_text()
     shot(page, "job-page-cancelled")
 
     page.goto(f"{server.url}/compare?jobs={job_id}")

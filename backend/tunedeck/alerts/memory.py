@@ -149,11 +149,13 @@ def plateau(s: Series, gpu: int, t: np.ndarray, y: np.ndarray, total: float | No
     n = len(y)
     if n < 12:
         return []
-    k = 5
+    k = 9  # a median this wide ignores spikes up to 4 samples long
     smooth = np.median(sliding_window_view(np.concatenate([y[:1].repeat(k - 1), y]), k), axis=1)
     warm = max(5, n // 10)
     level = float(np.median(smooth[warm:]))
-    band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2)
+    d = np.diff(y[warm:])
+    sigma = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / np.sqrt(2)  # sample noise, robust
+    band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2, 4 * sigma)
     lo = hi = smooth[-1]
     start = n - 1
     while start > warm and max(hi, smooth[start - 1]) - min(lo, smooth[start - 1]) <= band:

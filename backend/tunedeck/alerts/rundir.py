@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,13 @@ def parse_memory_csv(text: str) -> dict[int, list[tuple[float, int, int | None]]
         if not r or not "".join(r).strip():
             continue
         try:
+            t, gpu, used = float(r[0]), int(r[1]), int(float(r[2]))
             total = int(float(r[3])) if len(r) > 3 and r[3].strip() else None
-            out.setdefault(int(r[1]), []).append((float(r[0]), int(float(r[2])), total))
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, OverflowError):
             raise BadInput(f"memory CSV line {n}: expected t,gpu,used_bytes,total_bytes numbers") from None
+        if not (math.isfinite(t) and -1 <= gpu <= 1_000_000 and 0 <= used < 2**62 and 0 <= (total or 0) < 2**62):
+            raise BadInput(f"memory CSV line {n}: a value out of range")
+        out.setdefault(gpu, []).append((t, used, total))
     for xs in out.values():
         xs.sort()
     return out
@@ -63,7 +67,7 @@ def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str,
             raise BadInput(f"trainer_log.jsonl line {n} is not JSON") from None
         if not isinstance(d, dict):
             raise BadInput(f"trainer_log.jsonl line {n} is not an object")
-        t = d.get("t") if isinstance(d.get("t"), (int, float)) else None
+        t = d.get("t") if isinstance(d.get("t"), (int, float)) and math.isfinite(d["t"]) else None
         if t is None:
             e = _elapsed(d.get("elapsed_time"))
             t = t0 + e if e is not None else last_t
@@ -74,9 +78,13 @@ def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str,
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
         step = num("current_steps")
+        if step is not None and not (math.isfinite(step) and 0 <= step < 2**62):
+            raise BadInput(f"trainer_log.jsonl line {n}: current_steps out of range")
         points.append(Point(t=last_t, step=int(step) if step is not None else None, loss=num("loss"),
                             eval_loss=num("eval_loss")))
         lines.append({"t": last_t, "raw": raw})
+    if not points:
+        raise BadInput("trainer_log.jsonl holds no line")
     return points, lines
 
 

@@ -117,7 +117,7 @@ def alloc_flush(s: Series, lim: Limits, now: float) -> list[Finding]:
     worst = max(n for _, n in hits)
     tips = [x for x in (advice.prefetch_bucket(s), advice.reduce_bucket(s)) if x]
     tips.append(advice.smaller_batch(s))
-    return [Finding("alloc_flush", "warning", 0 if s.devices else None, [t for t, _ in hits], _step_before(s, hits[-1][0]),
+    return [Finding("alloc_flush", "warning", s.devices[0] if s.devices else None, [t for t, _ in hits], _step_before(s, hits[-1][0]),
                     f"DeepSpeed flushed the PyTorch allocator cache {len(hits)} time(s), up to {worst} per step: "
                     "memory is fragmented at the limit and every flush stalls the step",
                     "; ".join(tips), s.running and now - hits[-1][0] <= lim.hold_s)]

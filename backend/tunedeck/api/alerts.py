@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from tunedeck.db import SessionDep
 from tunedeck.models import AlertOut
 from tunedeck.services import alerts as service
 
+JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api", tags=["alerts"])
-Cursor = Annotated[int | None, Query(ge=0, description="an alert id: only alerts after it")]
+Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="an alert id: only alerts after it")]
 
 
 @router.get("/jobs/{job_id}/alerts", response_model=list[AlertOut])
-def job_alerts(job_id: int, session: SessionDep, open: bool | None = None, after: Cursor = None) -> list[AlertOut]:
+def job_alerts(job_id: JobId, session: SessionDep, open: bool | None = None, after: Cursor = None) -> list[AlertOut]:
     """A job's alerts, oldest first, with the evidence and what to change."""
     rows = service.list_alerts(session, job_id=job_id, open_only=open, after=after)
     return [AlertOut.model_validate(r, from_attributes=True) for r in rows]

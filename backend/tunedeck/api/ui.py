@@ -38,7 +38,7 @@ def preview(spec: JobSpec, request: Request, settings: SettingsDep) -> dict:
     return {"train_yaml": train_yaml, "ds_config": ds_config, "gpus": prepared.gpus, "warnings": prepared.warnings}
 
 
-def _page(name: str):  # noqa: ANN202
+def _page(name: str):
     def serve() -> FileResponse:
         return FileResponse(FRONTEND / name, headers={"Cache-Control": "no-cache"})
 

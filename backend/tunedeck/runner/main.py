@@ -102,7 +102,7 @@ class Runner:
                 self._log_line += 1
                 if stream != "runner":
                     self._recent.append(text)
-        memory = self.sampler.drain() if self.sampler else []
+        memory = self._sampler_drain()
         limit = self.cfg["batch_max"]
         while metrics or logs or memory:
             take_m = metrics[:limit]
@@ -174,6 +174,17 @@ class Runner:
         cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
         return self._finish(exit_code=code, cause=cause)
 
+    def _sampler_drain(self) -> list[dict]:
+        s = self.sampler
+        if s is None:
+            return []
+        if s.ready.is_set() and not getattr(self, "_sampler_noted", False):
+            self._sampler_noted = True
+            what = f"{s.backend_name} GPUs {s.indices}" if s.backend_name != "cpu" else "host memory of the job"
+            self.note(f"memory sampler: {what}, every {s.interval_s:g}s (max of {s.polls} polls)"
+                      + (f"; no GPU telemetry: {s.reason}" if s.gpus and s.backend_name == "cpu" else ""))
+        return s.drain()
+
     def _start_sampler(self, trainer_pid: int) -> Sampler | None:
         env = self.cfg["env"]
         visible = [int(d) for d in (env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or "").split(",")
@@ -189,8 +200,6 @@ class Runner:
     def _finish(self, *, exit_code: int, cause: str | None) -> int:
         if self.sampler is not None:
             self.sampler.stop()
-            if self.sampler.reason and self.sampler.backend_name == "cpu" and self.sampler.gpus:
-                self.note(f"no GPU telemetry: {self.sampler.reason}")
         self._collect()
         state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
         # result.json first: a server that never hears from us reads it from the run folder.

@@ -5,8 +5,9 @@ reconnecting browser gets exactly what it missed and a slow one never makes the 
 This module only tells waiting streams that something may have changed:
 - the ingest writer calls `notify(job_ids)` from its thread after each commit (metrics, logs,
   memory samples, progress, exit states: instant);
-- a light watcher task reads `job_changes` (kept by triggers) every `stream_poll_s` and wakes the
-  streams of jobs changed elsewhere (scheduler start, cancel, runner lost) without hooks in them.
+- a light watcher task reads `job_changes` (kept by triggers) and new alert ids every
+  `stream_poll_s` and wakes the streams of jobs changed elsewhere (scheduler start, cancel, runner
+  lost, the alert engine's thread) without hooks in those modules.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Broadcaster:
         self._events: dict[int, asyncio.Event] = {}
         self._task: asyncio.Task | None = None
         self._seen_seq: int | None = None
+        self._seen_alert: int | None = None
         self.generation = 0  # counts wake-ups; a read started at generation g has seen every change before g
         self._reads: dict[tuple, tuple[int, asyncio.Future]] = {}
 
@@ -68,7 +70,7 @@ class Broadcaster:
         except asyncio.TimeoutError:
             return False
 
-    async def shared(self, key: tuple, since: int, read):  # noqa: ANN001, ANN201
+    async def shared(self, key: tuple, since: int, read):
         """Run `read` in a thread, or join an identical read that started at generation >= `since`.
 
         Streams at the same cursor ask the same question after each wake-up; one answer serves
@@ -103,17 +105,28 @@ class Broadcaster:
                 changed = await asyncio.to_thread(self._changed_jobs)
                 if changed:
                     self._fire({TEAM, *changed})
-            except Exception:  # noqa: BLE001 - the watcher must outlive a locked or missing table
+            except Exception:
                 log.debug("stream watcher pass failed", exc_info=True)
             await asyncio.sleep(self.poll_s)
 
     def _changed_jobs(self) -> set[int]:
+        """Jobs changed since the last pass: job rows (triggers) and new alerts (the alert engine
+        writes them from its own thread, after the ingest commit that woke the streams)."""
         with self.engine.connect() as conn:
-            if self._seen_seq is None:
+            first = self._seen_seq is None
+            if first:
                 self._seen_seq = conn.execute(text("SELECT coalesce(max(seq), 0) FROM job_changes")).scalar_one()
-                return set()
             rows = conn.execute(text("SELECT seq, job_id FROM job_changes WHERE seq > :s"),
                                 {"s": self._seen_seq}).all()
+            alerts: list = []
+            try:
+                if self._seen_alert is None:
+                    self._seen_alert = conn.execute(text("SELECT coalesce(max(id), 0) FROM alerts")).scalar_one()
+                alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a"), {"a": self._seen_alert}).all()
+            except Exception:  # noqa: BLE001 - no alerts table before its migration
+                conn.rollback()
         if rows:
             self._seen_seq = max(r[0] for r in rows)
-        return {r[1] for r in rows}
+        if alerts:
+            self._seen_alert = max(r[0] for r in alerts)
+        return set() if first else {r[1] for r in rows} | {r[1] for r in alerts}

@@ -32,7 +32,7 @@ class BadCursor(ValueError):
 @dataclass
 class Cursor:
     m: int = 0
-    l: int = 0  # noqa: E741 - the cursor's letters are its wire format
+    l: int = 0
     s: int = 0
     a: int = 0
     j: int = 0
@@ -41,7 +41,7 @@ class Cursor:
         return "-".join(f"{f.name}{getattr(self, f.name)}" for f in fields(self))
 
     @classmethod
-    def parse(cls, value: str | None) -> "Cursor":
+    def parse(cls, value: str | None) -> Cursor:
         if not value:
             return cls()
         m = CURSOR.match(value.strip())
@@ -122,15 +122,24 @@ def job_rows(engine: Engine, tables: Tables, job_ids: list[int], *, seq: int | N
 
 
 def team_events(engine: Engine, tables: Tables, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor]:
-    """Jobs changed after the cursor, one `jobs` event with their current rows."""
+    """Jobs changed after the cursor, or with alerts newer than it: one `jobs` event, current rows."""
     cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
     with engine.connect() as conn:
         changes = conn.execute(text("SELECT seq, job_id FROM job_changes WHERE seq > :s ORDER BY seq LIMIT :n"),
                                {"s": cur.j, "n": limit}).all()
-    if not changes:
+        alerts = []
+        if tables.has("alerts"):
+            # A new alert changes a row's badge without touching the job itself.
+            alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a ORDER BY id LIMIT :n"),
+                                  {"a": cur.a, "n": limit}).all()
+    if not changes and not alerts:
         return [], cur
-    cur.j = changes[-1][0]
-    rows = job_rows(engine, tables, [c[1] for c in changes])
+    if changes:
+        cur.j = changes[-1][0]
+    if alerts:
+        cur.a = alerts[-1][0]
+    ids = list(dict.fromkeys([c[1] for c in changes] + [a[1] for a in alerts]))
+    rows = job_rows(engine, tables, ids)
     return [Event("jobs", rows, str(cur))], cur
 
 
@@ -145,8 +154,8 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
         seq = conn.execute(text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"),
                            {"j": job_id, "s": cur.j}).scalar()
         kinds: list[tuple[str, str, str]] = [
-            ("metrics", "m", "SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
-                             "vram_allocated, vram_reserved FROM metric_points"),
+            ("metrics", "m", ("SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
+                              "vram_allocated, vram_reserved FROM metric_points")),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
         ]
         if tables.has("memory_samples"):
@@ -155,15 +164,20 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
             kinds.append(("alerts", "a", "SELECT * FROM alerts"))
         batches = []
         for name, letter, sql in kinds:
-            rows = _rows(conn, f"{sql} WHERE id > :after AND job_id = :j ORDER BY id LIMIT :n",
-                         after=getattr(cur, letter), j=job_id, n=limit)
+            after = getattr(cur, letter)
+            # Caught up (after > 0): walk the rowid from the cursor, a few rows. From the start: the
+            # job_id index. (`+job_id` keeps SQLite off that index, which would sort the whole job.)
+            job_col = "+job_id" if after else "job_id"
+            rows = _rows(conn, f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
+                         after=after, j=job_id, n=limit)
             for r in rows:
                 r.pop("job_id", None)
             more = more or len(rows) == limit
             batches.append((name, letter, rows))
     if seq is not None:
         cur.j = seq
-        events.append(Event("job", job_rows(engine, tables, [job_id], seq=seq)[0], str(cur)))
+        for row in job_rows(engine, tables, [job_id], seq=seq):  # none if the job was just deleted
+            events.append(Event("job", row, str(cur)))
     for name, letter, rows in batches:
         if rows:
             setattr(cur, letter, rows[-1]["id"])

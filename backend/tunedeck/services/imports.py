@@ -13,6 +13,7 @@ from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus, utcnow
 from tunedeck.services import alerts as alert_service
 from tunedeck.services.ingest import apply_batch
+from tunedeck.services.jobs import slug
 
 
 def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: str, memory_csv: str | None,
@@ -25,19 +26,25 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
                   train_yaml=config or "", devices=",".join(map(str, series.devices)) or None,
                   created_at=now, started_at=now, finished_at=now, exit_code=0)
         s.add(job)
-        s.commit()
-        s.refresh(job)
-    batch = {
-        "seq": 0,
-        "metrics": [{"line": i, "t": x["t"], "raw": x["raw"]} for i, x in enumerate(lines)],
-        "logs": [{"line": i, "t": t, "stream": "stdout", "text": text} for i, (t, text) in enumerate(series.logs)],
-        "memory": [{"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
-                   for i, (gpu, t, used, total) in enumerate(
-                       (g, t, u, tot) for g, xs in sorted(series.memory.items()) for t, u, tot in xs)],
-    }
-    with engine.begin() as conn:
-        apply_batch(conn, job.id, batch)
-    with Session(engine) as s:
-        # The same engine as live ingest; finished, so every alert is stored closed.
+        s.flush()
+        # A run folder like a launched job's (never "": an empty path would mean the server's cwd).
+        run_dir = settings.runs_dir / f"{job.id:06d}-{slug(name)}"
+        (run_dir / "output").mkdir(parents=True, exist_ok=True)
+        (run_dir / "output" / "trainer_log.jsonl").write_text(trainer_log)
+        for fname, text in (("memory.csv", memory_csv), ("train.yaml", config), ("train.log", log_text)):
+            if text:
+                (run_dir / fname).write_text(text)
+        job.run_dir, job.output_dir = str(run_dir), str(run_dir / "output")
+        samples = ((g, t, u, tot) for g, xs in sorted(series.memory.items()) for t, u, tot in xs)
+        batch = {
+            "seq": 0,
+            "metrics": [{"line": i, "t": x["t"], "raw": x["raw"]} for i, x in enumerate(lines)],
+            "logs": [{"line": i, "t": t, "stream": "stdout", "text": text} for i, (t, text) in enumerate(series.logs)],
+            "memory": [{"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
+                       for i, (gpu, t, used, total) in enumerate(samples)],
+        }
+        apply_batch(s.connection(), job.id, batch)  # one transaction: all of the run or nothing
+        # The same engine as live ingest; the job is finished, so every alert is stored closed.
         alert_service.reconcile(s, job.id, analyze(series, alert_service.limits_of(settings)), finished=True)
-        return s.get(Job, job.id)
+        s.refresh(job)
+        return job

@@ -60,7 +60,7 @@ def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | N
         idx = downsample_indices(xs, ys, max_points)
         out["downsampled"] |= len(idx) < len(ys)
         out["series"][name] = {"step": xs[idx].astype(int).tolist(), "t": ts[idx].tolist(),
-                               "y": ys[idx].tolist(), "n": int(len(ys))}
+                               "y": ys[idx].tolist(), "n": len(ys)}
     with _CACHE_LOCK:  # requests run in a thread pool
         _CACHE[key] = out
         while len(_CACHE) > CACHE_SIZE:
