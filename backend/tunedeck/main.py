@@ -12,21 +12,23 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 from tunedeck import __version__, auth, gpus
-from tunedeck.api import jobs, series, stream, system, telemetry, ui
+from tunedeck.api import alerts as alerts_api
+from tunedeck.api import checks, jobs, preflight, series, stream, system, telemetry, ui
+from tunedeck.api import memory as memory_api
+from tunedeck.api import nodes as nodes_api
+from tunedeck.api import runs as runs_api
 from tunedeck.config import Settings, get_settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
+from tunedeck.services import notify
+from tunedeck.services.alerts import AlertEngine
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.feed import Tables
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
-from tunedeck.spec import SpecError
-# issue 3: memory telemetry, alerts, webhooks, node inventory, imports
-from tunedeck.api import alerts as alerts_api, memory as memory_api, nodes as nodes_api, runs as runs_api
-from tunedeck.services import notify
-from tunedeck.services.alerts import AlertEngine
 from tunedeck.services.nodes import NodeInventory
+from tunedeck.spec import SpecError
 
 
 def check_workspace(settings: Settings) -> None:
@@ -131,13 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   for err in e.errors()]
         return JSONResponse(status_code=422, content={"detail": errors})
 
-    for module in (jobs, telemetry, system, stream, series):
-        app.include_router(module.router)
-    from tunedeck.api import checks, preflight  # issue 5: lint, estimate, preflight
-
-    for module in (checks, preflight):
-        app.include_router(module.router)
-    for module in (alerts_api, memory_api, nodes_api, runs_api):  # issue 3
+    for module in (jobs, telemetry, system, stream, series, checks, preflight,
+                   alerts_api, memory_api, nodes_api, runs_api):
         app.include_router(module.router)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)
