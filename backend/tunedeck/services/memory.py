@@ -52,7 +52,8 @@ def memory_page(session: Session, *, job_id: int, gpu: int | None, after: int | 
     data = session.connection().execute(cols).all()
     if not data:
         return [], after, False
-    arr = np.array(data, dtype=np.float64)  # id, gpu, t, used (ids and bytes are exact below 2**53)
+    # Plain tuples first: numpy probes Row objects by key, which costs seconds per million rows.
+    arr = np.array([tuple(r) for r in data], dtype=np.float64)  # id, gpu, t, used (exact below 2**53)
     nxt = int(arr[:, 0].max())
     keep, reduced = [], False
     for g in np.unique(arr[:, 1]):
