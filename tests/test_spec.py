@@ -10,7 +10,8 @@ import yaml
 
 from tunedeck.config import Settings
 from tunedeck.models import JobSpec
-from tunedeck.spec import SpecError, launch_env, lf_args, prepare, spec_from_yaml
+from tunedeck.lint import lf_table as lf_args
+from tunedeck.spec import SpecError, launch_env, prepare, spec_from_yaml
 
 
 @pytest.fixture

@@ -139,9 +139,9 @@ async def principal_for(request: Request, settings: Settings, engine: Engine) ->
     return principal
 
 
-def install(app, settings: Settings) -> None:  # noqa: ANN001
+def install(app, settings: Settings) -> None:
     @app.middleware("http")
-    async def _auth(request: Request, call_next):  # noqa: ANN202, ANN001
+    async def _auth(request: Request, call_next):
         try:
             request.state.principal = await principal_for(request, settings, request.app.state.engine)
         except AuthError as e:

@@ -25,7 +25,7 @@ def _client(server: str | None) -> httpx.Client:
     return httpx.Client(base_url=server or settings.url, timeout=30, headers=headers)
 
 
-def _call(server: str | None, method: str, path: str, **kw) -> dict | list:  # noqa: ANN003
+def _call(server: str | None, method: str, path: str, **kw) -> dict | list:
     try:
         with _client(server) as c:
             r = c.request(method, path, **kw)
@@ -70,7 +70,7 @@ def serve(
 class _QuietAccess:
     """Drop access-log lines of runner telemetry and streams: one per job every half second is noise."""
 
-    def filter(self, record) -> bool:  # noqa: ANN001
+    def filter(self, record) -> bool:
         return not any(p in record.getMessage() for p in ("/telemetry ", "/api/stream"))
 
 
@@ -85,7 +85,7 @@ def _run_server(settings: Settings) -> None:
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
 
-def _settings(**overrides) -> Settings:  # noqa: ANN003
+def _settings(**overrides) -> Settings:
     base = get_settings()
     update = {k: v for k, v in overrides.items() if v is not None}
     return Settings(**{**base.model_dump(), **update}) if update else base
@@ -214,7 +214,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
 
 
-def _engine():  # noqa: ANN202
+def _engine():
     from tunedeck.db import make_engine, upgrade
 
     engine = make_engine(get_settings().db_path)
@@ -314,12 +314,12 @@ def run_job(run_dir: Path) -> None:
 
 
 # issue 5: `tunedeck lint | estimate | doctor` (checks before launch, run locally)
-from tunedeck.cli_checks import register as _register_checks  # noqa: E402
+from tunedeck.cli_checks import register as _register_checks
 
 _register_checks(app)
 
 # issue 3: `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
-from tunedeck.cli_analyze import register as _register_analyze  # noqa: E402
+from tunedeck.cli_analyze import register as _register_analyze
 
 _register_analyze(app)
 

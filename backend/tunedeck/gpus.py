@@ -22,7 +22,7 @@ def _nvidia() -> list[Gpu]:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - absent or broken library: no NVIDIA GPU
+    except Exception:
         return []
     try:
         out = []
@@ -32,12 +32,12 @@ def _nvidia() -> list[Gpu]:
             out.append(Gpu(i, name.decode() if isinstance(name, bytes) else name, "nvidia",
                            int(pynvml.nvmlDeviceGetMemoryInfo(h).total)))
         return out
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -46,7 +46,7 @@ def _amd() -> list[Gpu]:
         from pyrsmi import rocml
 
         rocml.smi_initialize()
-    except Exception:  # noqa: BLE001 - absent or broken library: no AMD GPU
+    except Exception:
         return []
     try:
         out = []
@@ -54,12 +54,12 @@ def _amd() -> list[Gpu]:
             total = rocml.smi_get_device_memory_total(i)
             out.append(Gpu(i, str(rocml.smi_get_device_name(i)), "amd", int(total) if total and total > 0 else None))
         return out
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
     finally:
         try:
             rocml.smi_shutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 

@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # noqa: ANN202
+    async def lifespan(app: FastAPI):
         if why := auth.writes_are_safe(settings):
             raise RuntimeError(why)
         check_workspace(settings)

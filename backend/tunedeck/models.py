@@ -6,7 +6,8 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field as PField
+from pydantic import BaseModel, ConfigDict
+from pydantic import Field as PField
 from sqlalchemy import Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -137,7 +138,7 @@ class JobOut(BaseModel):
     output_dir: str
 
     @classmethod
-    def of(cls, job: Job) -> "JobOut":
+    def of(cls, job: Job) -> JobOut:
         return cls(
             id=job.id,
             name=job.name,
@@ -240,7 +241,7 @@ class TelemetryBatch(Strict):
     metrics: list[MetricIn] = PField([], max_length=20000)
     logs: list[LogIn] = PField([], max_length=20000)
     states: list[RunnerState] = PField([], max_length=10)
-    memory: list["MemoryIn"] = PField([], max_length=20000)  # issue 3: VRAM samples
+    memory: list[MemoryIn] = PField([], max_length=20000)  # issue 3: VRAM samples
 
 
 # ---------------------------------------------------------------- issue 6: tokens and roles

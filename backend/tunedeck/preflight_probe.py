@@ -63,7 +63,7 @@ def versions():
     for name in PACKAGES:
         try:
             out[name.replace("-", "_")] = out.get(name.replace("-", "_")) or metadata.version(name)
-        except Exception:  # noqa: BLE001
+        except Exception:
             out.setdefault(name.replace("-", "_"), None)
     return out
 
@@ -71,7 +71,7 @@ def versions():
 def torch_info():
     try:
         import torch
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return {"error": _err(e)}
     info = {
         "version": torch.__version__,
@@ -92,7 +92,7 @@ def torch_info():
                     "arch": getattr(p, "gcnArchName", None) or f"sm_{p.major}{p.minor}",
                 }
             )
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         info["error"] = _err(e)
     return info
 
@@ -102,7 +102,7 @@ def deepspeed_info():
     # torch/HIP it was built against; importing it does not import the whole of deepspeed.
     try:
         from deepspeed import git_version_info as g
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return {"error": _err(e)}
     return {
         "version": getattr(g, "version", None),
@@ -118,10 +118,10 @@ def flash_attn_info():
         return {"installed": False}
     try:
         import flash_attn
-        from flash_attn import flash_attn_func  # noqa: F401
+        from flash_attn import flash_attn_func
 
         return {"installed": True, "importable": True, "version": getattr(flash_attn, "__version__", None)}
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return {"installed": True, "importable": False, "error": _err(e)}
 
 
@@ -133,7 +133,7 @@ def smi_info():
         amdsmi.amdsmi_init()
         out["amdsmi"] = {"ok": True, "devices": len(amdsmi.amdsmi_get_processor_handles())}
         amdsmi.amdsmi_shut_down()
-    except Exception as e:  # noqa: BLE001 - KeyError without ROCm
+    except Exception as e:
         out["amdsmi"] = {"ok": False, "error": _err(e)}
     try:
         from pyrsmi import rocml
@@ -141,7 +141,7 @@ def smi_info():
         rocml.smi_initialize()
         out["pyrsmi"] = {"ok": True, "devices": int(rocml.smi_get_device_count())}
         rocml.smi_shutdown()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         out["pyrsmi"] = {"ok": False, "error": _err(e)}
     try:
         import pynvml
@@ -149,7 +149,7 @@ def smi_info():
         pynvml.nvmlInit()
         out["pynvml"] = {"ok": True, "devices": int(pynvml.nvmlDeviceGetCount())}
         pynvml.nvmlShutdown()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         out["pynvml"] = {"ok": False, "error": _err(e)}
     return out
 

@@ -34,7 +34,7 @@ def token_hash(token: str) -> str:
 
 
 class Scheduler:
-    def __init__(self, *, settings: Settings, engine: Engine, executor, writer: IngestWriter, node_gpus: int):  # noqa: ANN001
+    def __init__(self, *, settings: Settings, engine: Engine, executor, writer: IngestWriter, node_gpus: int):
         self.settings = settings
         self.engine = engine
         self.executor = executor
@@ -67,7 +67,7 @@ class Scheduler:
                     if report["jobs"]:
                         log.info("retention: rolled up %s job(s), %s → %s samples", report["jobs"],
                                  report["before"], report["after"])
-            except Exception:  # noqa: BLE001 - the scheduler must survive a bad tick
+            except Exception:
                 log.exception("scheduler tick failed")
             self._wake.wait(self.settings.scheduler_interval_s)
             self._wake.clear()

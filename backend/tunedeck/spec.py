@@ -8,17 +8,15 @@ imports it.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tunedeck import lint
 from tunedeck.config import Settings
 from tunedeck.models import JobSpec
 
@@ -47,13 +45,6 @@ def _err(loc: list[Any], msg: str) -> dict[str, Any]:
     return {"loc": loc, "msg": msg, "type": "value_error"}
 
 
-@lru_cache
-def lf_args() -> dict[str, Any]:
-    """The captured LLaMA-Factory argument table: {"args": {name: {type, choices, ...}}, "removed": {...}}."""
-    text = resources.files("tunedeck.data").joinpath("llamafactory_args.json").read_text()
-    return json.loads(text)
-
-
 def presets() -> dict[str, Path]:
     """Presets in configs/: `*.yaml` are job configs, `*.json` DeepSpeed configs; keyed by file stem."""
     return {p.stem: p for p in sorted(CONFIGS_DIR.glob("*")) if p.suffix in (".yaml", ".yml", ".json")}
@@ -64,7 +55,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
     max_depth = 32
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             raise yaml.YAMLError("YAML aliases (*name) are not accepted in job configs")
         self._depth = getattr(self, "_depth", 0) + 1
@@ -80,7 +71,7 @@ def load_yaml(text: str) -> dict[str, Any]:
     if len(text.encode()) > MAX_YAML_BYTES:
         raise SpecError([_err(["config"], f"YAML is larger than {MAX_YAML_BYTES} bytes")])
     try:
-        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as e:
         raise SpecError([_err(["config"], f"not valid YAML: {e}")]) from None
     if not isinstance(data, dict):
@@ -111,28 +102,6 @@ class Prepared:
         train_yaml = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
         ds = None if self.ds_config is None else json.dumps(self.ds_config, indent=2) + "\n"
         return train_yaml, ds
-
-
-def _check_type(key: str, value: Any, info: dict[str, Any]) -> str | None:
-    kind, choices = info.get("type", "any"), info.get("choices")
-    if value is None:
-        return None
-    if choices and kind == "enum" and str(value) not in [str(c) for c in choices]:
-        return f"must be one of {', '.join(map(str, choices))}; got {value!r}"
-    if kind == "bool" and not isinstance(value, bool):
-        if not (isinstance(value, str) and value.lower() in ("true", "false")):
-            return f"must be true or false; got {value!r}"
-    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-        if not (isinstance(value, str) and re.fullmatch(r"-?\d+", value)):
-            return f"must be an integer; got {value!r}"
-    if kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        try:
-            float(value)
-        except (TypeError, ValueError):
-            return f"must be a number; got {value!r}"
-    if kind == "str" and isinstance(value, (dict, list)):
-        return f"must be a string; got {type(value).__name__}"
-    return None
 
 
 def confine(value: str, settings: Settings) -> Path | None:
@@ -208,8 +177,6 @@ def _deepspeed(
 
 def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Prepared:
     """Check a spec against LLaMA-Factory's arguments and the node; raise SpecError listing every problem."""
-    table = lf_args()
-    known, removed = table["args"], table.get("removed", {})
     errors: list[dict[str, Any]] = []
     warnings: list[str] = []
     config = dict(spec.config)
@@ -221,15 +188,8 @@ def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Prepared:
     if "output_dir" in config:
         warnings.append(f"output_dir {config.pop('output_dir')!r} ignored: every job gets a fresh folder in its run directory")
 
-    for key, value in config.items():
-        if key in removed:
-            errors.append(_err(["config", key], f"no longer accepted by LLaMA-Factory {table['llamafactory_version']}: {removed[key]}"))
-        elif key not in known:
-            close = difflib.get_close_matches(key, known.keys(), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            errors.append(_err(["config", key], f"unknown LLaMA-Factory argument{hint}"))
-        elif (problem := _check_type(key, value, known[key])) is not None:
-            errors.append(_err(["config", key], problem))
+    # Unknown, removed and mistyped keys: the linter's table is the one source of truth.
+    errors += [lint.as_error(f) for f in lint.lint_lf_keys(config) if f["severity"] == "error"]
     for key in ("model_name_or_path", "dataset"):
         if key not in config and not (key == "dataset" and config.get("do_train") is False):
             errors.append(_err(["config", key], "is required"))

@@ -10,19 +10,29 @@ from tunedeck import auth
 from tunedeck import spec as specs
 from tunedeck.api.deps import SettingsDep
 from tunedeck.db import SessionDep
-from tunedeck.models import (JobConfigOut, JobCreated, JobOut, JobPage, JobSpec, JobStatus, LogOut, LogPage,
-                             MetricOut, MetricPage)
+from tunedeck.models import (
+    JobConfigOut,
+    JobCreated,
+    JobOut,
+    JobPage,
+    JobSpec,
+    JobStatus,
+    LogOut,
+    LogPage,
+    MetricOut,
+    MetricPage,
+)
 from tunedeck.services import jobs as service
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 Cursor = Annotated[int | None, Query(ge=0, description="cursor from the previous page's `next`")]
 
 
-def _limit(settings, limit: int | None) -> int:  # noqa: ANN001
+def _limit(settings, limit: int | None) -> int:
     return min(limit or settings.page_limit, settings.page_limit_max)
 
 
-def _created(request: Request, session, settings, spec: JobSpec) -> JobCreated:  # noqa: ANN001
+def _created(request: Request, session, settings, spec: JobSpec) -> JobCreated:
     principal = getattr(request.state, "principal", None)
     job, warnings, findings = service.create_job(session, settings=settings, spec=spec,
                                        node_gpus=request.app.state.node_gpus,

@@ -45,7 +45,7 @@ def failure_cause(lines: list[str], exit_code: int) -> str:
     return f"exited with code {exit_code}"
 
 
-def _limit_as(limit: int | None):  # noqa: ANN202
+def _limit_as(limit: int | None):
     """RLIMIT_AS for the trainer (CPU nodes): an allocation past it fails as out-of-memory."""
     if not limit:
         return None
@@ -67,11 +67,11 @@ class Runner:
         self._lock = threading.Lock()
         self._log_line = 0
         self._recent: deque[str] = deque(maxlen=200)
-        self._raw = open(run_dir / "train.log", "ab")  # noqa: SIM115 - the human log, raw bytes
+        self._raw = open(run_dir / "train.log", "ab")
         self.sampler: Sampler | None = None  # issue 3: memory of the job's own devices
 
     # ---------------------------------------------------------------- output readers
-    def _reader(self, stream: str, fd) -> None:  # noqa: ANN001
+    def _reader(self, stream: str, fd) -> None:
         splitter = LineSplitter()
         while True:
             data = os.read(fd.fileno(), 65536)
@@ -193,7 +193,7 @@ class Runner:
             return Sampler(interval_s=self.cfg.get("memory_sample_s", 1.0), polls=self.cfg.get("memory_polls", 4),
                            gpus=bool(visible), visible=visible, bus_ids=self.cfg.get("bus_ids"),
                            root_pid=trainer_pid).start()
-        except Exception as e:  # noqa: BLE001 - telemetry never stops training
+        except Exception as e:
             self.note(f"memory sampler not started: {e}")
             return None
 
@@ -219,7 +219,7 @@ def cli() -> None:
         sys.exit("usage: python -m tunedeck.runner RUN_DIR")
     runner = Runner(Path(sys.argv[1]).resolve())
 
-    def on_signal(signum, _frame) -> None:  # noqa: ANN001
+    def on_signal(signum, _frame) -> None:
         runner.cancel.set()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -123,7 +123,7 @@ class Broadcaster:
                 if self._seen_alert is None:
                     self._seen_alert = conn.execute(text("SELECT coalesce(max(id), 0) FROM alerts")).scalar_one()
                 alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a"), {"a": self._seen_alert}).all()
-            except Exception:  # noqa: BLE001 - no alerts table before its migration
+            except Exception:
                 conn.rollback()
         if rows:
             self._seen_seq = max(r[0] for r in rows)

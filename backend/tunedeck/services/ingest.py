@@ -160,17 +160,17 @@ class IngestWriter:
                         apply_batch(conn, job_id, batch)
                 for *_, fut in group:
                     fut.set_result(None)
-            except Exception:  # noqa: BLE001 - one bad batch must not fail its neighbours
+            except Exception:
                 for job_id, batch, fut in group:
                     try:
                         with self.engine.begin() as conn:
                             apply_batch(conn, job_id, batch)
                         fut.set_result(None)
-                    except Exception as e:  # noqa: BLE001 - the waiting request gets the error
+                    except Exception as e:
                         fut.set_exception(e)
             jobs = {job_id for job_id, _, _ in group}
             for listener in self.listeners:
                 try:
                     listener(jobs)
-                except Exception:  # noqa: BLE001 - a listener never stops ingest
+                except Exception:
                     pass

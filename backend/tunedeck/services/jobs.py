@@ -83,7 +83,7 @@ def list_jobs(session: Session, *, status: JobStatus | None, after: int | None,
     return jobs, (jobs[-1].id if more else None)
 
 
-def _page(session: Session, model, *, job_id: int, after: int | None, limit: int):  # noqa: ANN001
+def _page(session: Session, model, *, job_id: int, after: int | None, limit: int):
     get_job(session, job_id)
     q = select(model).where(model.job_id == job_id).order_by(col(model.id)).limit(limit)
     if after is not None:
@@ -101,7 +101,7 @@ def log_page(session: Session, *, job_id: int, after: int | None, limit: int):
     return _page(session, LogLine, job_id=job_id, after=after, limit=limit)
 
 
-def request_cancel(session: Session, *, job_id: int, executor) -> Job:  # noqa: ANN001
+def request_cancel(session: Session, *, job_id: int, executor) -> Job:
     """Queued jobs end at once; running ones get the graceful stop through their runner."""
     job = get_job(session, job_id)
     if job.status.finished:

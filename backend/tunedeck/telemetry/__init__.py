@@ -21,7 +21,7 @@ def open_backend(*, gpus: bool = True, root_pid: int | None = None):
                 return backend, None
             except BackendAbsent as e:
                 reasons.append(str(e))
-            except Exception as e:  # noqa: BLE001 - a library that breaks in a new way is absent too
+            except Exception as e:
                 reasons.append(f"{cls.name}: {type(e).__name__}: {e}")
     else:
         reasons.append("the job runs on the CPU")

@@ -26,7 +26,7 @@ class NvidiaBackend:
             import pynvml
 
             pynvml.nvmlInit()
-        except Exception as e:  # noqa: BLE001 - missing library or driver
+        except Exception as e:
             raise BackendAbsent(f"pynvml: {type(e).__name__}: {e}") from None
         self._nv = pynvml
         try:
@@ -36,7 +36,7 @@ class NvidiaBackend:
                 self._handles[i] = h
                 self._names[i] = _text(pynvml.nvmlDeviceGetName(h))
                 self._bus[i] = norm_bus_id(_text(pynvml.nvmlDeviceGetPciInfo(h).busId))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.close()
             raise BackendAbsent(f"pynvml: {type(e).__name__}: {e}") from None
         if not self._handles:
@@ -52,7 +52,7 @@ class NvidiaBackend:
     def _try(self, fn: str, *args: Any) -> Any:
         try:
             return getattr(self._nv, fn)(*args)
-        except Exception:  # noqa: BLE001 - not supported on this board: unknown
+        except Exception:
             return None
 
     def read(self, indices: list[int] | None = None) -> list[Reading]:

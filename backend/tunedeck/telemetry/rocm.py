@@ -18,7 +18,7 @@ def _amdsmi() -> Any | None:
         import amdsmi
 
         return amdsmi
-    except Exception:  # noqa: BLE001 - KeyError without ROCm; optional extra either way
+    except Exception:
         return None
 
 
@@ -38,7 +38,7 @@ class RocmBackend:
             from pyrsmi import rocml
 
             rocml.smi_initialize()
-        except Exception as e:  # noqa: BLE001 - missing library or driver
+        except Exception as e:
             raise BackendAbsent(f"pyrsmi: {type(e).__name__}: {e}") from None
         self._rocml = rocml
         n = rocml.smi_get_device_count()
@@ -49,7 +49,7 @@ class RocmBackend:
         if self._amd is not None:
             try:  # pyrsmi already initialised it; we only borrow its handles
                 self._handles = list(self._amd.amdsmi_get_processor_handles())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self._amd, self._handles = None, []
         for i in range(n):
             self._names[i] = rocml.smi_get_device_name(i) or None
@@ -63,7 +63,7 @@ class RocmBackend:
             return None
         try:
             return getattr(self._amd, fn)(self._handles[i], *args)
-        except Exception:  # noqa: BLE001 - an unsupported query is "unknown"
+        except Exception:
             return None
 
     def close(self) -> None:
@@ -79,7 +79,7 @@ class RocmBackend:
         try:
             sensor = amd.AmdSmiTemperatureType.EDGE
             metric = amd.AmdSmiTemperatureMetric.CURRENT
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
         return num(self._amd_call("amdsmi_get_temp_metric", i, sensor, metric))
 
@@ -88,7 +88,7 @@ class RocmBackend:
         for p in self._amd_call("amdsmi_get_gpu_process_list", i) or ():
             try:
                 out[int(p["pid"])] = int(p["memory_usage"]["vram_mem"])
-            except Exception:  # noqa: BLE001 - a process entry we cannot read
+            except Exception:
                 continue
         return out
 

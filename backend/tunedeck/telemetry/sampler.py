@@ -73,7 +73,7 @@ class Sampler:
                         for r in backend.read(self.indices):
                             if r.index not in best or r.used_bytes > best[r.index].used_bytes:
                                 best[r.index] = r
-                    except Exception:  # noqa: BLE001 - one failed poll is a gap, not a crash
+                    except Exception:
                         pass
                     nxt += step
                     if self._stop.wait(max(0.0, nxt - time.monotonic())):
