@@ -8,7 +8,26 @@ export class ApiError extends Error {
   }
 }
 
-export function token() { return localStorage.getItem("tunedeck.token") || ""; }
+// A server with closed reads or writes wants a bearer token: asked once, kept for this browser session.
+export function token() { return sessionStorage.getItem("tunedeck.token") || ""; }
+
+function askToken(status) {
+  const t = window.prompt(status === 403
+    ? "Your token may not do this. Paste another tunedeck token:"
+    : "This tunedeck server needs a token (`tunedeck token create`). Paste it:");
+  if (t && t.trim()) sessionStorage.setItem("tunedeck.token", t.trim());
+  return !!(t && t.trim());
+}
+
+async function send(url, init = {}) {
+  const used = token();
+  let r = await fetch(url, { ...init, headers: headers(init.headers) });
+  // Several requests of one page may fail together: only the first asks, the rest use its answer.
+  if ((r.status === 401 || r.status === 403) && (token() !== used || askToken(r.status))) {
+    r = await fetch(url, { ...init, headers: headers(init.headers) });
+  }
+  return handle(r);
+}
 
 function headers(extra = {}) {
   const t = token();
@@ -26,16 +45,15 @@ async function handle(r) {
 export async function get(path, params = {}) {
   const q = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== null && v !== undefined && v !== ""));
   const url = q.toString() ? `${path}?${q}` : path;
-  return handle(await fetch(url, { headers: headers() }));
+  return send(url);
 }
 
 export async function post(path, body, { yaml = false } = {}) {
-  const r = await fetch(path, {
+  return send(path, {
     method: "POST",
-    headers: headers({ "Content-Type": yaml ? "application/yaml" : "application/json" }),
+    headers: { "Content-Type": yaml ? "application/yaml" : "application/json" },
     body: yaml ? body : JSON.stringify(body ?? {}),
   });
-  return handle(r);
 }
 
 // An endpoint another part of the server may not offer yet: null instead of an error on 404/405.
@@ -54,7 +72,10 @@ export function streamUrl(params) {
 
 // One EventSource per page. The browser reconnects by itself and sends Last-Event-ID, so the
 // server resumes exactly after the last event we got.
-export function live(params, handlers, indicator) {
+export async function live(params, handlers, indicator) {
+  // An EventSource cannot report a 401: on a server with closed reads, one plain request first
+  // makes the page ask for the token.
+  if (!token()) await get("/api/stream/cursor").catch(() => {});
   const es = new EventSource(streamUrl(params));
   const mark = (on) => { if (indicator) { indicator.className = `live ${on ? "on" : "off"}`; indicator.textContent = on ? "live" : "reconnecting…"; } };
   es.onopen = () => mark(true);

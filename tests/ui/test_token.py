@@ -1,0 +1,31 @@
+"""A server with closed reads: the page asks for a token once and keeps it for the session."""
+
+from __future__ import annotations
+
+from tests.conftest import demo_config
+from tests.security.test_auth import token
+from tests.ui.conftest import shot
+
+
+def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
+    wall = token(tmp_path / "ws", "wall", "viewer")
+    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    admin = token(tmp_path / "ws", "root", "admin")
+    r = server.api.post("/api/jobs", json={"name": "held", "config": demo_config(assets)},
+                        headers={"Authorization": f"Bearer {admin}"})
+    assert r.status_code == 201
+    asked: list[str] = []
+
+    def answer(dialog):  # noqa: ANN001
+        asked.append(dialog.message)
+        dialog.accept(wall)
+
+    page.on("dialog", answer)
+    page.goto(f"{server.url}/jobs/1")  # a page that sends several requests at once asks only once
+    page.wait_for_selector('#status [data-status="queued"]', timeout=30_000)
+    page.goto(f"{server.url}/")
+    page.locator('tr[data-job="1"]').wait_for(timeout=30_000)
+    assert len(asked) == 1 and "token" in asked[0]
+    assert len(asked) == 1
+    assert page.evaluate("sessionStorage.getItem('tunedeck.token')") == wall
+    shot(page, "jobs-page-with-token")
