@@ -29,3 +29,19 @@ def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
     assert len(asked) == 1
     assert page.evaluate("sessionStorage.getItem('tunedeck.token')") == wall
     shot(page, "jobs-page-with-token")
+
+
+def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
+    """A hostile line in a job's output is text on the page, never markup."""
+    import sqlite3
+
+    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
+    job = server.submit({"name": "held", "config": demo_config(assets)})
+    evil = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+    with sqlite3.connect(server.workspace / "tunedeck.db") as db:
+        db.execute("INSERT INTO log_lines (job_id, line, t, stream, text) VALUES (?, 0, 1.0, 'stderr', ?)",
+                   (job["id"], evil))
+    page.goto(f"{server.url}/jobs/{job['id']}")
+    page.wait_for_function("document.querySelector('#logs').textContent.includes('onerror')", timeout=30_000)
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("#logs img, #logs b").count() == 0
