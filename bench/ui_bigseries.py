@@ -27,7 +27,7 @@ def fill(db: Path, n: int) -> int:
     t0 = time.time() - n
     cur = con.execute(
         "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at, last_batch_seq,"
-        " current_steps, total_steps, percentage) VALUES ('big', 'succeeded', 1, '{}', 'stage: sft\n', '/tmp', '/tmp',"
+        " current_steps, total_steps, percentage) VALUES ('big', 'succeeded', 1, '{}', 'stage: sft\n', '', '',"
         " '2026-01-01 00:00:00', -1, ?, ?, 100.0)", (n, n))
     job = cur.lastrowid
     rnd = random.Random(0)

@@ -117,13 +117,18 @@ def request_cancel(session: Session, *, job_id: int, executor) -> Job:
     return job
 
 
-def run_files(job: Job) -> list[dict]:
-    """The files a job's output folder holds (adapter, checkpoints, trainer_log.jsonl, ...)."""
+def run_files(job: Job, *, limit: int = 1000) -> list[dict]:
+    """The files a job's output folder holds (adapter, checkpoints, trainer_log.jsonl, ...), at most `limit`."""
     out = Path(job.output_dir)
-    if not out.is_dir():
+    if not job.output_dir or not out.is_dir():
         return []
-    return [{"path": str(p.relative_to(out)), "bytes": p.stat().st_size}
-            for p in sorted(out.rglob("*")) if p.is_file()]
+    files = []
+    for p in out.rglob("*"):
+        if p.is_file():
+            files.append({"path": str(p.relative_to(out)), "bytes": p.stat().st_size})
+            if len(files) >= limit:  # a folder of shards must not become a megabyte answer
+                break
+    return sorted(files, key=lambda f: f["path"])
 
 
 def spec_of(job: Job) -> dict:
