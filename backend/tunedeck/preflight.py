@@ -48,6 +48,16 @@ def _check(name: str, status: str, detail: str, fix: str = "") -> dict[str, str]
     return {"name": name, "status": status, "detail": detail, "fix": fix}
 
 
+def _version_check(name: str, *, have: str | None, want: str | None, pin: str) -> dict:
+    """A package the key tables were captured from: missing fails, another version warns."""
+    if not have:
+        return _check(name, "fail", f"{name} is not installed", f"pip install {name}{pin}")
+    if have == want:
+        return _check(name, "ok", f"{name} {have}")
+    return _check(name, "warn", f"{name} {have}; tunedeck's key table was captured from {want}",
+                  "re-run scripts/capture_lf_args.py with this environment")
+
+
 def _arch(a: str | None) -> str:
     return (a or "").split(":")[0]  # "gfx90a:sramecc+:xnack-" → "gfx90a"
 
@@ -215,41 +225,8 @@ def evaluate(raw: dict[str, Any]) -> dict[str, Any]:
         )
 
     lf_want, tf_want = lf_table()["llamafactory_version"], lf_table().get("transformers_version")
-    if not v.get("llamafactory"):
-        checks.append(
-            _check(
-                "llamafactory",
-                "fail",
-                "llamafactory is not installed",
-                f"pip install llamafactory=={lf_want}",
-            )
-        )
-    else:
-        same = v["llamafactory"] == lf_want
-        checks.append(
-            _check(
-                "llamafactory",
-                "ok" if same else "warn",
-                f"llamafactory {v['llamafactory']}"
-                + ("" if same else f"; tunedeck's key table was captured from {lf_want}"),
-                "" if same else "re-run scripts/capture_lf_args.py with this environment",
-            )
-        )
-    if not v.get("transformers"):
-        checks.append(
-            _check("transformers", "fail", "transformers is not installed", "pip install transformers")
-        )
-    else:
-        same = v["transformers"] == tf_want
-        checks.append(
-            _check(
-                "transformers",
-                "ok" if same else "warn",
-                f"transformers {v['transformers']}"
-                + ("" if same else f"; the key table was captured with {tf_want}"),
-                "" if same else "re-run scripts/capture_lf_args.py with this environment",
-            )
-        )
+    for name, want, pin in (("llamafactory", lf_want, f"=={lf_want}"), ("transformers", tf_want, "")):
+        checks.append(_version_check(name, have=v.get(name), want=want, pin=pin))
 
     fa = raw.get("flash_attn") or {}
     if not fa.get("installed"):
