@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
-from tunedeck import __version__, auth, gpus
+from tunedeck import __version__, auth
 from tunedeck.api import alerts as alerts_api
 from tunedeck.api import checks, jobs, preflight, series, stream, system, telemetry, ui
 from tunedeck.api import memory as memory_api
@@ -29,6 +29,7 @@ from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.spec import SpecError
+from tunedeck.telemetry import detect_gpus
 
 
 def check_workspace(settings: Settings) -> None:
@@ -52,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         check_workspace(settings)
         engine = make_engine(settings.db_path)
         upgrade(engine)
-        node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(gpus.detect())
+        node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
         writer = IngestWriter(engine)
         executor = LocalExecutor(settings)
         scheduler = Scheduler(settings=settings, engine=engine, executor=executor, writer=writer,

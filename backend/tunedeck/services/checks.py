@@ -11,10 +11,11 @@ from sqlalchemy import inspect, text
 from sqlmodel import Session, select
 
 from tunedeck import estimate as est
-from tunedeck import gpus, lint, preflight
+from tunedeck import lint, preflight
 from tunedeck import spec as specs
 from tunedeck.config import Settings
 from tunedeck.models import EstimateCalibration, Job, JobSpec, MetricPoint
+from tunedeck.telemetry import detect_gpus
 
 GiB = 2**30
 
@@ -182,7 +183,7 @@ def calibration(session: Session) -> list[dict[str, Any]]:
 
 def node_device_total(node_gpus: int) -> int | None:
     """The smallest GPU of this node (what a job must fit in); None on a CPU node."""
-    return device_total(gpus.detect()) if node_gpus else None
+    return device_total(detect_gpus()[2]) if node_gpus else None
 
 
 def device_total(node_gpus_info: list[Any]) -> int | None:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from tunedeck.models import Job, JobStatus
-from tunedeck.telemetry import open_backend
+from tunedeck.telemetry import detect_gpus
 
 
 class NodeInventory:
@@ -23,18 +23,11 @@ class NodeInventory:
         self._at = -1e9
         self._reading: tuple[str, str | None, list] = ("cpu", None, [])
 
-    def _read(self) -> tuple[str, str | None, list]:
-        backend, reason = open_backend(gpus=True)
-        try:
-            return backend.name, reason, backend.devices() if backend.name != "cpu" else []
-        finally:
-            backend.close()
-
     def nodes(self) -> list[dict[str, Any]]:
         with self._lock:
             if time.monotonic() - self._at > self.cache_s:
                 try:
-                    self._reading = self._read()
+                    self._reading = detect_gpus()
                 except Exception as e:
                     self._reading = ("cpu", f"{type(e).__name__}: {e}", [])
                 self._at = time.monotonic()

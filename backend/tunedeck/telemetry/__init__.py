@@ -7,7 +7,7 @@ from tunedeck.telemetry.cpu import CpuBackend
 from tunedeck.telemetry.nvidia import NvidiaBackend
 from tunedeck.telemetry.rocm import RocmBackend
 
-__all__ = ["BackendAbsent", "Reading", "open_backend", "select"]
+__all__ = ["BackendAbsent", "Reading", "detect_gpus", "open_backend", "select"]
 
 
 def open_backend(*, gpus: bool = True, root_pid: int | None = None):
@@ -28,6 +28,15 @@ def open_backend(*, gpus: bool = True, root_pid: int | None = None):
     cpu = CpuBackend(root_pid)
     cpu.open()
     return cpu, "; ".join(reasons)
+
+
+def detect_gpus() -> tuple[str, str | None, list[Reading]]:
+    """This host's GPUs: (backend name, why GPUs are absent, one reading per device)."""
+    backend, reason = open_backend(gpus=True)
+    try:
+        return backend.name, reason, backend.devices() if backend.name != "cpu" else []
+    finally:
+        backend.close()
 
 
 def select(readings: list[Reading], *, visible: list[int], bus_ids: list[str] | None = None) -> list[int]:
