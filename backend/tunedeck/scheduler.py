@@ -67,7 +67,7 @@ class Scheduler:
                     if report["jobs"]:
                         log.info("retention: rolled up %s job(s), %s → %s samples", report["jobs"],
                                  report["before"], report["after"])
-            except Exception:
+            except Exception:  # the scheduler must survive a bad tick
                 log.exception("scheduler tick failed")
             self._wake.wait(self.settings.scheduler_interval_s)
             self._wake.clear()

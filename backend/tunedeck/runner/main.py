@@ -67,7 +67,7 @@ class Runner:
         self._lock = threading.Lock()
         self._log_line = 0
         self._recent: deque[str] = deque(maxlen=200)
-        self._raw = open(run_dir / "train.log", "ab")
+        self._raw = open(run_dir / "train.log", "ab")  # the human log, raw bytes; open for the run
         self.sampler: Sampler | None = None  # issue 3: memory of the job's own devices
 
     # ---------------------------------------------------------------- output readers

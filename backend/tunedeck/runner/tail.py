@@ -23,7 +23,7 @@ class JsonlTail:
     def read(self) -> list[str]:
         if self._fh is None:
             try:
-                self._fh = open(self.path, "rb")
+                self._fh = open(self.path, "rb")  # kept open between reads
             except FileNotFoundError:
                 return []
             self._inode = os.fstat(self._fh.fileno()).st_ino

@@ -160,17 +160,17 @@ class IngestWriter:
                         apply_batch(conn, job_id, batch)
                 for *_, fut in group:
                     fut.set_result(None)
-            except Exception:
+            except Exception:  # one bad batch must not fail its neighbours
                 for job_id, batch, fut in group:
                     try:
                         with self.engine.begin() as conn:
                             apply_batch(conn, job_id, batch)
                         fut.set_result(None)
-                    except Exception as e:
+                    except Exception as e:  # the waiting request gets the error
                         fut.set_exception(e)
             jobs = {job_id for job_id, _, _ in group}
             for listener in self.listeners:
                 try:
                     listener(jobs)
-                except Exception:
+                except Exception:  # a listener never stops ingest
                     pass
