@@ -32,7 +32,7 @@ def make_engine(db_path: Path) -> Engine:
     return engine
 
 
-def upgrade(engine: Engine, revision: str = "heads") -> None:
+def upgrade(engine: Engine, revision: str = "head") -> None:
     """Apply Alembic migrations: the schema is owned by `migrations/`, never by create_all."""
     from alembic import command
     from alembic.config import Config

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic import Field as PField
-from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -59,7 +59,7 @@ class Job(SQLModel, table=True):
     runner_started: float | None = None  # psutil create_time, guards against PID reuse
     trainer_pid: int | None = None
     runner_token_hash: str | None = None
-    last_batch_seq: int = -1
+    last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
     estimate: str | None = Field(default=None, sa_column=Column(Text))  # issue 5: VRAM estimate, JSON
 
 
@@ -67,7 +67,8 @@ class MetricPoint(SQLModel, table=True):
     """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
 
     __tablename__ = "metric_points"
-    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_metric_job_line"),)
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
+                      Index("ix_metric_job_step", "job_id", "step"))
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
@@ -96,6 +97,18 @@ class LogLine(SQLModel, table=True):
     t: float
     stream: str  # stdout | stderr | runner
     text: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class JobChange(SQLModel, table=True):
+    """The newest change of each job, written only by SQLite triggers on `jobs` (see migration 0004_ui).
+
+    AUTOINCREMENT so a `seq` is never reused: streams page job changes by it."""
+
+    __tablename__ = "job_changes"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    seq: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(unique=True)
 
 
 # ---------------------------------------------------------------- API schemas
@@ -275,8 +288,8 @@ class MemorySample(SQLModel, table=True):
     line: int  # the runner's per-job sample sequence number
     t: float
     gpu: int  # device index on the node; -1 = host memory (cpu backend)
-    used_bytes: int
-    total_bytes: int | None = None
+    used_bytes: int = Field(sa_type=BigInteger)
+    total_bytes: int | None = Field(default=None, sa_type=BigInteger)
     util: float | None = None
     power_w: float | None = None
     temp_c: float | None = None
@@ -371,8 +384,8 @@ class EstimateCalibration(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
     gpu_kind: str  # the device name from the SMI, or "cpu"
-    predicted_bytes: int
-    measured_bytes: int
+    predicted_bytes: int = Field(sa_type=BigInteger)
+    measured_bytes: int = Field(sa_type=BigInteger)
     source: str  # memory_samples | vram_reserved
     ratio: float  # measured / predicted
     created_at: datetime = Field(default_factory=utcnow)
@@ -393,6 +406,6 @@ class MemoryRollup(SQLModel, table=True):
     t0: float
     t1: float
     n: int
-    min_bytes: int
-    max_bytes: int
+    min_bytes: int = Field(sa_type=BigInteger)
+    max_bytes: int = Field(sa_type=BigInteger)
     mean_bytes: float

@@ -1,14 +1,14 @@
 """Memory samples from the runners' samplers, and alerts (issue 3).
 
 Revision ID: 0002
-Revises: 0001
+Revises: 0003
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
-down_revision = "0001"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -1,21 +1,20 @@
 """The VRAM estimate stored with each job, and predicted-vs-measured peaks per GPU kind (issue 5).
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    # A plain ALTER TABLE ADD COLUMN, not a batch table copy: a copy would drop the triggers other
-    # migrations put on `jobs`.
+    # A plain ALTER TABLE ADD COLUMN, not a batch table copy: a copy of `jobs` would lose any triggers on it.
     op.add_column("jobs", sa.Column("estimate", sa.Text, nullable=True))
     op.create_table(
         "estimate_calibrations",

@@ -6,14 +6,14 @@ Every INSERT/UPDATE of a job replaces that job's row here with a fresh AUTOINCRE
 scheduler, cancel, ingest progress. One row per job: the table stays as small as `jobs`.
 
 Revision ID: 0004_ui
-Revises: 0001
+Revises: 0002
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0004_ui"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
@@ -37,6 +37,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_metric_job_step", "metric_points")
-    op.execute("DROP TRIGGER IF EXISTS job_changes_insert")
-    op.execute("DROP TRIGGER IF EXISTS job_changes_update")
+    op.execute("DROP TRIGGER job_changes_insert")
+    op.execute("DROP TRIGGER job_changes_update")
     op.drop_table("job_changes")

@@ -1,14 +1,14 @@
 """Per-interval memory rollups for retention (issue 6).
 
 Revision ID: 0006
-Revises: 0002
+Revises: 0004_ui
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0002"
+down_revision = "0004_ui"
 branch_labels = None
 depends_on = None
 
