@@ -24,7 +24,6 @@ from tunedeck.scheduler import Scheduler
 from tunedeck.services import notify
 from tunedeck.services.alerts import AlertEngine
 from tunedeck.services.events import Broadcaster
-from tunedeck.services.feed import Tables
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
 from tunedeck.services.nodes import NodeInventory
@@ -61,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
         # Live streams: woken by the ingest writer after each commit, and by a watcher of job changes.
-        app.state.events, app.state.tables = Broadcaster(engine, poll_s=settings.stream_poll_s), Tables(engine)
+        app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
         writer.listeners.append(app.state.events.notify)
         app.state.events.start()
         app.state.notifier = notify.start(settings, engine)

@@ -24,17 +24,17 @@ def _cursor(last_event_id: str | None, cursor: str | None) -> feed.Cursor:
 
 async def _follow(request: Request, job: int | None, cur: feed.Cursor):
     state = request.app.state
-    settings, engine, hub, tables = state.settings, state.engine, state.events, state.tables
+    settings, engine, hub = state.settings, state.engine, state.events
     limit = settings.stream_batch_max
     while True:
         ticket, since = hub.ticket(job or TEAM), hub.generation
         key = (job or TEAM, str(cur))
         if job is None:
-            events, cur = await hub.shared(key, since, lambda c=cur: feed.team_events(engine, tables, c, limit=limit))
+            events, cur = await hub.shared(key, since, lambda c=cur: feed.team_events(engine, c, limit=limit))
             more = bool(events)
         else:
             events, cur, more = await hub.shared(
-                key, since, lambda c=cur: feed.job_events(engine, tables, job, c, limit=limit))
+                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit))
         for ev in events:
             yield ev.sse()
         if not more:
@@ -51,7 +51,7 @@ async def stream(
     """Server-Sent Events after a cursor: `job`, `metrics`, `logs`, `memory`, `alerts` (or `jobs`)."""
     cur = _cursor(last_event_id, cursor)
     if job is not None and not await anyio.to_thread.run_sync(
-            lambda: feed.job_rows(request.app.state.engine, request.app.state.tables, [job])):
+            lambda: feed.job_rows(request.app.state.engine, [job])):
         raise HTTPException(status_code=404, detail=f"job {job} not found")
     return EventSourceResponse(_follow(request, job, cur), ping=request.app.state.settings.stream_ping_s,
                                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
@@ -60,4 +60,4 @@ async def stream(
 @router.get("/cursor")
 def now(request: Request) -> dict:
     """The cursor of the newest rows: load history up to it, then stream from it."""
-    return {"cursor": str(feed.current_cursor(request.app.state.engine, request.app.state.tables))}
+    return {"cursor": str(feed.current_cursor(request.app.state.engine))}

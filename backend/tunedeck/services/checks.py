@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import inspect, text
+from sqlalchemy import text
 from sqlmodel import Session, select
 
 from tunedeck import estimate as est
@@ -110,24 +110,19 @@ def estimate_for_job(
         return None
 
 
-def _has_table(session: Session, name: str) -> bool:
-    return inspect(session.get_bind()).has_table(name)
-
-
 def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     """The job's measured peak per GPU: sampled device memory if recorded, else LLaMA-Factory's
     `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in."""
-    if _has_table(session, "memory_samples"):
-        row = session.execute(
-            text(
-                "SELECT gpu, MAX(used_bytes), MAX(name) FROM memory_samples WHERE job_id = :j "
-                "GROUP BY gpu ORDER BY MAX(used_bytes) DESC LIMIT 1"
-            ),
-            {"j": job.id},
-        ).first()
-        if row is not None and row[1]:
-            kind = "cpu" if row[0] == -1 else (row[2] or "gpu")
-            return {"bytes": int(row[1]), "source": "memory_samples", "gpu_kind": kind}
+    row = session.execute(
+        text(
+            "SELECT gpu, MAX(used_bytes), MAX(name) FROM memory_samples WHERE job_id = :j "
+            "GROUP BY gpu ORDER BY MAX(used_bytes) DESC LIMIT 1"
+        ),
+        {"j": job.id},
+    ).first()
+    if row is not None and row[1]:
+        kind = "cpu" if row[0] == -1 else (row[2] or "gpu")
+        return {"bytes": int(row[1]), "source": "memory_samples", "gpu_kind": kind}
     peak = session.exec(
         select(MetricPoint.vram_reserved)
         .where(MetricPoint.job_id == job.id)

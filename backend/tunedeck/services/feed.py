@@ -4,7 +4,6 @@ The cursor names the last row of every kind a client holds: `m<metric id>-l<log 
 sample id>-a<alert id>-j<job change seq>`. Each event carries the whole cursor as its SSE id, so
 a browser reconnecting with Last-Event-ID resumes exactly after what it received: row ids only
 grow (one SQLite writer at a time), hence no gaps and no duplicates, and no buffer in memory.
-Tables from other migrations (memory_samples, alerts) are used only once they exist.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import time
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, text
 from sqlmodel import Session, col, select
 
 from tunedeck.models import Job, JobOut
@@ -60,26 +59,11 @@ class Event:
         return {"event": self.event, "id": self.id, "data": json.dumps(self.data, default=str)}
 
 
-class Tables:
-    """Remembers which optional tables exist; re-checks a missing one at most every few seconds."""
-
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self._present: set[str] = set()
-        self._checked = 0.0
-
-    def has(self, name: str) -> bool:
-        if name not in self._present and time.monotonic() - self._checked > 5:
-            self._checked = time.monotonic()
-            self._present |= set(inspect(self.engine).get_table_names())
-        return name in self._present
-
-
 def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
     return [dict(r._mapping) for r in conn.execute(text(sql), params)]
 
 
-def job_extras(conn: Connection, tables: Tables, job_id: int) -> dict:
+def job_extras(conn: Connection, job_id: int) -> dict:
     """The jobs page's columns beyond JobOut: last loss, peak VRAM of the job, open alerts."""
     out: dict[str, Any] = {"last_loss": None, "peak_vram_bytes": None, "total_vram_bytes": None,
                            "open_alerts": 0, "alert_severity": None}
@@ -87,21 +71,19 @@ def job_extras(conn: Connection, tables: Tables, job_id: int) -> dict:
     out["last_loss"] = conn.execute(text(
         "SELECT loss FROM metric_points WHERE job_id=:j AND loss IS NOT NULL ORDER BY line DESC LIMIT 1"),
         {"j": job_id}).scalar()
-    if tables.has("memory_samples"):
-        row = conn.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"),
-                           {"j": job_id}).one()
-        out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
-    if tables.has("alerts"):
-        rows = conn.execute(text("SELECT severity, count(*) FROM alerts WHERE job_id=:j AND open GROUP BY severity"),
-                            {"j": job_id}).all()
-        out["open_alerts"] = sum(r[1] for r in rows)
-        sev = {r[0] for r in rows}
-        out["alert_severity"] = next((s for s in ("critical", "error", "warning", "info") if s in sev),
-                                     next(iter(sev), None))
+    row = conn.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"),
+                       {"j": job_id}).one()
+    out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
+    rows = conn.execute(text("SELECT severity, count(*) FROM alerts WHERE job_id=:j AND open GROUP BY severity"),
+                        {"j": job_id}).all()
+    out["open_alerts"] = sum(r[1] for r in rows)
+    sev = {r[0] for r in rows}
+    out["alert_severity"] = next((s for s in ("critical", "error", "warning", "info") if s in sev),
+                                 next(iter(sev), None))
     return out
 
 
-def job_rows(engine: Engine, tables: Tables, job_ids: list[int], *, seq: int | None = None) -> list[dict]:
+def job_rows(engine: Engine, job_ids: list[int], *, seq: int | None = None) -> list[dict]:
     """Jobs as the pages show them: JobOut plus the extras.
 
     With `seq` (one job at that change), the row is shared for a second by every stream that asks:
@@ -112,7 +94,7 @@ def job_rows(engine: Engine, tables: Tables, job_ids: list[int], *, seq: int | N
     with Session(engine) as session:
         jobs = list(session.exec(select(Job).where(col(Job.id).in_(job_ids))))
         conn = session.connection()
-        by_id = {j.id: {**JobOut.of(j).model_dump(mode="json"), **job_extras(conn, tables, j.id)} for j in jobs}
+        by_id = {j.id: {**JobOut.of(j).model_dump(mode="json"), **job_extras(conn, j.id)} for j in jobs}
     rows = [by_id[i] for i in job_ids if i in by_id]
     if key is not None and rows:
         _ROWS[key] = (time.monotonic(), rows[0])
@@ -121,17 +103,15 @@ def job_rows(engine: Engine, tables: Tables, job_ids: list[int], *, seq: int | N
     return rows
 
 
-def team_events(engine: Engine, tables: Tables, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor]:
+def team_events(engine: Engine, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor]:
     """Jobs changed after the cursor, or with alerts newer than it: one `jobs` event, current rows."""
     cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
     with engine.connect() as conn:
         changes = conn.execute(text("SELECT seq, job_id FROM job_changes WHERE seq > :s ORDER BY seq LIMIT :n"),
                                {"s": cur.j, "n": limit}).all()
-        alerts = []
-        if tables.has("alerts"):
-            # A new alert changes a row's badge without touching the job itself.
-            alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a ORDER BY id LIMIT :n"),
-                                  {"a": cur.a, "n": limit}).all()
+        # A new alert changes a row's badge without touching the job itself.
+        alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a ORDER BY id LIMIT :n"),
+                              {"a": cur.a, "n": limit}).all()
     if not changes and not alerts:
         return [], cur
     if changes:
@@ -139,12 +119,11 @@ def team_events(engine: Engine, tables: Tables, cur: Cursor, *, limit: int) -> t
     if alerts:
         cur.a = alerts[-1][0]
     ids = list(dict.fromkeys([c[1] for c in changes] + [a[1] for a in alerts]))
-    rows = job_rows(engine, tables, ids)
+    rows = job_rows(engine, ids)
     return [Event("jobs", rows, str(cur))], cur
 
 
-def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
-               limit: int) -> tuple[list[Event], Cursor, bool]:
+def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor, bool]:
     """One job's new rows after the cursor; `more` when a kind hit the limit and another read is due."""
     cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
     events: list[Event] = []
@@ -157,11 +136,9 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
             ("metrics", "m", ("SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
                               "vram_allocated, vram_reserved FROM metric_points")),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
+            ("memory", "s", "SELECT * FROM memory_samples"),
+            ("alerts", "a", "SELECT * FROM alerts"),
         ]
-        if tables.has("memory_samples"):
-            kinds.append(("memory", "s", "SELECT * FROM memory_samples"))
-        if tables.has("alerts"):
-            kinds.append(("alerts", "a", "SELECT * FROM alerts"))
         batches = []
         for name, letter, sql in kinds:
             after = getattr(cur, letter)
@@ -176,7 +153,7 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
             batches.append((name, letter, rows))
     if seq is not None:
         cur.j = seq
-        for row in job_rows(engine, tables, [job_id], seq=seq):  # none if the job was just deleted
+        for row in job_rows(engine, [job_id], seq=seq):  # none if the job was just deleted
             events.append(Event("job", row, str(cur)))
     for name, letter, rows in batches:
         if rows:
@@ -185,7 +162,7 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
     return events, cur, more
 
 
-def current_cursor(engine: Engine, tables: Tables) -> Cursor:
+def current_cursor(engine: Engine) -> Cursor:
     """The newest row of every kind: a client that loaded history up to now streams from here."""
     with engine.connect() as conn:
         def top(sql: str) -> int:
@@ -194,7 +171,7 @@ def current_cursor(engine: Engine, tables: Tables) -> Cursor:
         return Cursor(
             m=top("SELECT max(id) FROM metric_points"),
             l=top("SELECT max(id) FROM log_lines"),
-            s=top("SELECT max(id) FROM memory_samples") if tables.has("memory_samples") else 0,
-            a=top("SELECT max(id) FROM alerts") if tables.has("alerts") else 0,
+            s=top("SELECT max(id) FROM memory_samples"),
+            a=top("SELECT max(id) FROM alerts"),
             j=0,  # job rows are state: a fresh client always wants the current one
         )
