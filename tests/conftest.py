@@ -18,6 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 OUTPUT = ROOT / "test-output"
+CONFIGS = ROOT / "backend" / "tunedeck" / "configs"  # the presets, shipped inside the package
 
 
 def free_port() -> int:
@@ -37,7 +38,7 @@ def assets(tmp_path_factory) -> Path:
 
 def demo_config(assets: Path, **overrides) -> dict:
     """The CPU demo preset, pointed at the shared assets, with fewer steps for tests."""
-    config = yaml.safe_load((ROOT / "configs" / "demo_cpu.yaml").read_text())
+    config = yaml.safe_load((CONFIGS / "demo_cpu.yaml").read_text())
     config["model_name_or_path"] = str(assets / "demo" / "model")
     config["dataset_dir"] = str(assets / "demo" / "data")
     config.update({"max_steps": 20, "logging_steps": 2, "eval_steps": 10, "save_steps": 10})

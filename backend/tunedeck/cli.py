@@ -94,7 +94,7 @@ def _settings(**overrides) -> Settings:
 @app.command()
 def submit(
     file: Annotated[Optional[Path], typer.Argument(help="a LLaMA-Factory train YAML", exists=True)] = None,
-    preset: Annotated[Optional[str], typer.Option(help="a job preset from configs/ instead of a file")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="a job preset (GET /api/presets) instead of a file")] = None,
     name: Annotated[Optional[str], typer.Option(help="job name (default: file or preset name)")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="GPUs for the job; 0 = CPU")] = None,
     deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
