@@ -62,13 +62,14 @@ class Server:
             "TUNEDECK_RUNNER_RETRY_MAX_S": "1",
             **env,
         }
+        self.command = [PYTHON, "-m", "tunedeck.cli", "serve"]
         self.proc: subprocess.Popen | None = None
         self.api = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> "Server":
         self.workspace.mkdir(parents=True, exist_ok=True)
         log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([PYTHON, "-m", "tunedeck.cli", "serve"], env=self.env,
+        self.proc = subprocess.Popen(self.command, env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
