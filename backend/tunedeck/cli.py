@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -302,15 +301,6 @@ def db_rollup(older_than_days: Annotated[Optional[float], typer.Option(
         raise typer.Exit(2)
     report = rollup(_engine(), older_than_s=days * 86400, interval_s=settings.memory_rollup_s)
     typer.echo(f"rolled up {report['jobs']} job(s): {report['before']} samples → {report['after']}")
-
-
-@app.command("run-job", hidden=True)
-def run_job(run_dir: Path) -> None:
-    """Run one job's runner in the foreground (what the executor starts)."""
-    sys.argv = ["tunedeck.runner", str(run_dir)]
-    from tunedeck.runner.main import cli
-
-    cli()
 
 
 # issue 5: `tunedeck lint | estimate | doctor` (checks before launch, run locally)
