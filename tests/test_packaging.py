@@ -22,7 +22,8 @@ SHIPPED = ("frontend", "configs", "migrations")
 
 
 def _run(cmd: list, env: dict) -> str:
-    r = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300, check=False)
+    r = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
     assert r.returncode == 0, f"{cmd}\n{r.stdout}\n{r.stderr}"
     return r.stdout
 
@@ -49,7 +50,8 @@ def installed(tmp_path_factory) -> dict:
     _run([PYTHON, "-m", "venv", "--without-pip", venv], env)
     python = venv / "bin" / "python"
     _run([PYTHON, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel], env)
-    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).strip())
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(_run([python, "-c", purelib], env).strip())
     # The server's dependencies come from this environment, added after the install so pip never
     # sees the editable tunedeck. A plain path line does not run that folder's own .pth files, so
     # the editable install's pointer to the checkout stays off the new venv's path.
