@@ -18,6 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 OUTPUT = ROOT / "test-output"
+CONFIGS = ROOT / "backend" / "tunedeck" / "configs"  # the presets, shipped inside the package
 
 
 def free_port() -> int:
@@ -37,7 +38,7 @@ def assets(tmp_path_factory) -> Path:
 
 def demo_config(assets: Path, **overrides) -> dict:
     """The CPU demo preset, pointed at the shared assets, with fewer steps for tests."""
-    config = yaml.safe_load((ROOT / "configs" / "demo_cpu.yaml").read_text())
+    config = yaml.safe_load((CONFIGS / "demo_cpu.yaml").read_text())
     config["model_name_or_path"] = str(assets / "demo" / "model")
     config["dataset_dir"] = str(assets / "demo" / "data")
     config.update({"max_steps": 20, "logging_steps": 2, "eval_steps": 10, "save_steps": 10})
@@ -61,13 +62,14 @@ class Server:
             "TUNEDECK_RUNNER_RETRY_MAX_S": "1",
             **env,
         }
+        self.command = [PYTHON, "-m", "tunedeck.cli", "serve"]
         self.proc: subprocess.Popen | None = None
         self.api = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> "Server":
         self.workspace.mkdir(parents=True, exist_ok=True)
         log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([PYTHON, "-m", "tunedeck.cli", "serve"], env=self.env,
+        self.proc = subprocess.Popen(self.command, env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -94,7 +93,7 @@ def _settings(**overrides) -> Settings:
 @app.command()
 def submit(
     file: Annotated[Optional[Path], typer.Argument(help="a LLaMA-Factory train YAML", exists=True)] = None,
-    preset: Annotated[Optional[str], typer.Option(help="a job preset from configs/ instead of a file")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="a job preset (GET /api/presets) instead of a file")] = None,
     name: Annotated[Optional[str], typer.Option(help="job name (default: file or preset name)")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="GPUs for the job; 0 = CPU")] = None,
     deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
@@ -302,15 +301,6 @@ def db_rollup(older_than_days: Annotated[Optional[float], typer.Option(
         raise typer.Exit(2)
     report = rollup(_engine(), older_than_s=days * 86400, interval_s=settings.memory_rollup_s)
     typer.echo(f"rolled up {report['jobs']} job(s): {report['before']} samples → {report['after']}")
-
-
-@app.command("run-job", hidden=True)
-def run_job(run_dir: Path) -> None:
-    """Run one job's runner in the foreground (what the executor starts)."""
-    sys.argv = ["tunedeck.runner", str(run_dir)]
-    from tunedeck.runner.main import cli
-
-    cli()
 
 
 # issue 5: `tunedeck lint | estimate | doctor` (checks before launch, run locally)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine, create_engine, event
 from sqlmodel import Session
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = Path(resources.files("tunedeck") / "migrations")
 
 
 def make_engine(db_path: Path) -> Engine:

@@ -14,6 +14,7 @@ import json
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,221 +63,246 @@ def _arch(a: str | None) -> str:
     return (a or "").split(":")[0]  # "gfx90a:sramecc+:xnack-" → "gfx90a"
 
 
-def evaluate(raw: dict[str, Any]) -> dict[str, Any]:
-    """Turn a probe result into red/green checks with fixes; pure, so tests can feed any probe dict."""
-    m, env, t, v = raw.get("machine", {}), raw.get("env", {}), raw.get("torch", {}), raw.get("versions", {})
-    amd_box = bool(m.get("kfd"))
-    nvidia_box = bool(m.get("nvidia_dev") or m.get("nvidia_smi_tool"))
-    hip, cuda = t.get("hip"), t.get("cuda")
-    build = f"ROCm {hip}" if hip else f"CUDA {cuda}" if cuda else "CPU"
-    devices = [{**d, "arch": _arch(d.get("arch"))} for d in t.get("devices") or []]
-    checks = []
+@dataclass(frozen=True)
+class Probe:
+    """A probe result with the facts several checks share, worked out once."""
 
-    # torch build against the machine
+    raw: dict[str, Any]
+    machine: dict[str, Any]
+    env: dict[str, Any]
+    torch: dict[str, Any]
+    versions: dict[str, Any]
+    amd_box: bool
+    nvidia_box: bool
+    hip: str | None
+    cuda: str | None
+    build: str
+    devices: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Probe:
+        m, t = raw.get("machine", {}), raw.get("torch", {})
+        hip, cuda = t.get("hip"), t.get("cuda")
+        return cls(
+            raw=raw,
+            machine=m,
+            env=raw.get("env", {}),
+            torch=t,
+            versions=raw.get("versions", {}),
+            amd_box=bool(m.get("kfd")),
+            nvidia_box=bool(m.get("nvidia_dev") or m.get("nvidia_smi_tool")),
+            hip=hip,
+            cuda=cuda,
+            build=f"ROCm {hip}" if hip else f"CUDA {cuda}" if cuda else "CPU",
+            devices=[{**d, "arch": _arch(d.get("arch"))} for d in t.get("devices") or []],
+        )
+
+    @property
+    def gpu_box(self) -> bool:
+        return self.amd_box or self.nvidia_box
+
+    @property
+    def archs(self) -> list[str]:
+        return sorted({d["arch"] for d in self.devices})
+
+
+Findings = list[dict[str, str]]
+
+
+def check_torch(p: Probe) -> Findings:
+    """The torch build against the machine: a CUDA wheel on an AMD box finds no GPU."""
+    t = p.torch
     if "error" in t and "version" not in t:
-        checks.append(
-            _check(
-                "torch",
-                "fail",
-                f"torch does not import: {t['error']}",
-                "install torch in the training environment (the ROCm wheel on AMD)",
-            )
-        )
-    elif amd_box and not hip:
-        checks.append(
-            _check(
-                "torch",
-                "fail",
-                f"torch {t.get('version')} is a {build} build on an AMD "
-                "machine (/dev/kfd present): no GPU will be found, CUDA extensions fail with "
-                "'undefined symbol'",
-                "install the ROCm wheel: pip install torch --index-url "
-                "https://download.pytorch.org/whl/rocm6.2 (match your ROCm)",
-            )
-        )
-    elif nvidia_box and hip:
-        checks.append(
-            _check(
-                "torch",
-                "fail",
-                f"torch {t.get('version')} is a ROCm build on an NVIDIA machine",
-                "install the CUDA wheel of torch",
-            )
-        )
-    else:
-        checks.append(_check("torch", "ok", f"torch {t.get('version')} ({build} build)"))
+        return [_check("torch", "fail", f"torch does not import: {t['error']}",
+                       "install torch in the training environment (the ROCm wheel on AMD)")]
+    if p.amd_box and not p.hip:
+        return [_check(
+            "torch",
+            "fail",
+            f"torch {t.get('version')} is a {p.build} build on an AMD "
+            "machine (/dev/kfd present): no GPU will be found, CUDA extensions fail with "
+            "'undefined symbol'",
+            "install the ROCm wheel: pip install torch --index-url "
+            "https://download.pytorch.org/whl/rocm6.2 (match your ROCm)",
+        )]
+    if p.nvidia_box and p.hip:
+        return [_check("torch", "fail", f"torch {t.get('version')} is a ROCm build on an NVIDIA machine",
+                       "install the CUDA wheel of torch")]
+    return [_check("torch", "ok", f"torch {t.get('version')} ({p.build} build)")]
 
-    gpu_box = amd_box or nvidia_box
-    if not gpu_box:
-        checks.append(_check("gpu", "ok", "CPU only: no /dev/kfd, no NVIDIA device; jobs run on the CPU"))
-    elif not t.get("is_available"):
-        checks.append(
-            _check(
-                "gpu",
-                "fail",
-                "torch.cuda.is_available() is False on a GPU machine",
-                "check the torch build above, that the user is in the video/render groups "
-                "(AMD), and the visible-device variables",
-            )
-        )
-    else:
-        names = ", ".join(f"{d['index']}: {d['name']} {d['arch']}" for d in devices)
-        checks.append(_check("gpu", "ok", f"{len(devices)} device(s): {names}"))
 
-    if hip and devices:
-        archs = sorted({d["arch"] for d in devices})
-        built = {_arch(a) for a in t.get("arch_list") or []}
-        missing = [a for a in archs if built and a not in built]
-        if missing:
-            checks.append(
-                _check(
-                    "arch",
-                    "fail",
-                    f"torch was built for {', '.join(sorted(built))}, not for "
-                    f"{', '.join(missing)}: kernels fail with 'HIP error: invalid device function'",
-                    "install a torch wheel built for this card",
-                )
-            )
-        want = [
-            a.strip() for a in (env.get("PYTORCH_ROCM_ARCH") or "").replace(",", ";").split(";") if a.strip()
-        ]
-        if want and set(archs) - set(want):
-            checks.append(
-                _check(
-                    "PYTORCH_ROCM_ARCH",
-                    "warn",
-                    f"PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']} but "
-                    f"the cards are {', '.join(archs)}: extensions built now (DeepSpeed ops, "
-                    "flash-attn) will not run on them",
-                    f"export PYTORCH_ROCM_ARCH={';'.join(archs)}",
-                )
-            )
-        elif not missing:
-            checks.append(
-                _check(
-                    "arch",
-                    "ok",
-                    f"{', '.join(archs)}"
-                    + (f" (PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']})" if want else ""),
-                )
-            )
-        rocm = env.get("ROCM_PATH") or m.get("rocm_path")
-        checks.append(
-            _check(
-                "ROCM_PATH",
-                "ok" if m.get("rocm_path") else "warn",
-                f"ROCm at {rocm}"
-                if m.get("rocm_path")
-                else f"no ROCm folder at {rocm}: builds "
-                "look for CUDA headers and the SMI library is not found",
-                "" if m.get("rocm_path") else "install ROCm or export ROCM_PATH=/opt/rocm-<version>",
-            )
-        )
+def check_gpu(p: Probe) -> Findings:
+    if not p.gpu_box:
+        return [_check("gpu", "ok", "CPU only: no /dev/kfd, no NVIDIA device; jobs run on the CPU")]
+    if not p.torch.get("is_available"):
+        return [_check(
+            "gpu",
+            "fail",
+            "torch.cuda.is_available() is False on a GPU machine",
+            "check the torch build above, that the user is in the video/render groups "
+            "(AMD), and the visible-device variables",
+        )]
+    names = ", ".join(f"{d['index']}: {d['name']} {d['arch']}" for d in p.devices)
+    return [_check("gpu", "ok", f"{len(p.devices)} device(s): {names}")]
 
+
+def check_arch(p: Probe) -> Findings:
+    """ROCm: torch built for the cards, and PYTORCH_ROCM_ARCH naming them for extension builds."""
+    if not (p.hip and p.devices):
+        return []
+    found: Findings = []
+    env, archs = p.env, p.archs
+    built = {_arch(a) for a in p.torch.get("arch_list") or []}
+    missing = [a for a in archs if built and a not in built]
+    if missing:
+        found.append(_check(
+            "arch",
+            "fail",
+            f"torch was built for {', '.join(sorted(built))}, not for "
+            f"{', '.join(missing)}: kernels fail with 'HIP error: invalid device function'",
+            "install a torch wheel built for this card",
+        ))
+    want = [a.strip() for a in (env.get("PYTORCH_ROCM_ARCH") or "").replace(",", ";").split(";") if a.strip()]
+    if want and set(archs) - set(want):
+        found.append(_check(
+            "PYTORCH_ROCM_ARCH",
+            "warn",
+            f"PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']} but "
+            f"the cards are {', '.join(archs)}: extensions built now (DeepSpeed ops, "
+            "flash-attn) will not run on them",
+            f"export PYTORCH_ROCM_ARCH={';'.join(archs)}",
+        ))
+    elif not missing:
+        pinned = f" (PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']})" if want else ""
+        found.append(_check("arch", "ok", f"{', '.join(archs)}{pinned}"))
+    return found
+
+
+def check_rocm_path(p: Probe) -> Findings:
+    if not (p.hip and p.devices):
+        return []
+    rocm = p.env.get("ROCM_PATH") or p.machine.get("rocm_path")
+    if p.machine.get("rocm_path"):
+        return [_check("ROCM_PATH", "ok", f"ROCm at {rocm}")]
+    return [_check(
+        "ROCM_PATH",
+        "warn",
+        f"no ROCm folder at {rocm}: builds look for CUDA headers and the SMI library is not found",
+        "install ROCm or export ROCM_PATH=/opt/rocm-<version>",
+    )]
+
+
+def check_visible_devices(p: Probe) -> Findings:
+    """HIP honours both HIP_ and CUDA_VISIBLE_DEVICES, so they must agree; ROCR_ renumbers below HIP."""
     vis = {
-        k: env.get(k)
+        k: p.env.get(k)
         for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-        if env.get(k) is not None
+        if p.env.get(k) is not None
     }
-    if (
-        hip
-        and vis.get("HIP_VISIBLE_DEVICES") is not None
-        and vis.get("CUDA_VISIBLE_DEVICES") is not None
-        and vis["HIP_VISIBLE_DEVICES"] != vis["CUDA_VISIBLE_DEVICES"]
-    ):
-        checks.append(
-            _check(
-                "visible devices",
-                "fail",
-                f"HIP_VISIBLE_DEVICES={vis['HIP_VISIBLE_DEVICES']} and "
-                f"CUDA_VISIBLE_DEVICES={vis['CUDA_VISIBLE_DEVICES']} disagree: HIP honours both",
-                "set only HIP_VISIBLE_DEVICES (or make them equal)",
-            )
-        )
-    elif hip and "ROCR_VISIBLE_DEVICES" in vis:
-        checks.append(
-            _check(
-                "visible devices",
-                "warn",
-                f"ROCR_VISIBLE_DEVICES={vis['ROCR_VISIBLE_DEVICES']}: it "
-                "renumbers devices below HIP, and Ray refuses it alone",
-                "use HIP_VISIBLE_DEVICES instead",
-            )
-        )
-    elif hip and vis.get("CUDA_VISIBLE_DEVICES") is not None and "HIP_VISIBLE_DEVICES" not in vis:
-        checks.append(_check("visible devices", "ok", "CUDA_VISIBLE_DEVICES (HIP honours it too)"))
-    else:
-        checks.append(
-            _check("visible devices", "ok", ", ".join(f"{k}={x}" for k, x in vis.items()) or "all visible")
-        )
+    hip_vis, cuda_vis = vis.get("HIP_VISIBLE_DEVICES"), vis.get("CUDA_VISIBLE_DEVICES")
+    if p.hip and hip_vis is not None and cuda_vis is not None and hip_vis != cuda_vis:
+        return [_check(
+            "visible devices",
+            "fail",
+            f"HIP_VISIBLE_DEVICES={hip_vis} and CUDA_VISIBLE_DEVICES={cuda_vis} disagree: HIP honours both",
+            "set only HIP_VISIBLE_DEVICES (or make them equal)",
+        )]
+    if p.hip and "ROCR_VISIBLE_DEVICES" in vis:
+        return [_check(
+            "visible devices",
+            "warn",
+            f"ROCR_VISIBLE_DEVICES={vis['ROCR_VISIBLE_DEVICES']}: it "
+            "renumbers devices below HIP, and Ray refuses it alone",
+            "use HIP_VISIBLE_DEVICES instead",
+        )]
+    if p.hip and cuda_vis is not None and "HIP_VISIBLE_DEVICES" not in vis:
+        return [_check("visible devices", "ok", "CUDA_VISIBLE_DEVICES (HIP honours it too)")]
+    return [_check("visible devices", "ok", ", ".join(f"{k}={x}" for k, x in vis.items()) or "all visible")]
 
-    ds = raw.get("deepspeed") or {}
+
+def check_deepspeed(p: Probe) -> Findings:
+    ds = p.raw.get("deepspeed") or {}
     if ds.get("version"):
         ops = ", ".join(ds.get("installed_ops") or []) or "none (JIT-compiled at first use)"
-        checks.append(_check("deepspeed", "ok", f"deepspeed {ds['version']}; precompiled ops: {ops}"))
-    else:
-        checks.append(
-            _check(
-                "deepspeed",
-                "warn",
-                f"deepspeed not importable: {ds.get('error', 'not installed')}; DeepSpeed jobs will fail",
-                "DS_BUILD_OPS=0 pip install deepspeed",
-            )
-        )
+        return [_check("deepspeed", "ok", f"deepspeed {ds['version']}; precompiled ops: {ops}")]
+    return [_check(
+        "deepspeed",
+        "warn",
+        f"deepspeed not importable: {ds.get('error', 'not installed')}; DeepSpeed jobs will fail",
+        "DS_BUILD_OPS=0 pip install deepspeed",
+    )]
 
+
+def check_key_table_versions(p: Probe) -> Findings:
+    """The packages tunedeck's key tables were captured from (lint trusts them)."""
     lf_want, tf_want = lf_table()["llamafactory_version"], lf_table().get("transformers_version")
-    for name, want, pin in (("llamafactory", lf_want, f"=={lf_want}"), ("transformers", tf_want, "")):
-        checks.append(_version_check(name, have=v.get(name), want=want, pin=pin))
+    return [
+        _version_check(name, have=p.versions.get(name), want=want, pin=pin)
+        for name, want, pin in (("llamafactory", lf_want, f"=={lf_want}"), ("transformers", tf_want, ""))
+    ]
 
-    fa = raw.get("flash_attn") or {}
+
+def check_flash_attn(p: Probe) -> Findings:
+    fa = p.raw.get("flash_attn") or {}
     if not fa.get("installed"):
-        checks.append(
-            _check(
-                "flash-attn",
-                "skip",
-                "not installed: attention runs on SDPA",
-                "optional: a flash-attn build for this GPU (ROCm: the ROCm/flash-attention fork)",
-            )
-        )
-    elif not fa.get("importable"):
-        checks.append(
-            _check(
-                "flash-attn",
-                "warn",
-                f"installed but does not load: {fa.get('error')}",
-                "rebuild flash-attn against this torch and GPU arch, or uninstall it",
-            )
-        )
-    else:
-        checks.append(_check("flash-attn", "ok", f"flash-attn {fa.get('version')}"))
+        return [_check("flash-attn", "skip", "not installed: attention runs on SDPA",
+                       "optional: a flash-attn build for this GPU (ROCm: the ROCm/flash-attention fork)")]
+    if not fa.get("importable"):
+        return [_check("flash-attn", "warn", f"installed but does not load: {fa.get('error')}",
+                       "rebuild flash-attn against this torch and GPU arch, or uninstall it")]
+    return [_check("flash-attn", "ok", f"flash-attn {fa.get('version')}")]
 
-    smi = raw.get("smi") or {}
-    ok = [k for k, s in smi.items() if s.get("ok")]
+
+def check_smi(p: Probe) -> Findings:
+    """An SMI library that initialises: without one a GPU box has no memory telemetry."""
+    ok = [k for k, s in (p.raw.get("smi") or {}).items() if s.get("ok")]
     if ok:
-        checks.append(_check("smi", "ok", f"{', '.join(ok)} reachable: GPU memory is sampled"))
-    elif gpu_box:
-        lib = "amdsmi / pyrsmi (libamd_smi.so under $ROCM_PATH/lib)" if amd_box else "nvidia-ml-py"
-        checks.append(
-            _check("smi", "warn", "no SMI library initialises: no GPU memory telemetry", f"install {lib}")
-        )
-    else:
-        checks.append(_check("smi", "ok", "no GPU: memory is sampled with psutil"))
+        return [_check("smi", "ok", f"{', '.join(ok)} reachable: GPU memory is sampled")]
+    if p.gpu_box:
+        lib = "amdsmi / pyrsmi (libamd_smi.so under $ROCM_PATH/lib)" if p.amd_box else "nvidia-ml-py"
+        return [_check("smi", "warn", "no SMI library initialises: no GPU memory telemetry",
+                       f"install {lib}")]
+    return [_check("smi", "ok", "no GPU: memory is sampled with psutil")]
 
-    backend = "rocm" if hip and devices else "cuda" if cuda and devices else "cpu"
-    if backend == "cpu":
-        summary = "CPU only" + (f" (torch {build} build)" if build != "CPU" else "")
-    else:
-        archs = sorted({d["arch"] for d in devices})
-        summary = f"{build}: {len(devices)}× {', '.join(archs)}"
+
+# In the order the page and `tunedeck doctor` list them.
+CHECKS = (
+    check_torch,
+    check_gpu,
+    check_arch,
+    check_rocm_path,
+    check_visible_devices,
+    check_deepspeed,
+    check_key_table_versions,
+    check_flash_attn,
+    check_smi,
+)
+
+
+def _backend(p: Probe) -> str:
+    return "rocm" if p.hip and p.devices else "cuda" if p.cuda and p.devices else "cpu"
+
+
+def _summary(p: Probe) -> str:
+    if _backend(p) == "cpu":
+        return "CPU only" + (f" (torch {p.build} build)" if p.build != "CPU" else "")
+    return f"{p.build}: {len(p.devices)}× {', '.join(p.archs)}"
+
+
+def evaluate(raw: dict[str, Any]) -> dict[str, Any]:
+    """Turn a probe result into red/green checks with fixes; pure, so tests can feed any probe dict."""
+    p = Probe.of(raw)
+    checks = [finding for check in CHECKS for finding in check(p)]
+    fa = raw.get("flash_attn") or {}
+    packages = ("torch", "transformers", "llamafactory", "deepspeed", "peft")
     return {
         "ok": not any(c["status"] == "fail" for c in checks),
-        "summary": summary,
-        "backend": backend,
+        "summary": _summary(p),
+        "backend": _backend(p),
         "hostname": raw.get("hostname"),
         "python": raw.get("python"),
-        "devices": devices,
-        "packages": {k: v.get(k) for k in ("torch", "transformers", "llamafactory", "deepspeed", "peft")}
-        | {"flash_attn": bool(fa.get("importable"))},
+        "devices": p.devices,
+        "packages": {k: p.versions.get(k) for k in packages} | {"flash_attn": bool(fa.get("importable"))},
         "checks": checks,
     }
 

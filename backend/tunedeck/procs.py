@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import psutil
 
@@ -114,12 +113,3 @@ def kill_job(job_key: str, *, root_pid: int | None = None, exclude: set[int] | N
     signal_all(procs, signal.SIGKILL)
     psutil.wait_procs(procs, timeout=timeout)
     return len(procs)
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not alive(pid, None):
-            return True
-        time.sleep(0.1)
-    return not alive(pid, None)

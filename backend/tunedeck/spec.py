@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tunedeck import lint
 from tunedeck.config import Settings
 from tunedeck.models import JobSpec
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS_DIR = Path(resources.files("tunedeck") / "configs")
 
 # Keys tunedeck owns: the job gets a fresh output folder and a token count (throughput).
 FORCED = {"overwrite_output_dir": True, "include_num_input_tokens_seen": True}

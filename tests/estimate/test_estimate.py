@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import CONFIGS
 from tunedeck import estimate as est
 
 GiB = 2**30
-SEED_DS = json.loads((ROOT / "configs" / "ds_z3_rocm.json").read_text())
+SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
 # A toy Qwen2 small enough to count by hand: h=8, i=16, 2 layers, 2 heads, 1 kv head (head_dim 4),
 # vocab 32, untied. Per layer: q 8·8+8, k 8·4+4, v 8·4+4, o 8·8 (=208), MLP 3·8·16 (=384), 2 norms (16)
 # = 608; embeddings 2·32·8 = 512; final norm 8 → 2·608 + 512 + 8 = 1736.
@@ -179,7 +179,7 @@ def test_cli_json(tmp_path):
             "-m",
             "tunedeck.cli",
             "estimate",
-            str(ROOT / "configs" / "qwen2_lora_sft.yaml"),
+            str(CONFIGS / "qwen2_lora_sft.yaml"),
             "--gpus",
             "4",
             "--model-config",
@@ -195,7 +195,7 @@ def test_cli_json(tmp_path):
     assert out["per_gpu_bytes"] == sum(out["breakdown"].values())
     assert out["zero_stage"] == 3 and out["gpus"] == 4  # the YAML's `deepspeed: ds_z3_rocm` preset was read
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "estimate", str(ROOT / "configs" / "qwen2_lora_sft.yaml")],
+        [sys.executable, "-m", "tunedeck.cli", "estimate", str(CONFIGS / "qwen2_lora_sft.yaml")],
         check=False,
         capture_output=True,
         text=True,

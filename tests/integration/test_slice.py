@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, demo_config, job_processes
+from tests.conftest import CONFIGS, demo_config, job_processes
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_submit_run_succeed(server_factory, assets):
 
 def test_deepspeed_zero3_seed_config(server_factory, assets):
     """The seed's ds_z3_rocm.json with its typo removed; fp16 off on the CPU."""
-    ds = json.loads((ROOT / "configs" / "ds_z3_rocm.json").read_text())
+    ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
     ds["fp16"]["enabled"] = False
     server = server_factory()
     created = server.submit({"name": "zero3", "config": demo_config(assets, max_steps=10, eval_steps=5,
@@ -80,7 +80,7 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
     server = server_factory()
     ds = None
     if deepspeed:  # under torchrun only the workers hold the stop handler
-        ds = json.loads((ROOT / "configs" / f"{deepspeed}.json").read_text())
+        ds = json.loads((CONFIGS / f"{deepspeed}.json").read_text())
         ds["fp16"]["enabled"] = False
     created = server.submit({"name": "long", "config": demo_config(assets, max_steps=2000, save_steps=1000),
                              "deepspeed": ds, "gpus": 0})

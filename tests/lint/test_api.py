@@ -6,9 +6,9 @@ import copy
 import json
 import socket
 
-from tests.conftest import ROOT, demo_config
+from tests.conftest import CONFIGS, demo_config
 
-SEED_DS = json.loads((ROOT / "configs" / "ds_z3_rocm.json").read_text())
+SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
 
 
 def typo(value) -> dict:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import CONFIGS
 from tunedeck import lint
 
 DATA = Path(__file__).parent / "data"
-SEED_DS = json.loads((ROOT / "configs" / "ds_z3_rocm.json").read_text())
+SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
 GFX942x2 = {
     "backend": "rocm",
     "devices": [
@@ -132,7 +132,7 @@ def test_values_contradicting_the_training_arguments():
     # "auto" is filled, never a contradiction.
     assert "DS006" not in codes(
         lint.lint_deepspeed(
-            json.loads((ROOT / "configs" / "ds_z2_rocm.json").read_text()), {"bf16": True}, gpus=8
+            json.loads((CONFIGS / "ds_z2_rocm.json").read_text()), {"bf16": True}, gpus=8
         )
     )
 
@@ -211,10 +211,10 @@ def test_hardware_checks_use_the_nodes_preflight():
 
 
 def test_presets_lint_without_errors():
-    for path in sorted((ROOT / "configs").iterdir()):
+    for path in sorted(CONFIGS.iterdir()):
         errors = [f for f in lint.lint_file(path) if f["severity"] == "error"]
         assert errors == [], (path.name, errors)
-    demo = lint.lint_file(ROOT / "configs" / "demo_cpu.yaml")
+    demo = lint.lint_file(CONFIGS / "demo_cpu.yaml")
     assert [f for f in demo if f["severity"] != "info"] == []
 
 
@@ -247,7 +247,7 @@ def test_as_error_locates_the_key():
 def test_cli(tmp_path):
     bad = tmp_path / "ds_seed_original.json"
     bad.write_text(json.dumps(seed_with(stage3_parition_grads=True)))
-    good = ROOT / "configs" / "qwen2_lora_sft.yaml"
+    good = CONFIGS / "qwen2_lora_sft.yaml"
     cli = [sys.executable, "-m", "tunedeck.cli", "lint"]
     r = subprocess.run([*cli, str(bad), str(good)], check=False, capture_output=True, text=True)
     assert r.returncode == 1, r.stderr

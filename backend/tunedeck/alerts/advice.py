@@ -77,7 +77,7 @@ def memory_relief(s: Series) -> str:
     z = zero(s)
     stage = int(_num(z.get("stage")) or 0) if s.ds else 0
     if s.ds is None:
-        tips.append("use DeepSpeed ZeRO-3 (configs/ds_z3_rocm.json) to shard optimizer state across GPUs")
+        tips.append("use DeepSpeed ZeRO-3 (the ds_z3_rocm preset) to shard optimizer state across GPUs")
     elif stage < 3:
         tips.append(f"move from ZeRO-{stage} to ZeRO-3")
     elif not z.get("offload_optimizer"):

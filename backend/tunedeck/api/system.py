@@ -23,7 +23,7 @@ def health(request: Request, session: SessionDep) -> dict:
 
 @router.get("/presets")
 def list_presets() -> list[dict]:
-    """Job configs (`yaml`) and DeepSpeed configs (`json`) shipped in configs/."""
+    """Job configs (`yaml`) and DeepSpeed configs (`json`) shipped in the package (tunedeck/configs)."""
     return [{"name": k, "kind": p.suffix.lstrip(".")} for k, p in specs.presets().items()]
 
 

@@ -3,6 +3,7 @@ form's helpers: read a LLaMA-Factory YAML, preview the exact train.yaml a spec w
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +16,8 @@ from tunedeck import spec as specs
 from tunedeck.api.deps import SettingsDep
 from tunedeck.models import JobSpec
 
-FRONTEND = Path(__file__).resolve().parents[3] / "frontend"
+# Inside the package, so an installed wheel (not only a checkout) serves the pages.
+FRONTEND = Path(resources.files("tunedeck") / "frontend")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 PAGES = {"/": "index.html", "/new": "new.html", "/compare": "compare.html", "/nodes": "nodes.html"}
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -184,9 +183,3 @@ def node_device_total(node_gpus: int) -> int | None:
 def device_total(node_gpus_info: list[Any]) -> int | None:
     totals = [g.total_bytes for g in node_gpus_info if getattr(g, "total_bytes", None)]
     return min(totals) if totals else None
-
-
-def read_spec_file(path: Path) -> tuple[dict[str, Any], Any]:
-    """(config, deepspeed value) from a train YAML, for the CLI."""
-    config = specs.load_yaml(path.read_text())
-    return config, config.pop("deepspeed", None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -129,7 +128,3 @@ def run_files(job: Job, *, limit: int = 1000) -> list[dict]:
             if len(files) >= limit:  # a folder of shards must not become a megabyte answer
                 break
     return sorted(files, key=lambda f: f["path"])
-
-
-def spec_of(job: Job) -> dict:
-    return json.loads(job.spec)

@@ -1,0 +1,101 @@
+"""A plain (non-editable) install works: the wheel carries the pages, presets and migrations, and a
+server started from it, with this checkout off its path, serves them and migrates its database."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+
+from tests.conftest import PYTHON, ROOT, Server
+from tunedeck.db import make_engine, upgrade
+
+PACKAGE = ROOT / "backend" / "tunedeck"
+SHIPPED = ("frontend", "configs", "migrations")
+
+
+def _run(cmd: list, env: dict) -> str:
+    r = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """The wheel built from this checkout, installed into a fresh venv; its python and package folder."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # Built from a copy: the checkout gets no build/ or egg-info, and stray caches stay out.
+    src = tmp / "src"
+    shutil.copytree(PACKAGE, src / "backend" / "tunedeck", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    _run([PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+          "-w", tmp / "dist", src], env)
+    (wheel,) = (tmp / "dist").glob("tunedeck-*.whl")
+    venv = tmp / "venv"
+    _run([PYTHON, "-m", "venv", "--without-pip", venv], env)
+    python = venv / "bin" / "python"
+    _run([PYTHON, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel], env)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(_run([python, "-c", purelib], env).strip())
+    # The server's dependencies come from this environment, added after the install so pip never
+    # sees the editable tunedeck. A plain path line does not run that folder's own .pth files, so
+    # the editable install's pointer to the checkout stays off the new venv's path.
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return {"venv": venv, "python": python, "package": site / "tunedeck", "env": env}
+
+
+def test_wheel_ships_every_page_preset_and_migration(installed):
+    for folder in SHIPPED:
+        assert _files(PACKAGE / folder), folder
+        assert _files(installed["package"] / folder) == _files(PACKAGE / folder), folder
+
+
+def test_server_from_the_wheel_serves_pages_presets_and_migrates(installed, tmp_path):
+    where = _run([installed["python"], "-c", "import tunedeck; print(tunedeck.__file__)"], installed["env"])
+    assert Path(where.strip()).parent == installed["package"]
+    server = Server(tmp_path / "ws", tmp_path)
+    server.env = {**{k: v for k, v in server.env.items() if k != "PYTHONPATH"}, "TUNEDECK_HOST": "127.0.0.1"}
+    # The installed console script, with its own python: nothing from the checkout is imported.
+    server.command = [str(installed["venv"] / "bin" / "tunedeck"), "serve"]
+    server.start()
+    try:
+        r = server.api.get("/")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), r.text
+        assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', r.text)
+        assert any(a.endswith(".js") for a in assets), r.text
+        for path in assets:
+            got = server.api.get(path)
+            assert got.status_code == 200, path
+            assert got.content == (PACKAGE / "frontend" / path.removeprefix("/static/")).read_bytes(), path
+
+        presets = {p["name"] for p in server.api.get("/api/presets").json()}
+        assert presets == {p.stem for p in (PACKAGE / "configs").iterdir()}
+        demo = server.api.get("/api/presets/demo_cpu").json()["text"]
+        assert demo == (PACKAGE / "configs" / "demo_cpu.yaml").read_text()
+
+        reference = make_engine(tmp_path / "reference.db")
+        upgrade(reference)
+        want = set(inspect(reference).get_table_names())
+        with sqlite3.connect(tmp_path / "ws" / "tunedeck.db") as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            (version,) = db.execute("SELECT version_num FROM alembic_version").fetchone()
+        assert want <= tables, want - tables
+        with reference.connect() as c:
+            assert version == c.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    finally:
+        server.stop()
