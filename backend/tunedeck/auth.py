@@ -125,7 +125,7 @@ async def principal_for(request: Request, settings: Settings, engine: Engine) ->
         principal = await run_in_threadpool(authenticate, engine, token)
         if principal is None:
             raise AuthError(401, "invalid or revoked token")
-    if not path.startswith("/api/") or EXEMPT.match(path):
+    if not (path.startswith("/api/") or path == "/metrics") or EXEMPT.match(path):
         return principal
     reading = request.method in ("GET", "HEAD", "OPTIONS") or bool(READ_POSTS.match(path))
     if reading:

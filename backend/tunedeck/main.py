@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from tunedeck import __version__, auth
 from tunedeck.api import alerts as alerts_api
-from tunedeck.api import checks, jobs, preflight, series, stream, system, telemetry, ui
+from tunedeck.api import checks, jobs, preflight, prometheus, series, stream, system, telemetry, ui
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import runs as runs_api
@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(status_code=422, content={"detail": errors})
 
     for module in (jobs, telemetry, system, stream, series, checks, preflight,
-                   alerts_api, memory_api, nodes_api, runs_api):
+                   alerts_api, memory_api, nodes_api, runs_api, prometheus):
         app.include_router(module.router)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)

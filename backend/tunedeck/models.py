@@ -30,7 +30,7 @@ class JobStatus(str, enum.Enum):
 
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status", "status"),)
+    __table_args__ = (Index("ix_jobs_status", "status"), Index("ix_jobs_finished_at", "finished_at"))
 
     id: int | None = Field(default=None, primary_key=True)
     name: str

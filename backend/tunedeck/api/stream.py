@@ -53,7 +53,8 @@ async def stream(
     if job is not None and not await anyio.to_thread.run_sync(
             lambda: feed.job_rows(request.app.state.engine, [job])):
         raise HTTPException(status_code=404, detail=f"job {job} not found")
-    return EventSourceResponse(_follow(request, job, cur), ping=request.app.state.settings.stream_ping_s,
+    events = request.app.state.events.counted(_follow(request, job, cur))
+    return EventSourceResponse(events, ping=request.app.state.settings.stream_ping_s,
                                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 

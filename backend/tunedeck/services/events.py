@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 from sqlalchemy import Engine, text
 
@@ -33,6 +34,7 @@ class Broadcaster:
         self._seen_alert: int | None = None
         self.generation = 0  # counts wake-ups; a read started at generation g has seen every change before g
         self._reads: dict[tuple, tuple[int, asyncio.Future]] = {}
+        self.clients = 0  # open streams, for /metrics
 
     # ---------------------------------------------------------------- lifecycle (event loop)
     def start(self) -> None:
@@ -91,6 +93,15 @@ class Broadcaster:
                 del self._reads[key]
         fut.set_result(result)
         return result
+
+    async def counted(self, events: AsyncIterator):
+        """A stream's events, passed through; the stream counts as a client until it ends or drops."""
+        self.clients += 1
+        try:
+            async for ev in events:
+                yield ev
+        finally:
+            self.clients -= 1
 
     def _fire(self, keys: set[int]) -> None:
         self.generation += 1

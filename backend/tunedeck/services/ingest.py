@@ -12,6 +12,8 @@ import json
 import queue
 import re
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -126,6 +128,9 @@ class IngestWriter:
         self.listeners: list[Callable[[set[int]], None]] = []  # called after each commit
         self._q: queue.Queue[tuple[int, dict[str, Any], Future] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="ingest-writer", daemon=True)
+        # For /metrics: arrival times of batches not yet stored (FIFO, like the queue), and totals.
+        self._arrived: deque[float] = deque()
+        self.batches = self.items = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -136,8 +141,16 @@ class IngestWriter:
 
     def submit(self, job_id: int, batch: dict[str, Any]) -> Future:
         fut: Future = Future()
+        self._arrived.append(time.monotonic())
         self._q.put((job_id, batch, fut))
         return fut
+
+    def backlog(self) -> tuple[int, float]:
+        """Batches received and not yet stored, and how long the oldest of them has waited (s)."""
+        try:
+            return len(self._arrived), time.monotonic() - self._arrived[0]
+        except IndexError:
+            return 0, 0.0
 
     def _loop(self) -> None:
         while True:
@@ -168,6 +181,10 @@ class IngestWriter:
                         fut.set_result(None)
                     except Exception as e:  # the waiting request gets the error
                         fut.set_exception(e)
+            for _, batch, _ in group:
+                self._arrived.popleft()
+                self.items += sum(len(batch.get(k, ())) for k in ("metrics", "logs", "memory"))
+            self.batches += len(group)
             jobs = {job_id for job_id, _, _ in group}
             for listener in self.listeners:
                 try:

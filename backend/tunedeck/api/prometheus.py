@@ -1,0 +1,30 @@
+"""Prometheus scrape endpoint; reads follow the same token rules as /api (see auth.py)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+
+from tunedeck.services.prometheus import Collector
+
+router = APIRouter(tags=["system"])
+
+
+def registry_of(request: Request) -> CollectorRegistry:
+    state = request.app.state
+    registry = getattr(state, "prometheus", None)
+    if registry is None:  # per app, not prometheus_client's global registry: tests start many apps
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Collector(state.engine, writer=state.writer, events=state.events))
+        ProcessCollector(registry=registry)  # the server's own CPU and resident memory
+        state.prometheus = registry
+    return registry
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics",
+            responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
+def metrics(request: Request) -> Response:
+    """Jobs' step, loss, tokens/s and VRAM; open alerts; queue; ingest backlog; live streams."""
+    encode, content_type = choose_encoder(request.headers.get("accept"))
+    return Response(encode(registry_of(request)), media_type=content_type)
