@@ -44,8 +44,8 @@ def test_analyze_text_and_errors(runs, tmp_path):
     assert r.returncode == 2 and "t,gpu,used_bytes,total_bytes" in r.stderr
 
 
-def test_import_stores_a_finished_job_with_charts_and_alerts(server_factory, runs):
-    server = server_factory()
+def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
+    server = app_factory()
     tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
     files = {"trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
              "memory": (folder / "memory.csv").read_bytes(), "config": (folder / "train.yaml").read_bytes(),
