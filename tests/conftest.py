@@ -135,6 +135,22 @@ def job_processes(run_dir: str, settle: float = 10.0) -> list:
 
 
 @pytest.fixture
+def app_factory(tmp_path, assets):
+    """Like server_factory, with the app in this process (tests/utils/app.py): for API behaviour."""
+    from tests.utils.app import App
+
+    apps: list[App] = []
+
+    def make(**env: str) -> App:
+        apps.append(App(tmp_path / "ws", assets, **env).start())
+        return apps[-1]
+
+    yield make
+    for a in apps:
+        a.stop()
+
+
+@pytest.fixture
 def server_factory(tmp_path, assets):
     servers: list[Server] = []
 

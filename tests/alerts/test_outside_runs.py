@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.alerts.corpus import generate, write_run
+from tunedeck.cli import app as cli_app
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +19,9 @@ def runs(tmp_path_factory):
 
 
 def analyze(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tunedeck.cli", "analyze", *args], capture_output=True, text=True,
-                          timeout=120)
+    # In this process: the command reads no settings, and fifteen interpreter starts cost more than the analyses.
+    r = CliRunner().invoke(cli_app, ["analyze", *args], catch_exceptions=False)
+    return subprocess.CompletedProcess(["tunedeck", "analyze", *args], r.exit_code, r.stdout, r.stderr)
 
 
 def test_analyze_prints_the_labelled_alerts(runs):
@@ -44,8 +46,8 @@ def test_analyze_text_and_errors(runs, tmp_path):
     assert r.returncode == 2 and "t,gpu,used_bytes,total_bytes" in r.stderr
 
 
-def test_import_stores_a_finished_job_with_charts_and_alerts(server_factory, runs):
-    server = server_factory()
+def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
+    server = app_factory()
     tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
     files = {"trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
              "memory": (folder / "memory.csv").read_bytes(), "config": (folder / "train.yaml").read_bytes(),

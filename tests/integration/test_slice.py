@@ -107,8 +107,8 @@ def test_bad_dataset_fails_with_cause(server_factory, assets):
     assert job["exit_code"] == 1
 
 
-def test_refused_before_launch(server_factory, assets, tmp_path):
-    server = server_factory()
+def test_refused_before_launch(app_factory, assets, tmp_path):
+    server = app_factory()
     r = server.api.post("/api/jobs", json={"name": "typo", "config": demo_config(assets, learning_rat=1e-3)})
     assert r.status_code == 422
     (err,) = r.json()["detail"]

@@ -1,4 +1,4 @@
-"""Lint, estimate and preflight through a real server (launches held: nothing trains here)."""
+"""Lint, estimate and preflight through the API (the app in process, launches held: nothing trains here)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def typo(value) -> dict:
     return ds
 
 
-def test_submission_refuses_lint_errors_at_the_field(server_factory, assets):
-    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
+def test_submission_refuses_lint_errors_at_the_field(app_factory, assets):
+    server = app_factory(TUNEDECK_LAUNCH_PAUSED="true")
     spec = {
         "name": "seed-typo",
         "config": demo_config(assets, lora_rnak=8),
@@ -40,8 +40,8 @@ def test_submission_refuses_lint_errors_at_the_field(server_factory, assets):
     assert server.api.get("/api/jobs").json()["jobs"] == []
 
 
-def test_submission_returns_warnings_and_stores_the_estimate(server_factory, assets):
-    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
+def test_submission_returns_warnings_and_stores_the_estimate(app_factory, assets):
+    server = app_factory(TUNEDECK_LAUNCH_PAUSED="true")
     created = server.submit(
         {"name": "auto-typo", "config": demo_config(assets), "deepspeed": typo("auto"), "gpus": 0}
     )
@@ -59,8 +59,8 @@ def test_submission_returns_warnings_and_stores_the_estimate(server_factory, ass
     assert [f for f in created["findings"] if f["severity"] != "info"] == []
 
 
-def test_lint_and_estimate_endpoints(server_factory, assets):
-    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
+def test_lint_and_estimate_endpoints(app_factory, assets):
+    server = app_factory(TUNEDECK_LAUNCH_PAUSED="true")
     spec = {
         "name": "x",
         "config": demo_config(assets, fp16=True, bf16=True),
@@ -87,8 +87,8 @@ def test_lint_and_estimate_endpoints(server_factory, assets):
     assert {"qwen2_lora_sft", "ds_z3_rocm", "ds_z2_rocm", "ds_z3_offload_rocm", "demo_cpu"} <= names
 
 
-def test_preflight_endpoint(server_factory):
-    server = server_factory()
+def test_preflight_endpoint(app_factory):
+    server = app_factory()
     r = server.api.get("/api/nodes/local/preflight")
     assert r.status_code == 200, r.text
     result = r.json()

@@ -21,8 +21,8 @@ def stand_in_python(tmp_path):
     return path
 
 
-def test_submission_lint_uses_the_nodes_preflight(server_factory, assets, tmp_path):
-    server = server_factory(
+def test_submission_lint_uses_the_nodes_preflight(app_factory, assets, tmp_path):
+    server = app_factory(
         TUNEDECK_LAUNCH_PAUSED="true",
         TUNEDECK_GPU_SLOTS="2",
         TUNEDECK_TRAIN_PYTHON=str(stand_in_python(tmp_path)),
@@ -43,8 +43,8 @@ def test_submission_lint_uses_the_nodes_preflight(server_factory, assets, tmp_pa
     assert gpus["code"] == "HW003"
 
 
-def test_a_gpu_node_warms_its_preflight_at_start(server_factory, assets, tmp_path):
-    server = server_factory(
+def test_a_gpu_node_warms_its_preflight_at_start(app_factory, assets, tmp_path):
+    server = app_factory(
         TUNEDECK_LAUNCH_PAUSED="true",
         TUNEDECK_GPU_SLOTS="2",
         TUNEDECK_TRAIN_PYTHON=str(stand_in_python(tmp_path)),

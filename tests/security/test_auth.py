@@ -1,4 +1,4 @@
-"""Tokens and roles against a real server: who may read, launch and cancel."""
+"""Tokens and roles: who may read, launch and cancel; closed writes off loopback; body limits."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import httpx
 
 from tests.conftest import Server, demo_config
+from tests.utils.factories import create_token
 
 
 def cli(workspace, *args: str) -> subprocess.CompletedProcess:  # noqa: ANN001
@@ -26,15 +27,16 @@ def bearer(tok: str) -> dict:
     return {"Authorization": f"Bearer {tok}"}
 
 
-def test_roles_and_ownership(server_factory, assets, tmp_path):
+def test_roles_and_ownership(app_factory, assets, tmp_path):
     ws = tmp_path / "ws"
-    alice, bob = token(ws, "alice", "submitter"), token(ws, "bob", "submitter")
-    viewer, admin = token(ws, "wall", "viewer"), token(ws, "root", "admin")
+    alice = token(ws, "alice", "submitter")
     assert cli(ws, "token", "create", "--name", "alice").returncode == 2  # one active token per name
     listing = cli(ws, "token", "list").stdout
     assert "alice" in listing and alice not in listing  # values are never shown again
 
-    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    server = app_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    bob = create_token(server.engine, "bob", "submitter")
+    viewer, admin = create_token(server.engine, "wall", "viewer"), create_token(server.engine, "root", "admin")
     api = server.api
     spec = {"name": "held", "config": demo_config(assets), "gpus": 0}
     assert api.get("/api/jobs").status_code == 401

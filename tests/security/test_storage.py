@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import Server, demo_config
+from tests.conftest import demo_config
+from tests.utils.app import App
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def test_read_only_workspace_is_refused_at_start(small_fs):
 
 
 def test_full_disk_is_a_clear_error_and_nothing_breaks(small_fs, assets):
-    server = Server(small_fs / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true")
+    server = App(small_fs / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true")
     server.start()
     try:
         filler = small_fs / "filler"

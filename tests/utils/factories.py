@@ -1,0 +1,75 @@
+"""Rows made the way the server makes them (through our services), for tests that need data in place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from tunedeck import auth
+from tunedeck.config import Settings
+from tunedeck.models import Job, JobSpec
+from tunedeck.scheduler import token_hash
+from tunedeck.services import imports, jobs
+
+
+def create_token(engine: Engine, name: str, role: str = "submitter") -> str:
+    """A bearer token as `tunedeck token create` makes it; returns its value."""
+    with Session(engine) as session:
+        return auth.create_token(session, name=name, role=auth.Role(role))
+
+
+def create_job(engine: Engine, settings: Settings, *, config: dict[str, Any], name: str = "job",
+               deepspeed: str | dict | None = None, gpus: int = 0, owner: str | None = None,
+               node_gpus: int = 0, runner_token: str | None = None, **columns: Any) -> Job:
+    """A job as a submission makes it (lint, run folder, train.yaml), then any column a test needs.
+
+    `runner_token` is the credential the scheduler would hand the job's runner, for `post_telemetry`."""
+    spec = JobSpec(name=name, config=config, deepspeed=deepspeed, gpus=gpus)
+    with Session(engine) as session:
+        job, _, _ = jobs.create_job(session, settings=settings, spec=spec, node_gpus=node_gpus, owner=owner)
+        if runner_token is not None:
+            columns["runner_token_hash"] = token_hash(runner_token)
+        for key, value in columns.items():
+            if key not in Job.model_fields:
+                raise TypeError(f"Job has no column {key!r}")
+            setattr(job, key, value)
+        session.add(job)
+        session.commit()
+        session.refresh(job)
+        return job
+
+
+def post_telemetry(client: httpx.Client, job_id: int, runner_token: str, *, seq: int, start_line: int = 0,
+                   points: Sequence[dict] = (), logs: Sequence[str] = (), memory: Sequence[dict] = (),
+                   states: Sequence[dict] = (), t: float = 1_800_000_000.0) -> httpx.Response:
+    """A runner's batch through the telemetry route: `points` are trainer_log.jsonl lines (dicts),
+    `logs` output lines, both numbered from `start_line` as a runner numbers the lines it read;
+    `memory` and `states` go as they are (models.MemoryIn, models.RunnerState)."""
+    batch = {
+        "seq": seq,
+        "metrics": [{"line": start_line + i, "t": t + i, "raw": json.dumps(p)} for i, p in enumerate(points)],
+        "logs": [{"line": start_line + i, "t": t + i, "stream": "stdout", "text": s} for i, s in enumerate(logs)],
+        "memory": list(memory),
+        "states": list(states),
+    }
+    return client.post(f"/api/jobs/{job_id}/telemetry", json=batch,
+                       headers={"Authorization": f"Bearer {runner_token}"})
+
+
+def create_import(engine: Engine, settings: Settings, folder: Path, *, name: str = "imported run") -> Job:
+    """A finished job from an outside run folder (output/trainer_log.jsonl, memory.csv, train.yaml,
+    output/train.log; the last three optional), as `POST /api/runs/import` stores it."""
+
+    def text(path: Path) -> str | None:
+        return path.read_text() if path.exists() else None
+
+    return imports.import_run(engine, settings=settings, name=name,
+                              trainer_log=(folder / "output" / "trainer_log.jsonl").read_text(),
+                              memory_csv=text(folder / "memory.csv"), config=text(folder / "train.yaml"),
+                              log_text=text(folder / "output" / "train.log"))
