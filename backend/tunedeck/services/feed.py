@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlmodel import Session, col, select
 
+from tunedeck import strictjson
 from tunedeck.models import Job, JobOut
 
 ROW_TTL_S = 1.0
@@ -57,7 +58,7 @@ class Event:
     id: str
 
     def sse(self) -> dict:
-        return {"event": self.event, "id": self.id, "data": json.dumps(self.data, default=str)}
+        return {"event": self.event, "id": self.id, "data": strictjson.dumps(self.data, default=str)}
 
 
 class Tables:
@@ -82,11 +83,16 @@ def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
 def job_extras(conn: Connection, tables: Tables, job_id: int) -> dict:
     """The jobs page's columns beyond JobOut: last loss, peak VRAM of the job, open alerts."""
     out: dict[str, Any] = {"last_loss": None, "peak_vram_bytes": None, "total_vram_bytes": None,
-                           "open_alerts": 0, "alert_severity": None}
-    # (job_id, line) is unique, hence indexed: the newest loss is found from the end.
-    out["last_loss"] = conn.execute(text(
-        "SELECT loss FROM metric_points WHERE job_id=:j AND loss IS NOT NULL ORDER BY line DESC LIMIT 1"),
-        {"j": job_id}).scalar()
+                           "open_alerts": 0, "alert_severity": None, "nonfinite": None}
+    # (job_id, line) is unique, hence indexed: the newest loss is found from the end. An inf or NaN
+    # loss is the newest loss too: the row says so (strictjson's `nonfinite`).
+    row = conn.execute(text(
+        "SELECT loss, json_extract(nonfinite, '$.loss') FROM metric_points WHERE job_id=:j AND "
+        "(loss IS NOT NULL OR json_extract(nonfinite, '$.loss') IS NOT NULL) ORDER BY line DESC LIMIT 1"),
+        {"j": job_id}).first()
+    if row is not None:
+        out["last_loss"] = row[0]
+        out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
     if tables.has("memory_samples"):
         row = conn.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"),
                            {"j": job_id}).one()
@@ -155,7 +161,7 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
                            {"j": job_id, "s": cur.j}).scalar()
         kinds: list[tuple[str, str, str]] = [
             ("metrics", "m", ("SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
-                              "vram_allocated, vram_reserved FROM metric_points")),
+                              "vram_allocated, vram_reserved, nonfinite FROM metric_points")),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
         ]
         if tables.has("memory_samples"):
@@ -172,6 +178,8 @@ def job_events(engine: Engine, tables: Tables, job_id: int, cur: Cursor, *,
                          after=after, j=job_id, n=limit)
             for r in rows:
                 r.pop("job_id", None)
+                if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
+                    r["nonfinite"] = json.loads(r["nonfinite"])
             more = more or len(rows) == limit
             batches.append((name, letter, rows))
     if seq is not None:
