@@ -71,7 +71,7 @@ class Server:
         log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(self.command, env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
                 if self.api.get("/api/health").status_code == 200:
@@ -124,7 +124,7 @@ class Server:
             after = page["next"]
 
 
-def job_processes(run_dir: str, settle: float = 10.0) -> list:
+def job_processes(run_dir: str, settle: float = 60.0) -> list:
     """The job's live processes, once the runner has had `settle` seconds to exit after reporting."""
     from tunedeck.procs import job_processes as find
 
@@ -132,6 +132,20 @@ def job_processes(run_dir: str, settle: float = 10.0) -> list:
     while (found := find(run_dir)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return found
+
+
+def wait_buffered(run_dir: str, timeout: float = 120) -> None:
+    """Wait until the job's runner appends a batch to its outbox: called with the server down, it
+    proves the runner trains on and buffers while the server is away."""
+    outbox = Path(run_dir) / "outbox.jsonl"
+
+    def batches() -> int:
+        return outbox.read_bytes().count(b"\n") if outbox.exists() else 0
+
+    start, deadline = batches(), time.monotonic() + timeout
+    while batches() <= start:
+        assert time.monotonic() < deadline, "the runner buffered nothing while the server was away"
+        time.sleep(0.2)
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.spec import SpecError
+from tunedeck.strictjson import StrictJSONResponse
 from tunedeck.telemetry import detect_gpus
 
 
@@ -86,7 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="tunedeck", version=__version__, lifespan=lifespan,
                   summary="Launch and monitor LLaMA-Factory fine-tunes",
-                  max_body_size=settings.max_body_bytes)  # 413 while the body streams in
+                  max_body_size=settings.max_body_bytes,  # 413 while the body streams in
+                  default_response_class=StrictJSONResponse)  # never a NaN or Infinity token
     auth.install(app, settings)
 
     @app.exception_handler(RecursionError)

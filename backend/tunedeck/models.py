@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
+import json
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic import Field as PField
-from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -68,7 +69,8 @@ class MetricPoint(SQLModel, table=True):
 
     __tablename__ = "metric_points"
     __table_args__ = (UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
-                      Index("ix_metric_job_step", "job_id", "step"))
+                      Index("ix_metric_job_step", "job_id", "step"),
+                      Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")))
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
@@ -85,6 +87,9 @@ class MetricPoint(SQLModel, table=True):
     vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
     vram_reserved: float | None = None
     raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
+    # The columns above hold finite numbers only; an Infinity or NaN of the line is NULL there and
+    # named here, JSON such as {"loss": "inf"} (SQLite cannot store NaN, and JSON cannot carry either).
+    nonfinite: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class LogLine(SQLModel, table=True):
@@ -112,6 +117,8 @@ class JobChange(SQLModel, table=True):
 
 
 # ---------------------------------------------------------------- API schemas
+
+NonFinite = Literal["inf", "-inf", "nan"]
 
 
 class Strict(BaseModel):
@@ -197,6 +204,13 @@ class MetricOut(BaseModel):
     total_tokens: int | None
     vram_allocated: float | None
     vram_reserved: float | None
+    nonfinite: dict[str, NonFinite] | None = PField(
+        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}')
+
+    @field_validator("nonfinite", mode="before")
+    @classmethod
+    def _stored(cls, v: Any) -> Any:
+        return json.loads(v) if isinstance(v, str) else v
 
 
 class MetricPage(BaseModel):
@@ -227,14 +241,14 @@ class JobConfigOut(BaseModel):
 
 
 class MetricIn(Strict):
-    line: int = PField(ge=0)
-    t: float
+    line: int = PField(ge=0, le=2**62)
+    t: float = PField(allow_inf_nan=False)
     raw: str = PField(max_length=65536)
 
 
 class LogIn(Strict):
-    line: int = PField(ge=0)
-    t: float
+    line: int = PField(ge=0, le=2**62)
+    t: float = PField(allow_inf_nan=False)
     stream: str = PField(pattern="^(stdout|stderr|runner)$")
     text: str = PField(max_length=65536)
 
@@ -243,14 +257,14 @@ class RunnerState(Strict):
     """A runner's report about the training process."""
 
     event: str = PField(pattern="^(started|exited)$")
-    trainer_pid: int | None = None
-    exit_code: int | None = None
+    trainer_pid: int | None = PField(None, ge=0, le=2**31)
+    exit_code: int | None = PField(None, ge=-(2**31), le=2**31)
     cancelled: bool = False
     cause: str | None = PField(None, max_length=2000)
 
 
 class TelemetryBatch(Strict):
-    seq: int = PField(ge=0)
+    seq: int = PField(ge=0, le=2**62)
     metrics: list[MetricIn] = PField([], max_length=20000)
     logs: list[LogIn] = PField([], max_length=20000)
     states: list[RunnerState] = PField([], max_length=10)
@@ -323,9 +337,9 @@ class MemoryIn(Strict):
     gpu: int = PField(ge=-1, le=1_000_000)
     used_bytes: int = PField(ge=0, le=2**62)
     total_bytes: int | None = PField(None, ge=0, le=2**62)
-    util: float | None = None
-    power_w: float | None = None
-    temp_c: float | None = None
+    util: float | None = PField(None, allow_inf_nan=False)
+    power_w: float | None = PField(None, allow_inf_nan=False)
+    temp_c: float | None = PField(None, allow_inf_nan=False)
     name: str | None = PField(None, max_length=200)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CONFIGS, demo_config, job_processes
+from tests.conftest import CONFIGS, demo_config, job_processes, wait_buffered
 
 pytestmark = pytest.mark.slow
 
@@ -132,7 +132,7 @@ def test_server_killed_mid_run_loses_nothing(server_factory, assets):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     server.kill()
-    time.sleep(3)  # the runner keeps training and buffers while the server is away
+    wait_buffered(created["run_dir"])  # the runner keeps training and buffers while the server is away
     server.start()
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
     assert job["status"] == "succeeded", job
@@ -145,7 +145,7 @@ def test_second_job_waits_for_a_slot(server_factory, assets):
     server = server_factory(TUNEDECK_CPU_SLOTS="1")
     first = server.submit({"name": "first", "config": demo_config(assets), "gpus": 0})
     second = server.submit({"name": "second", "config": demo_config(assets), "gpus": 0})
-    server.wait(first["id"], ("running",), timeout=30)
+    server.wait(first["id"], ("running",), timeout=240)
     assert server.api.get(f"/api/jobs/{second['id']}").json()["status"] == "queued"
     a = server.wait(first["id"], ("succeeded", "failed"))
     b = server.wait(second["id"], ("succeeded", "failed"))

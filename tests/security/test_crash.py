@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config, job_processes
+from tests.conftest import demo_config, job_processes, wait_buffered
 from tests.integration.test_slice import assert_metrics_match
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def first_point(server, job_id: int, timeout: float = 180) -> None:
 
 
 def runner_pid(job: dict) -> int:
-    for p in job_processes(job["run_dir"]):
+    for p in job_processes(job["run_dir"], settle=0):  # the live ones, now
         if "tunedeck.runner" in " ".join(p.cmdline()):
             return p.pid
     raise AssertionError("runner not found")
@@ -47,14 +47,14 @@ def test_kill_9_matrix(server_factory, assets):
         os.kill(runner_pid(server.api.get(f"/api/jobs/{b['id']}").json()), signal.SIGKILL)
         kills["runner"] += 1
         expect[a["id"]], expect[b["id"]] = "failed", "failed"
-        server.wait(a["id"], ("failed", "succeeded", "cancelled"), timeout=60)
-        server.wait(b["id"], ("failed", "succeeded", "cancelled"), timeout=60)
+        server.wait(a["id"], ("failed", "succeeded", "cancelled"))
+        server.wait(b["id"], ("failed", "succeeded", "cancelled"))
 
         c = server.submit({"name": f"server-killed-{r}", "config": demo_config(assets, max_steps=60), "gpus": 0})
         first_point(server, c["id"])
         server.kill()
         kills["server"] += 1
-        time.sleep(1.5)  # the runner trains on and buffers while the server is away
+        wait_buffered(c["run_dir"])  # the runner trains on and buffers while the server is away
         server.start()
         expect[c["id"]] = "succeeded"
         server.wait(c["id"], ("failed", "succeeded", "cancelled"))

@@ -30,21 +30,26 @@ MI250X = {"name": "AMD Instinct MI250X", "bdf": "0000:03:00.0", "total": 64 * Gi
 def run_sampler(tmp_path: Path, path: Path, devices: list[dict], visible: list[int]) -> dict:
     """A sampler in a fresh interpreter whose path starts with the stand-in folder."""
     trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps({"mode": "calls", "devices": devices}))
+    trace.write_text(json.dumps({"devices": devices}))
     code = textwrap.dedent(f"""
         import json, time
         from tunedeck.telemetry.sampler import Sampler
         s = Sampler(interval_s=0.1, polls=2, gpus=True, visible={visible!r}).start()
-        s.ready.wait(10)
-        time.sleep(1.5)
+        s.ready.wait(120)
+        samples, deadline = [], time.monotonic() + 120
+        # Four samples of every device, however slowly this interpreter gets scheduled.
+        while min([sum(x["gpu"] == g for x in samples) for g in s.indices or [-1]]) < 4:
+            assert time.monotonic() < deadline, samples
+            time.sleep(0.05)
+            samples += s.drain()
         s.stop()
         from pyrsmi import rocml
         print(json.dumps({{"backend": s.backend_name, "reason": s.reason, "indices": s.indices,
-                           "samples": s.drain()}}))
+                           "samples": samples + s.drain()}}))
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(ROOT / "backend")]),
            "TUNEDECK_FAKE_SMI_TRACE": str(trace)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

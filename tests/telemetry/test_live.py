@@ -31,14 +31,15 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
     assert job["status"] == "succeeded", job
     full = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 20000}).json()
     samples = full["samples"]
-    assert len(samples) >= 20 and not full["downsampled"]
+    # As many samples as the run lasted: the checks below need a dozen, and imports alone last longer.
+    assert len(samples) >= 12 and not full["downsampled"]
     assert {s["gpu"] for s in samples} == {-1}  # host memory of the job's process tree
     assert full["gpus"] == [{"gpu": -1, "name": "host memory (job process tree)",
                              "total_bytes": psutil.virtual_memory().total}]
     peak = max(s["used_bytes"] for s in samples)
     assert 100 * 1024**2 < peak < psutil.virtual_memory().total  # a real process tree: torch, the model, data
-    small = server.api.get(f"/api/jobs/{job['id']}/memory", params={"max_points": 10}).json()
-    assert small["downsampled"] and len(small["samples"]) <= 15
+    small = server.api.get(f"/api/jobs/{job['id']}/memory", params={"max_points": 5}).json()
+    assert small["downsampled"] and len(small["samples"]) <= 8
     assert max(s["used_bytes"] for s in small["samples"]) == peak  # the maximum survives downsampling
     t = [s["t"] for s in samples]
     win = server.api.get(f"/api/jobs/{job['id']}/memory", params={"t0": t[5], "t1": t[9]}).json()["samples"]
@@ -46,7 +47,7 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
     # Healthy: nothing but the plateau, and nothing open once the job ended.
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     assert {a["kind"] for a in alerts} <= {"vram_plateau"}, alerts
-    deadline = time.monotonic() + 30  # the engine judges the finished job right after its last batch
+    deadline = time.monotonic() + 120  # the engine judges the finished job right after its last batch
     while server.api.get("/api/alerts", params={"open": "true"}).json():
         assert time.monotonic() < deadline, "alerts of a finished job still open"
         time.sleep(0.3)
@@ -69,7 +70,7 @@ def test_out_of_memory_run_fails_with_that_cause_and_an_oom_alert(server_factory
     job = wait_done(server, job["id"])
     assert job["status"] == "failed", job
     assert job["error"].startswith("out of memory: "), job["error"]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not (oom := [a for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
                        if a["kind"] == "oom" and not a["open"]]):  # closed once the job's end is judged
         assert time.monotonic() < deadline, "no closed oom alert"
@@ -83,27 +84,23 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     """The hardware boundary replaced by the stand-in amdsmi (pyrsmi's real code runs over it); the
     training itself is a real LLaMA-Factory run on the CPU."""
     flat = [40 * GiB + (i % 3) * 64 * 1024**2 for i in range(400)]
-    for i in range(48, 50):  # 0.5 s at +30 GiB, 12 s after the trace starts: ~20 samples of baseline first
+    for i in range(48, 50):  # two reads at +30 GiB: one or two samples of the four reads each
         flat[i] += 30 * GiB
     trace = tmp_path / "trace.json"
-
-    def script(start: float) -> None:
-        trace.write_text(json.dumps({"mode": "time", "start": start, "dt": 0.25, "devices": [
-            {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "vram": flat, "activity": 90,
-             "power": 600, "temp": 60},
-            {"name": "AMD Instinct MI300X", "bdf": "0000:1c:00.0", "total": 192 * GiB, "vram": [GiB], "activity": 0}]}))
-
-    script(time.time())
+    # The trace is keyed to the sampler's reads, and the spike waits for training step 100: at least
+    # 12 samples of baseline before it and the rest of the run after it, however slow the start.
+    trace.write_text(json.dumps({"gate": {"at": 48, "log": "output/trainer_log.jsonl", "step": 100}, "devices": [
+        {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "vram": flat, "activity": 90,
+         "power": 600, "temp": 60},
+        {"name": "AMD Instinct MI300X", "bdf": "0000:1c:00.0", "total": 192 * GiB, "vram": [GiB], "activity": 0}]}))
     server = server_factory(PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
                             TUNEDECK_FAKE_SMI_TRACE=str(trace), TUNEDECK_MEMORY_SAMPLE_S="0.5")
     (node,) = server.api.get("/api/nodes").json()
     assert node["backend"] == "rocm" and [g["bus_id"] for g in node["gpus"]] == ["0000:0c:00.0", "0000:1c:00.0"]
-    # The runner's stand-in reads the trace when it starts: the clock starts now, however slow the
-    # server's own start was.
-    script(time.time() + 1)
     job = server.submit({"name": "on gpu0", "config": demo_config(assets, max_steps=400, save_steps=1000,
                                                                    eval_steps=1000), "gpus": 1})
-    server.wait(job["id"], ("running",), timeout=30)
+    assert Path(job["output_dir"]) == Path(job["run_dir"]) / "output"  # where the gate reads the trainer log
+    server.wait(job["id"], ("running",), timeout=240)
     (node,) = server.api.get("/api/nodes").json()
     assert [g["job_id"] for g in node["gpus"]] == [job["id"], None]
     job = wait_done(server, job["id"])
@@ -111,7 +108,7 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     mem = server.api.get(f"/api/jobs/{job['id']}/memory").json()
     assert {s["gpu"] for s in mem["samples"]} == {0}  # only the job's own GPU
     assert mem["gpus"] == [{"gpu": 0, "name": "AMD Instinct MI300X", "total_bytes": 192 * GiB}]
-    assert max(s["used_bytes"] for s in mem["samples"]) == max(flat)  # the 0.5 s peak, kept by the max
+    assert max(s["used_bytes"] for s in mem["samples"]) == max(flat)  # the two-read peak, kept by the max
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     spikes = [a for a in alerts if a["kind"] == "vram_spike"]
     assert len(spikes) == 1 and spikes[0]["gpu"] == 0, alerts

@@ -11,8 +11,10 @@ from tunedeck.alerts import advice
 from tunedeck.alerts.series import Finding, Limits, Series, gib
 
 LEVEL = 10  # samples in the baseline level
+HISTORY = 5  # samples before the first that is judged against the ones before it
 WINDOW = 30  # samples in the noise estimate
 MAX_SPIKE = 3  # an excursion longer than this is a level change, not a spike
+AFTER = 5  # samples after an early excursion that show the level it fell back to
 MIB64 = 64 * 1024**2
 
 
@@ -22,7 +24,7 @@ def baseline(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     level change does not inflate)."""
     n = len(y)
     med, noise = np.full(n, np.nan), np.full(n, np.nan)
-    if n <= 5:
+    if n <= HISTORY:
         return med, noise
     pad = np.concatenate([np.full(LEVEL - 1, np.nan), y])
     med[1:] = np.nanmedian(sliding_window_view(pad, LEVEL)[: n - 1], axis=1)
@@ -32,20 +34,55 @@ def baseline(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         warnings.simplefilter("ignore", RuntimeWarning)
         c = np.nanmedian(win, axis=1)
         noise[1:] = np.nanmedian(np.abs(win - c[:, None]), axis=1) * 1.4826 / np.sqrt(2)
-    med[:5] = np.nan  # too little history
+    med[:HISTORY] = np.nan  # too little history
     return med, np.nan_to_num(noise)
 
 
+def _threshold(base: float, noise: float, total: float | None) -> float:
+    return max(6 * noise, 0.05 * base, 0.02 * total if total else 0.0, MIB64)
+
+
+def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, float]], int]:
+    """Spikes among the first samples, which have too little history for a baseline before them:
+    an excursion of at most MAX_SPIKE samples that rose from the sample before it and fell back to
+    the level the run then held (the median of the AFTER samples that follow it) is judged against
+    that level. A loading peak above the working level is such a spike; a warm-up climb is not (it
+    never stands above what follows), nor is a high first sample (nothing shows it rose). Judged
+    once AFTER samples follow the excursion. Returns the spikes and the index judging goes on from."""
+    out, resume, n = [], 0, len(y)
+    i = 1
+    while i < min(n, HISTORY):
+        hit = None
+        for j in range(i + 1, i + MAX_SPIKE + 1):
+            if j + AFTER > n:
+                break
+            ref = float(np.median(y[j:j + AFTER]))
+            thr = _threshold(ref, 0.0, total)
+            if (y[i - 1] <= ref + thr / 2 and y[i:j].min() > ref + thr / 2 and y[i:j].max() > ref + thr
+                    and y[j] <= ref + thr / 2):
+                hit = j, ref
+                break
+        if hit is None:
+            i += 1
+            continue
+        j, ref = hit
+        out.append((i + int(np.argmax(y[i:j])), ref))
+        i = resume = j
+    return out, resume
+
+
 def spikes(t: np.ndarray, y: np.ndarray, total: float | None) -> list[tuple[int, float]]:
-    """(index of the peak, baseline) of every transient excursion that has returned to baseline."""
+    """(index of the peak, baseline) of every transient excursion that has returned to baseline: the
+    first samples by `early_spikes`, every later one against the level of the samples before it."""
     med, mad = baseline(y)
-    out, i, n = [], 5, len(y)
+    out, resume = early_spikes(y, total)
+    i, n = max(HISTORY, resume), len(y)
     while i < n:
         base = med[i]
         if np.isnan(base):
             i += 1
             continue
-        thr = max(6 * mad[i], 0.05 * base, 0.02 * total if total else 0.0, MIB64)
+        thr = _threshold(base, mad[i], total)
         if y[i] <= base + thr:
             i += 1
             continue
@@ -97,8 +134,11 @@ def spike_findings(s: Series, gpu: int, t: np.ndarray, y: np.ndarray, total: flo
         msg = (f"GPU {gpu}: {len(found)} transient VRAM spike(s); the largest reached {gib(y[peak_i])}, "
                f"+{gib(delta)} above the {gib(base)} baseline"
                + (f" ({100 * y[peak_i] / total:.0f}% of {gib(total)})" if total else ""))
-        sug = ("a one-off peak: check the longest batches (cutoff_len "
-               f"{s.config.get('cutoff_len', '?')}); if it recurs, " + advice.memory_relief(s))
+        if peak_i < HISTORY:  # no batch to blame yet: the job was starting (loading, first batches)
+            sug = "a peak while the job started, above the level it then held; if it nears capacity, "
+        else:
+            sug = f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); if it recurs, "
+        sug += advice.memory_relief(s)
         return [Finding("vram_spike", "warning", gpu, times, step_at(s, times[-1]), msg, sug, recent)]
     g = advice.ga(s)
     steps = _steps_at(s, times)

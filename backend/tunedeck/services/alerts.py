@@ -43,14 +43,10 @@ def job_config(job: Job) -> tuple[dict[str, Any], dict[str, Any] | None]:
 
 
 def _loss(p: MetricPoint) -> tuple[float | None, float | None]:
-    # SQLite stores NaN as NULL: the raw line still says NaN.
-    if (p.loss is None or p.eval_loss is None) and ("NaN" in p.raw or "Infinity" in p.raw):
-        try:
-            d = json.loads(p.raw)
-            return d.get("loss", p.loss), d.get("eval_loss", p.eval_loss)
-        except ValueError:
-            pass
-    return p.loss, p.eval_loss
+    # The columns hold finite numbers only; `nonfinite` names an inf or NaN ("inf" reads back as a float).
+    bad = json.loads(p.nonfinite) if p.nonfinite else {}
+    return (float(bad["loss"]) if "loss" in bad else p.loss,
+            float(bad["eval_loss"]) if "eval_loss" in bad else p.eval_loss)
 
 
 def load_series(session: Session, job: Job, *, now: float | None = None) -> Series:

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlmodel import Session, col, select
 
+from tunedeck import strictjson
 from tunedeck.models import Job, JobOut
 
 ROW_TTL_S = 1.0
@@ -56,7 +57,7 @@ class Event:
     id: str
 
     def sse(self) -> dict:
-        return {"event": self.event, "id": self.id, "data": json.dumps(self.data, default=str)}
+        return {"event": self.event, "id": self.id, "data": strictjson.dumps(self.data, default=str)}
 
 
 def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
@@ -66,11 +67,16 @@ def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
 def job_extras(conn: Connection, job_id: int) -> dict:
     """The jobs page's columns beyond JobOut: last loss, peak VRAM of the job, open alerts."""
     out: dict[str, Any] = {"last_loss": None, "peak_vram_bytes": None, "total_vram_bytes": None,
-                           "open_alerts": 0, "alert_severity": None}
-    # (job_id, line) is unique, hence indexed: the newest loss is found from the end.
-    out["last_loss"] = conn.execute(text(
-        "SELECT loss FROM metric_points WHERE job_id=:j AND loss IS NOT NULL ORDER BY line DESC LIMIT 1"),
-        {"j": job_id}).scalar()
+                           "open_alerts": 0, "alert_severity": None, "nonfinite": None}
+    # (job_id, line) is unique, hence indexed: the newest loss is found from the end. An inf or NaN
+    # loss is the newest loss too: the row says so (strictjson's `nonfinite`).
+    row = conn.execute(text(
+        "SELECT loss, json_extract(nonfinite, '$.loss') FROM metric_points WHERE job_id=:j AND "
+        "(loss IS NOT NULL OR json_extract(nonfinite, '$.loss') IS NOT NULL) ORDER BY line DESC LIMIT 1"),
+        {"j": job_id}).first()
+    if row is not None:
+        out["last_loss"] = row[0]
+        out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
     row = conn.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"),
                        {"j": job_id}).one()
     out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
@@ -134,7 +140,7 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
                            {"j": job_id, "s": cur.j}).scalar()
         kinds: list[tuple[str, str, str]] = [
             ("metrics", "m", ("SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
-                              "vram_allocated, vram_reserved FROM metric_points")),
+                              "vram_allocated, vram_reserved, nonfinite FROM metric_points")),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
             ("memory", "s", "SELECT * FROM memory_samples"),
             ("alerts", "a", "SELECT * FROM alerts"),
@@ -149,6 +155,8 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
                          after=after, j=job_id, n=limit)
             for r in rows:
                 r.pop("job_id", None)
+                if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
+                    r["nonfinite"] = json.loads(r["nonfinite"])
             more = more or len(rows) == limit
             batches.append((name, letter, rows))
     if seq is not None:

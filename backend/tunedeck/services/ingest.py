@@ -9,6 +9,7 @@ file, is stored once.
 from __future__ import annotations
 
 import json
+import math
 import queue
 import re
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects.sqlite import insert
 
+from tunedeck import strictjson
 from tunedeck.models import Job, JobStatus, LogLine, MemorySample, MetricPoint, utcnow
 
 METRICS = MetricPoint.__table__
@@ -28,7 +30,7 @@ LOGS = LogLine.__table__
 JOBS = Job.__table__
 MEMORY = MemorySample.__table__
 MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c", "name")
-HMS = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)$")
+HMS = re.compile(r"^(?:(\d{1,9}) days?, )?(\d{1,9}):(\d\d):(\d\d)$")  # bounded: a float holds the sum
 POINT_KEYS = ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens", "vram_allocated", "vram_reserved")
 
 
@@ -42,24 +44,42 @@ def seconds(text: Any) -> float | None:
 
 
 def parse_point(raw: str) -> dict[str, Any]:
-    """One trainer_log.jsonl line as metric columns; a line that is not JSON keeps only `raw`."""
+    """One trainer_log.jsonl line as metric columns; a line that is not JSON keeps only `raw`.
+
+    Columns get finite numbers only: an Infinity or NaN (json.dumps writes them for a diverged
+    loss) is None there and named in `nonfinite`, so no reader ever meets one."""
     try:
         d = json.loads(raw)
     except ValueError:
         d = None
     if not isinstance(d, dict):
         return {}
+    bad: dict[str, str] = {}
 
-    def num(v: Any) -> float | None:
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    def num(k: str) -> float | None:
+        v = d.get(k)
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return None
+        try:
+            f = float(v)
+        except OverflowError:  # an integer past any float
+            f = math.inf if v > 0 else -math.inf
+        if math.isfinite(f):
+            return f
+        if k in POINT_KEYS:
+            bad[k] = strictjson.name(f)
+        return None
 
-    out: dict[str, Any] = {k: num(d.get(k)) for k in POINT_KEYS}
-    out["total_tokens"] = int(out["total_tokens"]) if out["total_tokens"] is not None else None
-    step, total = num(d.get("current_steps")), num(d.get("total_steps"))
-    out["step"] = int(step) if step is not None else None
-    out["total_steps"] = int(total) if total is not None else None
-    out["percentage"] = num(d.get("percentage"))
+    def count(k: str) -> int | None:
+        f = num(k)
+        return int(f) if f is not None and 0 <= f < 2**62 else None  # SQLite integers are 64-bit
+
+    out: dict[str, Any] = {k: num(k) for k in POINT_KEYS}
+    out["total_tokens"] = count("total_tokens")
+    out["step"], out["total_steps"] = count("current_steps"), count("total_steps")
+    out["percentage"] = num("percentage")
     out["eta_seconds"] = seconds(d.get("remaining_time"))
+    out["nonfinite"] = json.dumps(bad) if bad else None
     return out
 
 
@@ -75,7 +95,7 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     for m in batch.get("metrics", ()):
         p = parse_point(m["raw"])
         rows.append({"job_id": job_id, "line": m["line"], "t": m["t"], "raw": m["raw"],
-                     **{k: p.get(k) for k in ("step", "total_steps", *POINT_KEYS)}})
+                     **{k: p.get(k) for k in ("step", "total_steps", *POINT_KEYS, "nonfinite")}})
         if p.get("step") is not None:
             progress = p
     if rows:

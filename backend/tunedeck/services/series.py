@@ -6,6 +6,7 @@ A zoomed chart asks again with the window `x0..x1` and gets finer points of just
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -24,9 +25,19 @@ def downsample_indices(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndar
     return np.sort(MinMaxLTTBDownsampler().downsample(x, y, n_out=max_points, parallel=False))
 
 
+def _nonfinite(rows: list[tuple], name: str, max_points: int) -> dict:
+    """Where a metric was inf or NaN (its `y` skips those points): {step, t, value}, evenly thinned
+    to `max_points` (a diverged run can be NaN from some step to its end)."""
+    pts = [(step, t, v) for step, t, bad in rows if (v := bad.get(name))]
+    if len(pts) > max_points:
+        pts = [pts[i] for i in np.unique(np.linspace(0, len(pts) - 1, max_points).round().astype(int))]
+    return {"step": [p[0] for p in pts], "t": [p[1] for p in pts], "value": [p[2] for p in pts]}
+
+
 def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | None = None,
                   x1: float | None = None, until: int | None = None) -> dict:
-    """Each metric as {step, t, y}: at most `max_points` per metric, within steps x0..x1, ids <= until."""
+    """Each metric as {step, t, y, n, nonfinite_points}: at most `max_points` per metric, within steps
+    x0..x1, ids <= until."""
     where = ["job_id = :j", "step IS NOT NULL"]
     params: dict = {"j": job_id}
     for cond, param, value in (("step >= :x0", "x0", x0), ("step <= :x1", "x1", x1), ("id <= :u", "u", until)):
@@ -45,9 +56,14 @@ def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | N
         if (hit := _CACHE.get(key)) is not None:
             return hit
         rows = cur.execute(sql, params).fetchall()
+        # Few rows, found through their partial index: the points whose metrics were inf or NaN.
+        # (SQLite would rather walk the job's step index, every row of the job.)
+        bad = cur.execute(f"SELECT step, t, nonfinite FROM metric_points INDEXED BY ix_metric_nonfinite WHERE "
+                          f"{' AND '.join(where)} AND nonfinite IS NOT NULL ORDER BY step, line", params).fetchall()
         cur.close()
     finally:
         raw.close()
+    bad = [(step, t, json.loads(text)) for step, t, text in bad]
     data = np.array(rows, dtype=np.float64).reshape(len(rows), 3 + len(COLUMNS))
     del rows
     step, t = data[:, 1], data[:, 2]
@@ -60,7 +76,7 @@ def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | N
         idx = downsample_indices(xs, ys, max_points)
         out["downsampled"] |= len(idx) < len(ys)
         out["series"][name] = {"step": xs[idx].astype(int).tolist(), "t": ts[idx].tolist(),
-                               "y": ys[idx].tolist(), "n": len(ys)}
+                               "y": ys[idx].tolist(), "n": len(ys), "nonfinite_points": _nonfinite(bad, name, max_points)}
     with _CACHE_LOCK:  # requests run in a thread pool
         _CACHE[key] = out
         while len(_CACHE) > CACHE_SIZE:

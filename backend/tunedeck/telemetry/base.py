@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -23,12 +24,13 @@ class Reading:
 
 
 def num(v, scale: float = 1.0) -> float | None:
-    """SMI getters answer -1 (or raise) for "unknown": both become None."""
+    """SMI getters answer -1 (or raise) for "unknown": both become None, and so does a NaN or an
+    infinity (the server refuses a batch that holds one)."""
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return None if f < 0 else f * scale
+    return None if not math.isfinite(f) or f < 0 else f * scale
 
 
 def norm_bus_id(v) -> str | None:

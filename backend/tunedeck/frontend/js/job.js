@@ -24,7 +24,8 @@ const state = {
 window.tunedeck = state; // for the browser tests and for curious users
 
 function series(name) {
-  return (state.metrics[name] ||= { step: [], t: [], y: [] });
+  // bad: the points where the metric was inf or NaN (null in JSON), kept apart from y
+  return (state.metrics[name] ||= { step: [], t: [], y: [], bad: { step: [], t: [], value: [] } });
 }
 
 // ------------------------------------------------------------------ header
@@ -73,7 +74,9 @@ async function loadSeries(range, until) {
   const params = { max_points: MAX_POINTS, until };
   if (range) { params.x0 = Math.floor(range[0]); params.x1 = Math.ceil(range[1]); }
   const data = await get(`/api/jobs/${jobId}/series`, params);
-  for (const [name, s] of Object.entries(data.series)) state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n };
+  for (const [name, s] of Object.entries(data.series)) {
+    state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] } };
+  }
   if (!range) state.metricsLast = Math.max(state.metricsLast, data.last_id || 0);
   state.lossDownsampled = data.downsampled;
   drawMetrics();
@@ -88,6 +91,11 @@ function addMetrics(rows) {
     if (r.loss !== null) state.arrivals.push([r.step, performance.timeOrigin + performance.now()]);
     if (state.arrivals.length > 5000) state.arrivals.splice(0, 1000);
     for (const name of ["loss", "eval_loss", "lr", "throughput", "vram_allocated", "vram_reserved"]) {
+      const bad = r.nonfinite && r.nonfinite[name];
+      if (bad && r.step !== null) {
+        const b = series(name).bad;
+        b.step.push(r.step); b.t.push(r.t); b.value.push(bad);
+      }
       if (r[name] === null || r[name] === undefined || r.step === null) continue;
       const s = series(name);
       s.step.push(r.step); s.t.push(r.t); s.y.push(r[name]);
@@ -128,11 +136,17 @@ function drawMetrics() {
   });
   const am = alertMarkers("step");
   am.y = markersY(am.x);
+  const bad = [loss, evl].flatMap((s, k) => s.bad.step.map((x, i) => [x, `${k ? "eval loss" : "loss"} ${s.bad.value[i]}`]));
+  const nonfinite = {
+    name: "inf / NaN", mode: "markers", type: "scatter", marker: { symbol: "x", size: 9, color: "#c4321a" },
+    x: bad.map((b) => b[0]), y: markersY(bad.map((b) => b[0])), text: bad.map((b) => b[1]), hoverinfo: "x+text",
+  };
   Plotly.react("loss-chart", [
     { name: "loss", x: loss.step, y: loss.y, mode: "lines", line: { color: "rgba(47,111,237,0.25)", width: 1 } },
     { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step, y: ema(loss.y, w), mode: "lines", line: { color: "#2f6fed", width: 2 } },
     { name: "eval loss", x: evl.step, y: evl.y, mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 } },
     am,
+    nonfinite,
   ], layout("", { datarevision: revision, xaxis: { title: { text: "step" } }, yaxis: { type: logy ? "log" : "linear" }, shapes: alertShapes("step") }), config);
   Plotly.react("lr-chart", [{ name: "lr", x: lr.step, y: lr.y, mode: "lines", line: { color: "#7a3ee8" } }],
     layout("", { datarevision: revision, xaxis: { title: { text: "step" } }, yaxis: { exponentformat: "e" }, showlegend: false }), config);

@@ -22,6 +22,13 @@ function alertBadge(j) {
   return h("span", { class: `badge sev-${j.alert_severity || "warning"}`, title: "open alerts", text: `⚠ ${j.open_alerts}` });
 }
 
+function lossCell(j) {
+  // An inf or NaN loss arrives as null, named in `nonfinite` (strict JSON has neither).
+  const bad = j.nonfinite && j.nonfinite.last_loss;
+  if (bad) return h("td", { class: "num nonfinite", title: "the loss is not a finite number", text: bad === "nan" ? "NaN" : bad });
+  return h("td", { class: "num", text: num(j.last_loss) });
+}
+
 function row(j) {
   const p = j.progress || {};
   const steps = p.total_steps ? `${p.current_steps ?? 0}/${p.total_steps}` : "";
@@ -33,7 +40,7 @@ function row(j) {
     h("td", { text: gpus(j) }),
     h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),
     h("td", { class: "num", text: j.status === "running" ? duration(p.eta_seconds) : "–" }),
-    h("td", { class: "num", text: num(j.last_loss) }),
+    lossCell(j),
     h("td", { class: "num", text: vram(j) }),
     h("td", {}, alertBadge(j)),
     h("td", { class: "muted", text: when(j.created_at) }));
