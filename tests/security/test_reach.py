@@ -368,3 +368,52 @@ def test_submission_refuses_remote_code_at_the_field(server_factory, assets, tmp
     assert r.status_code == 201, r.text
     assert "LF009" in {f["code"] for f in r.json()["findings"]}
 
+
+# ---------------------------------------------------------------- the runner's token
+
+
+def token_windows(data: bytes):
+    """Every 43-character url-safe window (the length of secrets.token_urlsafe(32))."""
+    for run in re.finditer(rb"[A-Za-z0-9_-]{43,}", data):
+        text = run.group()
+        for i in range(len(text) - 42):
+            yield text[i:i + 43]
+
+
+@pytest.mark.slow
+def test_the_trainer_can_read_no_token(server_factory, assets):
+    """A real fine-tune: nothing the trainer can read (its environment and its children's, its
+    parent runner's environment, every file of the run folder) holds the job's token or the
+    server's own CLI token, while the runner, which got it on stdin, keeps reporting."""
+    cli_token = "cli-" + secrets.token_hex(20)
+    server = server_factory(TUNEDECK_TOKEN=cli_token)
+    created = server.submit({"name": "no token", "gpus": 0,
+                             "config": demo_config(assets, max_steps=2000, save_steps=1000)})
+    deadline = time.monotonic() + 180
+    while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
+        assert time.monotonic() < deadline, "no metric point arrived: the runner could not report"
+        time.sleep(0.3)
+    db = sqlite3.connect(f"file:{server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
+    token_hash, trainer_pid, runner_pid, run_dir = db.execute(
+        "SELECT runner_token_hash, trainer_pid, runner_pid, run_dir FROM jobs WHERE id = ?", (created["id"],)
+    ).fetchone()
+    db.close()
+    assert token_hash and trainer_pid and runner_pid
+    trainer = psutil.Process(trainer_pid)
+    readable: dict[str, bytes] = {}
+    for p in [trainer, *trainer.children(recursive=True)]:
+        readable[f"environ of {p.pid}"] = Path(f"/proc/{p.pid}/environ").read_bytes()
+        readable[f"cmdline of {p.pid}"] = Path(f"/proc/{p.pid}/cmdline").read_bytes()
+        env = dict(e.split(b"=", 1) for e in readable[f"environ of {p.pid}"].split(b"\0") if b"=" in e)
+        assert [k for k in env if k.startswith(b"TUNEDECK_")] == [b"TUNEDECK_JOB_KEY"], sorted(env)
+    readable["environ of the runner"] = Path(f"/proc/{runner_pid}/environ").read_bytes()
+    files = [f for f in Path(run_dir).rglob("*") if f.is_file()]
+    assert {"runner.json", "train.yaml", "outbox.jsonl"} <= {f.name for f in files}
+    readable.update({str(f): f.read_bytes() for f in files})
+    for where, data in readable.items():
+        assert cli_token.encode() not in data, where
+        leaked = [w for w in token_windows(data) if hashlib.sha256(w).hexdigest() == token_hash]
+        assert not leaked, f"the job's token is readable in {where}"
+    assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
+    job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=180)
+    assert job["status"] == "cancelled", job
