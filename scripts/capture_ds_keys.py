@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Capture the keys DeepSpeed accepts under `zero_optimization`, for tunedeck's DeepSpeed lint.
+"""Capture the keys of DeepSpeed's config sections, for tunedeck's DeepSpeed lint and path checks.
 
 Run with the *training* environment's python (the one DeepSpeed is installed in)::
 
@@ -8,14 +8,19 @@ Run with the *training* environment's python (the one DeepSpeed is installed in)
 It reads the pydantic models in ``deepspeed/runtime/zero/config.py`` (``DeepSpeedZeroConfig``) and
 ``offload_config.py`` (the ``offload_param`` / ``offload_optimizer`` sub-models). All of them are
 ``extra="forbid"``: a key not listed here makes DeepSpeed refuse the file, unless its value is
-``"auto"`` (``DeepSpeedConfigModel.__init__`` drops those first, silently). Writes
+``"auto"`` (``DeepSpeedConfigModel.__init__`` drops those first, silently). It also reads the
+monitor models (``deepspeed/monitor/config.py``: tensorboard, wandb, csv_monitor, comet) and the
+sections DeepSpeed still reads key by key from constants (``flops_profiler``, ``autotuning``):
+tunedeck needs their names to find the keys that take a path or report to a service. Writes
 ``backend/tunedeck/data/deepspeed_keys.json``::
 
     {"deepspeed_version": "...",
-     "models": {"zero_optimization" | "offload_param" | "offload_optimizer":
+     "models": {"zero_optimization" | "offload_param" | ... | "flops_profiler":
                 {field: {"alias": str | null, "type": "bool|int|float|str|enum|dict|any",
                          "choices": [...] | null, "default": <JSON> | null,
-                         "deprecated": bool, "new_param": str | null}}}}
+                         "deprecated": bool, "new_param": str | null}}},
+     "locations": {model: "dotted.path.in.the.json"},
+     "monitors": [the sections DeepSpeedMonitorConfig reads from the top level]}
 
 The server reads only this file; it never imports deepspeed.
 """
@@ -85,26 +90,51 @@ def fields_of(model) -> dict:
     return out
 
 
+def constant_fields(module, section: str) -> dict:
+    """Keys of a section DeepSpeed reads with get_scalar_param: `<SECTION>_<X> = "key"` constants
+    that have a `<SECTION>_<X>_DEFAULT` next to them (the others name values, not keys)."""
+    consts = vars(module)
+    out = {}
+    for name, key in sorted(consts.items()):
+        default_name = f"{name}_DEFAULT"
+        if not (name.startswith(f"{section}_") and isinstance(key, str) and default_name in consts):
+            continue
+        default = _json(consts[default_name])
+        kind = {bool: "bool", int: "int", float: "float", str: "str"}.get(type(default), "any")
+        out[key] = {"alias": None, "type": kind, "choices": None, "default": default,
+                    "deprecated": False, "new_param": None}
+    return dict(sorted(out.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=pathlib.Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
 
     import deepspeed
+    from deepspeed.autotuning import constants as autotuning
+    from deepspeed.monitor.config import DeepSpeedMonitorConfig
+    from deepspeed.profiling import constants as flops_profiler
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     from deepspeed.runtime.zero.offload_config import (
         DeepSpeedZeroOffloadOptimizerConfig,
         DeepSpeedZeroOffloadParamConfig,
     )
 
-    table = {
-        "deepspeed_version": deepspeed.__version__,
-        "models": {
-            "zero_optimization": fields_of(DeepSpeedZeroConfig),
-            "offload_param": fields_of(DeepSpeedZeroOffloadParamConfig),
-            "offload_optimizer": fields_of(DeepSpeedZeroOffloadOptimizerConfig),
-        },
+    monitors = list(DeepSpeedMonitorConfig.model_fields)
+    models = {
+        "zero_optimization": fields_of(DeepSpeedZeroConfig),
+        "offload_param": fields_of(DeepSpeedZeroOffloadParamConfig),
+        "offload_optimizer": fields_of(DeepSpeedZeroOffloadOptimizerConfig),
+        **{m: fields_of(DeepSpeedMonitorConfig.model_fields[m].annotation) for m in monitors},
+        "flops_profiler": constant_fields(flops_profiler, "FLOPS_PROFILER"),
+        "autotuning": constant_fields(autotuning, "AUTOTUNING"),
     }
+    locations = {m: m for m in models}
+    locations.update(offload_param="zero_optimization.offload_param",
+                     offload_optimizer="zero_optimization.offload_optimizer")
+    table = {"deepspeed_version": deepspeed.__version__, "models": models, "locations": locations,
+             "monitors": monitors}
     args.output.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n")
     n = sum(len(m) for m in table["models"].values())
     print(f"wrote {n} keys of deepspeed {deepspeed.__version__} to {args.output}")

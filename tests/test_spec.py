@@ -71,10 +71,14 @@ def test_paths_are_confined(settings, tmp_path):
     assert errs[0]["loc"] == ["config", "dataset_dir"]
 
 
-def test_relative_paths_resolve_in_workspace_and_hub_ids_pass(settings):
+def test_relative_paths_resolve_in_workspace_and_hub_ids_pass(settings, tmp_path, monkeypatch):
     p = prepare(spec(), settings=settings, node_gpus=0)
     assert p.config["model_name_or_path"] == str(settings.workspace / "models" / "m")
     assert p.config["dataset_dir"] == str(settings.workspace / "data")
+    # A hub id passes when it is in the local cache (runs are offline: tests/security/test_reach.py).
+    snap = tmp_path / "hub" / "models--Qwen--Qwen2-7B-Instruct" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     p = prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct"), settings=settings, node_gpus=0)
     assert p.config["model_name_or_path"] == "Qwen/Qwen2-7B-Instruct"
 

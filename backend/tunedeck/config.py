@@ -31,6 +31,22 @@ class Settings(BaseSettings):
         description="Extra folders user paths (model, dataset_dir, ...) may point into; "
         "the workspace is always allowed. JSON list in the environment.",
     )
+    allow_hub: bool = Field(
+        False,
+        description="Runs may download from the Hugging Face Hub (HF_HUB_OFFLINE is not set) and hub ids "
+        "need not be in the local cache. Off: runs are offline and a hub id must already be in the HF cache.",
+    )
+    allow_network_keys: bool = Field(
+        False,
+        description="Accept keys that reach the network or push results out: push_to_hub and hub_* keys, "
+        "credentials (*_token, *_api_key), report_to other than none/tensorboard, URLs as paths, "
+        "DeepSpeed wandb/comet monitors.",
+    )
+    allow_remote_code: bool = Field(
+        False,
+        description="Accept `trust_remote_code: true` for a model that ships Python (auto_map, .py files); "
+        "that code runs as the server's user. Off: refused (models without code are always accepted).",
+    )
     cpu_slots: int = Field(1, ge=1, description="How many CPU-only jobs run at once on a node with no GPU.")
     gpu_slots: int | None = Field(
         None,

@@ -14,6 +14,11 @@ scripts may key on them), paths name the key (`config.fp16`,
 | LF006 | warning | output_dir already holds a run and overwrite_output_dir is off (resumes)    |
 | LF007 | info    | Megatron-Core (USE_MCA=1) YAML: its mcore_adapter keys are not checked      |
 | LF008 | info    | not a LLaMA-Factory train YAML (accelerate / v1 / token config): skipped    |
+| LF009 | info    | trust_remote_code: true, but the model carries no code (no effect)          |
+| LF010 | error   | trust_remote_code would run the model's code (ALLOW_REMOTE_CODE)            |
+| LF011 | warning | the model's code runs as the server's user (allowed by the server)          |
+| LF012 | error   | key reaches the network / pushes results out (ALLOW_NETWORK_KEYS)           |
+| LF013 | error   | hub id not in the local HF cache and runs are offline (ALLOW_HUB)           |
 | DS001 | error   | key DeepSpeed does not know under zero_optimization (it refuses the file)   |
 | DS002 | warning | unknown key whose value is "auto": DeepSpeed drops it silently              |
 | DS003 | error   | both spellings of an aliased / renamed key                                  |
@@ -23,11 +28,14 @@ scripts may key on them), paths name the key (`config.fp16`,
 | DS007 | info    | overlap_comm keeps ≈4.5× the bucket sizes in memory                         |
 | DS008 | info    | ZeRO-3 gathers the full 16-bit model on rank 0 at save time                 |
 | DS009 | warning | the job's DeepSpeed file could not be found or read (not checked)           |
+| DS010 | error   | a monitor that sends to a service: wandb, comet (ALLOW_NETWORK_KEYS)        |
 | HW001 | warning | fp16 on gfx942 (MI300): bf16 is steadier and as fast                        |
 | HW002 | warning | multi-GPU on ROCm without a large ddp_timeout                               |
 | HW003 | error   | more GPUs than the node has                                                 |
 | HW004 | warning | flash_attn fa2 asked for, flash-attn not importable in the training env     |
 
+LF009–LF013 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings: tunedeck/reach.py finds
+them, and also confines every path-valued key (one outside the allowed roots is a 422 at the key).
 The LLaMA-Factory and DeepSpeed key tables are data files captured from the installed packages
 (scripts/capture_lf_args.py, scripts/capture_ds_keys.py): the server never imports either.
 """
@@ -41,6 +49,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from tunedeck import hubcache
 
 Finding = dict[str, Any]
 SEVERITIES = ("error", "warning", "info")
@@ -537,17 +547,8 @@ def read_model_config(model: Any, *, hub_only: bool = False) -> dict[str, Any] |
     if not isinstance(model, str) or not model:
         return None
     candidates = [] if hub_only else [Path(model).expanduser() / "config.json"]
-    if "/" in model and not Path(model).is_absolute():
-        hub = (
-            Path.home()
-            / ".cache"
-            / "huggingface"
-            / "hub"
-            / f"models--{model.replace('/', '--')}"
-            / "snapshots"
-        )
-        if hub.is_dir():
-            candidates += sorted(hub.glob("*/config.json"))
+    if not Path(model).is_absolute() and (snap := hubcache.snapshot(model)) is not None:
+        candidates.append(snap / "config.json")
     for c in candidates:
         try:
             data = json.loads(c.read_text())

@@ -13,6 +13,13 @@ import signal
 import psutil
 
 JOB_KEY_ENV = "TUNEDECK_JOB_KEY"
+# Server settings that are credentials: no runner or trainer inherits them.
+SECRET_ENV = frozenset({"TUNEDECK_TOKEN", "TUNEDECK_WEBHOOK_URLS"})
+
+
+def trainer_env(base: dict[str, str]) -> dict[str, str]:
+    """The environment a trainer may see: none of tunedeck's settings, only the job key."""
+    return {k: v for k, v in base.items() if not k.startswith("TUNEDECK_") or k == JOB_KEY_ENV}
 
 
 def alive(pid: int | None, create_time: float | None) -> bool:

@@ -8,8 +8,8 @@ imports it.
 
 from __future__ import annotations
 
+import copy
 import json
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from tunedeck import lint
+from tunedeck import lint, reach
 from tunedeck.config import Settings
+from tunedeck.reach import HUB_ID, confine  # noqa: F401  (the path rules live in reach; callers use these)
 from tunedeck.models import JobSpec
 
 CONFIGS_DIR = Path(resources.files("tunedeck") / "configs")
@@ -26,11 +27,6 @@ CONFIGS_DIR = Path(resources.files("tunedeck") / "configs")
 # Keys tunedeck owns: the job gets a fresh output folder and a token count (throughput).
 FORCED = {"overwrite_output_dir": True, "include_num_input_tokens_seen": True}
 DEFAULTS = {"do_train": True, "report_to": "none"}
-# Path-valued keys that may also name a model on the hub (left as-is when they do).
-HUB_OR_PATH_KEYS = ("model_name_or_path", "adapter_name_or_path", "ref_model", "reward_model")
-# Path-valued keys that are always local paths.
-PATH_KEYS = ("dataset_dir", "media_dir", "cache_dir", "tokenized_path", "logging_dir", "resume_from_checkpoint")
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 MAX_YAML_BYTES = 1_000_000
 
 
@@ -105,44 +101,6 @@ class Prepared:
         return train_yaml, ds
 
 
-def confine(value: str, settings: Settings) -> Path | None:
-    """Resolve a user path against the workspace; None when it falls outside every allowed root."""
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        p = settings.workspace / p
-    p = p.resolve()
-    return p if any(p == r or p.is_relative_to(r) for r in settings.roots) else None
-
-
-def _is_pathlike(value: str, settings: Settings) -> bool:
-    if not HUB_ID.fullmatch(value) or ".." in value.split("/"):
-        return True
-    return (settings.workspace / value).exists()  # a relative folder in the workspace wins over the hub
-
-
-def _resolve_paths(config: dict[str, Any], settings: Settings, errors: list[dict[str, Any]]) -> None:
-    for key in HUB_OR_PATH_KEYS + PATH_KEYS:
-        value = config.get(key)
-        if value is None or (key == "dataset_dir" and value == "ONLINE"):
-            continue
-        if not isinstance(value, str):
-            errors.append(_err(["config", key], f"must be a string; got {type(value).__name__}"))
-            continue
-        parts = [v.strip() for v in value.split(",")] if key == "adapter_name_or_path" else [value]
-        out = []
-        for part in parts:
-            if key in HUB_OR_PATH_KEYS and not _is_pathlike(part, settings):
-                out.append(part)  # a hub id: legal, fetched only where the hub is reachable
-                continue
-            resolved = confine(part, settings)
-            if resolved is None:
-                roots = ", ".join(map(str, settings.roots))
-                errors.append(_err(["config", key], f"path {part!r} is outside the allowed roots ({roots})"))
-                break
-            out.append(str(resolved))
-        config[key] = ",".join(out)
-
-
 def _deepspeed(
     value: Any, settings: Settings, errors: list[dict[str, Any]], warnings: list[str]
 ) -> dict[str, Any] | None:
@@ -180,8 +138,8 @@ def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Prepared:
     """Check a spec against LLaMA-Factory's arguments and the node; raise SpecError listing every problem."""
     errors: list[dict[str, Any]] = []
     warnings: list[str] = []
-    config = dict(spec.config)
-    ds_value = spec.deepspeed
+    config = copy.deepcopy(spec.config)  # paths are rewritten in place: the spec stays as submitted
+    ds_value = copy.deepcopy(spec.deepspeed)
     if "deepspeed" in config:
         if ds_value is not None:
             errors.append(_err(["config", "deepspeed"], "give the DeepSpeed config once, as the spec's `deepspeed`"))
@@ -194,14 +152,15 @@ def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Prepared:
     for key in ("model_name_or_path", "dataset"):
         if key not in config and not (key == "dataset" and config.get("do_train") is False):
             errors.append(_err(["config", key], "is required"))
-    _resolve_paths(config, settings, errors)
-    if config.get("dataset_dir") is None:
-        config["dataset_dir"] = str(settings.workspace / "data")
-
     gpus = spec.gpus if spec.gpus is not None else (1 if node_gpus > 0 else 0)
     if gpus > node_gpus:
         errors.append(_err(["gpus"], f"asks for {gpus} GPUs; this node has {node_gpus}"))
     ds_config = _deepspeed(ds_value, settings, errors, warnings)
+    # Paths, network keys, hub ids and remote code: what the job may reach beyond its run folder.
+    checked = reach.check(config, ds_config, settings)
+    errors += checked.errors + [lint.as_error(f) for f in checked.findings if f["severity"] == "error"]
+    if config.get("dataset_dir") is None:
+        config["dataset_dir"] = str(settings.workspace / "data")
     if errors:
         raise SpecError(errors)
 
@@ -211,16 +170,17 @@ def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Prepared:
     return Prepared(config=config, ds_config=ds_config, gpus=gpus, warnings=warnings)
 
 
-def launch_env(*, gpus: int, devices: list[int], deepspeed: bool) -> dict[str, str]:
+def launch_env(*, gpus: int, devices: list[int], deepspeed: bool, offline: bool = True) -> dict[str, str]:
     """Environment for `llamafactory-cli train` beyond the runner's own (which adds the stop signal)."""
     visible = ",".join(map(str, devices))
     env = {
-        "HF_HUB_OFFLINE": "1",
         "RECORD_VRAM": "1",
         # HIP honours CUDA_VISIBLE_DEVICES too; ROCR_VISIBLE_DEVICES alone is refused by Ray.
         "CUDA_VISIBLE_DEVICES": visible,
         "HIP_VISIBLE_DEVICES": visible,
     }
+    if offline:  # unless TUNEDECK_ALLOW_HUB: hub ids were checked against the local cache at submit
+        env["HF_HUB_OFFLINE"] = "1"
     if deepspeed or gpus > 1:
         env["FORCE_TORCHRUN"] = "1"
         env["NPROC_PER_NODE"] = str(max(gpus, 1))

@@ -31,10 +31,10 @@ class LocalExecutor:
             "job_id": job.id,
             "job_key": job.run_dir,
             "server_url": server_url,
-            "token": token,
             "output_dir": job.output_dir,
             "train_python": str(s.train_python),
-            "env": spec.launch_env(gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None),
+            "env": spec.launch_env(gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None,
+                                   offline=not s.allow_hub),
             "abort_grace_s": s.cancel_abort_grace_s,
             "term_grace_s": s.cancel_term_grace_s,
             "flush_s": s.telemetry_flush_s,
@@ -47,17 +47,24 @@ class LocalExecutor:
             "rlimit_as_bytes": s.trainer_rlimit_as_bytes,
         }
         path = run_dir / "runner.json"
-        # The runner token is a credential: readable by this user only.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(cfg, f, indent=2)
-        env = {**os.environ, procs.JOB_KEY_ENV: job.run_dir}
+        env = {k: v for k, v in os.environ.items() if k not in procs.SECRET_ENV}
+        env[procs.JOB_KEY_ENV] = job.run_dir
         with open(run_dir / "runner.log", "ab") as log:
             p = subprocess.Popen(
                 [str(s.train_python), "-m", "tunedeck.runner", str(run_dir)],
-                cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=run_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        # The token travels through a pipe the runner reads once: no file or environment the
+        # trainer (and any code a model brings) could read holds it.
+        try:
+            p.stdin.write(f"{token}\n".encode())
+            p.stdin.close()
+        except OSError:
+            pass  # the runner died at once: the scheduler sees it gone, as with any runner
         self._children[job.id] = p
         return p.pid, procs.create_time(p.pid)
 

@@ -52,12 +52,23 @@ def _limit_as(limit: int | None):
     return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def read_token() -> str:
+    """The job's token, sent by the server on stdin once; stdin is then closed for good."""
+    token = sys.stdin.readline().strip()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    if not token:
+        sys.exit("tunedeck runner: no job token on stdin (the server writes it there)")
+    return token
+
+
 class Runner:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, token: str):
         self.run_dir = run_dir
         self.cfg: dict[str, Any] = json.loads((run_dir / "runner.json").read_text())
         self.reporter = Reporter(
-            url=self.cfg["server_url"], job_id=self.cfg["job_id"], token=self.cfg["token"],
+            url=self.cfg["server_url"], job_id=self.cfg["job_id"], token=token,
             run_dir=run_dir, retry_max_s=self.cfg["retry_max_s"],
         )
         self.tail = JsonlTail(Path(self.cfg["output_dir"]) / TRAINER_LOG)
@@ -131,7 +142,7 @@ class Runner:
     # ---------------------------------------------------------------- main
     def run(self) -> int:
         cli = Path(self.cfg["train_python"]).parent / "llamafactory-cli"
-        env = {**os.environ, **self.cfg["env"]}
+        env = {**procs.trainer_env(dict(os.environ)), **self.cfg["env"]}
         env["PATH"] = f"{cli.parent}{os.pathsep}{env.get('PATH', '')}"  # torchrun must be found
         env[procs.JOB_KEY_ENV] = self.cfg["job_key"]
         # LLaMA-Factory installs its graceful SIGABRT handler only in web-UI mode.
@@ -217,7 +228,7 @@ class Runner:
 def cli() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tunedeck.runner RUN_DIR")
-    runner = Runner(Path(sys.argv[1]).resolve())
+    runner = Runner(Path(sys.argv[1]).resolve(), read_token())
 
     def on_signal(signum, _frame) -> None:
         runner.cancel.set()

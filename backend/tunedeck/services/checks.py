@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from typing import Any
@@ -10,7 +11,7 @@ from sqlalchemy import text
 from sqlmodel import Session, select
 
 from tunedeck import estimate as est
-from tunedeck import lint, preflight
+from tunedeck import lint, preflight, reach
 from tunedeck import spec as specs
 from tunedeck.config import Settings
 from tunedeck.models import EstimateCalibration, Job, JobSpec, MetricPoint
@@ -59,9 +60,11 @@ def lint_spec(
     config, ds_value = _split(spec)
     ds, _ = resolve_ds(ds_value, settings)
     gpus = spec.gpus if spec.gpus is not None else (1 if (node_gpus or 0) > 0 else 0)
-    return lint.lint(
+    found = lint.lint(
         config, ds, gpus=gpus, preflight=node_preflight, model_config=model_config_of(config, settings)
     )
+    found += reach.check(copy.deepcopy(config), copy.deepcopy(ds), settings).findings
+    return sorted(found, key=lambda f: lint.SEVERITIES.index(f["severity"]))
 
 
 def node_preflight(settings: Settings) -> dict[str, Any] | None:

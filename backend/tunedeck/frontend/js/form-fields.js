@@ -3,7 +3,7 @@
 
 export const GROUPS = [
   ["Model", [
-    ["model_name_or_path", "text", "path in the workspace, or a hub id"],
+    ["model_name_or_path", "text", "path in the workspace, or a hub id in the server's HF cache"],
     ["template", "text"],
     ["trust_remote_code", "bool"],
   ]],
