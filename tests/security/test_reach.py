@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import ROOT, demo_config
+from tests.conftest import CONFIGS, demo_config
 from tunedeck import reach
 from tunedeck.config import Settings
 from tunedeck.lint import lf_table
@@ -334,7 +334,7 @@ def test_trust_remote_code_without_code_is_accepted_with_a_note(ws):
 
 
 def test_the_seed_yaml_is_accepted_when_its_model_has_no_code(ws, tmp_path):
-    seed = spec_from_yaml((ROOT / "configs" / "qwen2_lora_sft.yaml").read_text(), name="seed")
+    seed = spec_from_yaml((CONFIGS / "qwen2_lora_sft.yaml").read_text(), name="seed")
     assert seed.config["trust_remote_code"] is True
     errs = errors(lambda: prepare(seed, settings=settings(ws), node_gpus=0))  # not downloaded: cannot load
     assert errs[("config", "model_name_or_path")]["code"] == "LF013"
@@ -363,7 +363,7 @@ def test_submission_refuses_remote_code_at_the_field(server_factory, assets, tmp
     assert r.status_code == 422, r.text
     (d,) = [d for d in r.json()["detail"] if d["loc"] == ["config", "trust_remote_code"]]
     assert d["code"] == "LF010" and "TUNEDECK_ALLOW_REMOTE_CODE" in d["msg"]
-    r = server.api.post("/api/jobs/yaml", params={"name": "seed"}, content=(ROOT / "configs" / "qwen2_lora_sft.yaml")
+    r = server.api.post("/api/jobs/yaml", params={"name": "seed"}, content=(CONFIGS / "qwen2_lora_sft.yaml")
                         .read_bytes(), headers={"content-type": "application/yaml"})
     assert r.status_code == 201, r.text
     assert "LF009" in {f["code"] for f in r.json()["findings"]}
