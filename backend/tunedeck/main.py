@@ -112,7 +112,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 content={"detail": f"database busy, retry: another writer held it for more than "
                                          f"{settings.db_busy_timeout_s:g} s"})
         if "malformed" in text or "not a database" in text:
-            return JSONResponse(status_code=503, content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"})
+            return JSONResponse(status_code=503,
+                                content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"})
         if "disk is full" in text or "readonly" in text or "read-only" in text:
             status = 507 if "full" in text else 503
             return JSONResponse(status_code=status, content={"detail": f"database storage error: {text}"})
