@@ -27,8 +27,8 @@ from tunedeck.models import ApiToken, utcnow
 PREFIX = "tdk_"
 # Routes that carry their own credentials or must answer anyone.
 EXEMPT = re.compile(r"^/api/(health$|jobs/\d+/telemetry$)")
-# POSTs that change nothing: a viewer may ask them.
-READ_POSTS = re.compile(r"^/api/(lint|estimate)$")
+# POSTs that change nothing: a viewer may ask them (their cost is bounded by TUNEDECK_SPEC_MAX_KEYS).
+READ_POSTS = re.compile(r"^/api/(lint|estimate|ui/parse-yaml|ui/preview)$")
 
 
 class Role(str, enum.Enum):

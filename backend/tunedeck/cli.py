@@ -78,8 +78,12 @@ def _run_server(settings: Settings) -> None:
 
     import uvicorn
 
+    from tunedeck.db import check_file
     from tunedeck.main import create_app
 
+    if why := check_file(settings.db_path):  # one clear line, not a traceback from the lifespan
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2)
     logging.getLogger("uvicorn.access").addFilter(_QuietAccess())
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
@@ -214,8 +218,11 @@ app.add_typer(db_app, name="db")
 
 
 def _engine():
-    from tunedeck.db import make_engine, upgrade
+    from tunedeck.db import check_file, make_engine, upgrade
 
+    if why := check_file(get_settings().db_path):
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2)
     engine = make_engine(get_settings().db_path)
     upgrade(engine)
     return engine
@@ -286,6 +293,34 @@ def db_backup(path: Path) -> None:
         a.backup(b)
         ok = b.execute("PRAGMA integrity_check").fetchone()[0]
     typer.echo(f"backed up {src} to {path} ({path.stat().st_size} bytes, integrity {ok})")
+
+
+@db_app.command("restore")
+def db_restore(backup: Annotated[Path, typer.Argument(help="a file made by `tunedeck db backup`", exists=True,
+                                                     dir_okay=False)]) -> None:
+    """Put a backup in place of the database (run with the server stopped); the old file is kept aside."""
+    import sqlite3
+    import time
+    from contextlib import closing
+
+    from tunedeck.db import check_file
+
+    if why := check_file(backup):
+        typer.echo(f"error: the backup is not usable either: {why.split('; ')[0]}", err=True)
+        raise typer.Exit(1)
+    dst = get_settings().db_path
+    kept = []
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # The WAL and shared-memory files belong to the old file: replayed onto the backup they would damage it.
+    for f in (dst, dst.with_name(dst.name + "-wal"), dst.with_name(dst.name + "-shm")):
+        if f.exists():
+            aside = f.with_name(f"{f.name}.replaced-{stamp}")
+            f.rename(aside)
+            kept.append(str(aside))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(backup)) as a, closing(sqlite3.connect(dst)) as b:
+        a.backup(b)
+    typer.echo(f"restored {backup} to {dst}" + (f"; the old files are kept as {', '.join(kept)}" if kept else ""))
 
 
 @db_app.command("rollup")

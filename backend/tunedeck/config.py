@@ -146,6 +146,21 @@ class Settings(BaseSettings):
     )
     stream_batch_max: int = Field(2000, ge=1, description="Most rows of one kind in one live-stream event.")
     chart_points: int = Field(2000, ge=10, description="Default `max_points` of the chart series endpoint.")
+    spec_max_keys: int = Field(
+        1000, ge=10,
+        description="Most keys and list items (nested ones counted, DeepSpeed config included) a job spec or "
+        "train YAML may have; lint, preview and YAML parsing refuse larger ones before doing the work.",
+    )
+    db_busy_timeout_s: float = Field(
+        30.0, gt=0,
+        description="How long a request waits for another writer's lock on the database before it is "
+        "answered 503 `database busy, retry` (with Retry-After).",
+    )
+    preflight_refresh_min_s: float = Field(
+        5.0, ge=0,
+        description="A preflight refresh asked within this long of the last probe gets that probe's result; "
+        "refreshes asked while a probe runs always share it.",
+    )
 
     @field_validator("workspace", "database", "train_python", mode="after")
     @classmethod

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -14,11 +16,11 @@ from sqlmodel import Session
 MIGRATIONS_DIR = Path(resources.files("tunedeck") / "migrations")
 
 
-def make_engine(db_path: Path) -> Engine:
+def make_engine(db_path: Path, *, busy_timeout_s: float = 30.0) -> Engine:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
         f"sqlite:///{db_path}",
-        connect_args={"check_same_thread": False, "timeout": 30},
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_s},
     )
 
     @event.listens_for(engine, "connect")
@@ -27,7 +29,7 @@ def make_engine(db_path: Path) -> Engine:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cur.close()
 
     return engine
@@ -54,6 +56,30 @@ def downgrade(engine: Engine, revision: str) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
+
+
+RESTORE_HINT = "put back a copy made with `tunedeck db backup` (`tunedeck db restore BACKUP_FILE`)"
+
+
+def check_file(db_path: Path) -> str | None:
+    """Why the server must not open this database (None when it may): a file that exists is never
+    replaced, even an empty one, and a damaged one is refused before anything writes to it."""
+    if not db_path.exists():
+        return None  # the first start creates it
+    if db_path.is_file() and db_path.stat().st_size == 0:
+        return (f"database {db_path} exists but is empty (0 bytes), so its tokens and jobs are gone; "
+                f"{RESTORE_HINT}, or delete the file to start a new database")
+    try:
+        with closing(sqlite3.connect(db_path.absolute().as_uri() + "?mode=rw", uri=True)) as conn:
+            rows = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+    except sqlite3.OperationalError as e:  # permissions, a read-only folder, a lock: the file itself may be fine
+        return f"database {db_path} cannot be opened ({e}): check the file, its folder and its permissions"
+    except sqlite3.DatabaseError as e:
+        return f"database {db_path} is damaged or not a database ({e}); {RESTORE_HINT}"
+    if rows != ["ok"]:
+        found = " ".join(" ".join(rows).split())[:300]
+        return f"database {db_path} is damaged (quick_check: {found}); {RESTORE_HINT}"
+    return None
 
 
 def get_session(request: Request) -> Iterator[Session]:

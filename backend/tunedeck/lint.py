@@ -8,7 +8,7 @@ scripts may key on them), paths name the key (`config.fp16`,
 |-------|---------|-----------------------------------------------------------------------------|
 | LF001 | error   | key unknown to the installed LLaMA-Factory (it refuses the YAML)            |
 | LF002 | error   | key removed in this LLaMA-Factory version (e.g. pre-0.9.5 Ray keys)         |
-| LF003 | error   | value of the wrong type / not one of the choices                            |
+| LF003 | error   | value of the wrong type / not one of the choices / out of range (RANGES)    |
 | LF004 | warning | `template` does not match the model family in the model's config.json       |
 | LF005 | error   | fp16 and bf16 both on (transformers refuses)                                |
 | LF006 | warning | output_dir already holds a run and overwrite_output_dir is off (resumes)    |
@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tunedeck import hubcache
 
@@ -72,6 +73,9 @@ TEMPLATES = {
 # sets 180000000): below this many seconds we warn.
 DDP_TIMEOUT_MIN_S = 3600
 OVERLAP_FACTOR = 4.5
+# "Did you mean" costs ~1 ms a key (difflib against every argument): a body of unknown keys, which
+# anyone who may read can send to /api/lint, must not buy seconds of CPU.
+SUGGEST_MAX = 50
 # Keys that mark a YAML as something other than a `llamafactory-cli train` config (lint_file skips it).
 ACCELERATE_KEYS = {"compute_environment", "distributed_type"}
 V1_KEYS = {"dist_config", "kernel_config", "model_class", "train_dataset"}
@@ -142,11 +146,89 @@ def _type_problem(value: Any, kind: str, choices: list | None) -> str | None:
     return None
 
 
+class Span(NamedTuple):
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is refused
+    high_open: bool = False
+    why: str = ""
+
+
+INT64 = Span(-(2**63), 2**63 - 1, why="a 64-bit integer")
+# Value ranges the table's types cannot say. Each is one that torch, transformers, PEFT or LLaMA-Factory
+# enforces only after the job has taken its GPUs and imported for seconds, or never (a NaN learning
+# rate trains into NaN). Beyond these, every `int` key must fit 64 bits and every `float` be finite.
+RANGES: dict[str, Span] = {
+    "learning_rate": Span(0, why="torch's optimizers refuse a negative learning rate"),
+    "per_device_train_batch_size": Span(1, why="a batch holds at least one example"),
+    "per_device_eval_batch_size": Span(1, why="a batch holds at least one example"),
+    "gradient_accumulation_steps": Span(1, why="at least one step per update"),
+    "max_steps": Span(-1, why="-1 lets num_train_epochs decide"),
+    "num_train_epochs": Span(0),
+    "logging_steps": Span(0, low_open=True, why="transformers refuses 0 steps"),
+    "save_steps": Span(0, low_open=True, why="transformers refuses 0 steps"),
+    "eval_steps": Span(0, low_open=True, why="transformers refuses 0 steps"),
+    "warmup_steps": Span(0),
+    "warmup_ratio": Span(0, 1, why="a share of the steps"),
+    "weight_decay": Span(0, why="torch's optimizers refuse a negative weight decay"),
+    "adam_beta1": Span(0, 1, high_open=True, why="torch's Adam needs 0 <= beta < 1"),
+    "adam_beta2": Span(0, 1, high_open=True, why="torch's Adam needs 0 <= beta < 1"),
+    "adam_epsilon": Span(0, why="torch's Adam refuses a negative epsilon"),
+    "max_grad_norm": Span(0, why="0 turns clipping off"),
+    "lora_rank": Span(1, why="PEFT needs a positive rank"),
+    "lora_dropout": Span(0, 1, why="a dropout probability"),
+    "cutoff_len": Span(1),
+    "val_size": Span(0),
+    "dataloader_num_workers": Span(0, why="torch's DataLoader refuses a negative count"),
+    "preprocessing_num_workers": Span(1, why="datasets needs at least one process"),
+    "max_samples": Span(1),
+    "seed": Span(0, 2**32 - 1, why="numpy seeds are 32-bit"),
+    "ddp_timeout": Span(1, 86_399_999_999_999, why="the longest timedelta Python holds"),
+}
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    try:  # YAML 1.1 reads `5e-5` as text; LLaMA-Factory's parser converts it
+        return int(value) if re.fullmatch(r"\s*-?\d+\s*", str(value)) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _outside(x: float, span: Span) -> str | None:
+    if span.low is not None and (x < span.low or (span.low_open and x == span.low)):
+        return f"must be {'above' if span.low_open else 'at least'} {span.low}"
+    if span.high is not None and (x > span.high or (span.high_open and x == span.high)):
+        return f"must be {'below' if span.high_open else 'at most'} {span.high}"
+    return None
+
+
+def _range_problem(key: str | None, value: Any, kind: str) -> str | None:
+    """A number of the right type that the trainer would still refuse or overflow on."""
+    if kind not in ("int", "float") or (x := _as_number(value)) is None:
+        return None
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"must be a finite number; got {value!r}"
+    spans = ([INT64] if kind == "int" else []) + ([RANGES[key]] if key in RANGES else [])
+    for span in spans:
+        if problem := _outside(x, span):
+            return f"{problem}; got {value!r}" + (f" ({span.why})" if span.why else "")
+    return None
+
+
+def _value_problem(key: str | None, value: Any, kind: str, choices: list | None) -> str | None:
+    return _type_problem(value, kind, choices) or _range_problem(key, value, kind)
+
+
 def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
     """Unknown, removed and mistyped keys; with `mca` (USE_MCA=1) unknown keys belong to mcore_adapter."""
     table = lf_table()
     known, removed, version = table["args"], table.get("removed", {}), table["llamafactory_version"]
     out = []
+    guesses = SUGGEST_MAX
     for key, value in config.items():
         path = f"config.{key}"
         if key in ("deepspeed", "output_dir") or (mca and key not in known and key not in removed):
@@ -162,7 +244,8 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
                 )
             )
         elif key not in known:
-            close = difflib.get_close_matches(key, known.keys(), n=1)
+            guesses -= 1
+            close = difflib.get_close_matches(key, known.keys(), n=1) if guesses >= 0 and len(key) <= 80 else []
             fix = f"rename it to `{close[0]}`" if close else f"remove `{key}`"
             if (
                 key.startswith("fsdp_") and "fsdp_config" in known
@@ -178,7 +261,7 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
                     fix,
                 )
             )
-        elif problem := _type_problem(value, known[key].get("type", "any"), known[key].get("choices")):
+        elif problem := _value_problem(key, value, known[key].get("type", "any"), known[key].get("choices")):
             out.append(finding("LF003", "error", path, f"`{key}` {problem}", f"give `{key}` a valid value"))
     return out
 
@@ -296,7 +379,7 @@ def _lint_ds_model(section: dict[str, Any], model: str, path: str) -> list[Findi
         if name in ("offload_param", "offload_optimizer") and isinstance(value, dict):
             out += _lint_ds_model(value, name, kpath)
             continue
-        problem = _type_problem(value, info["type"], info["choices"])
+        problem = _value_problem(None, value, info["type"], info["choices"])
         if problem is None and info["type"] == "int" and isinstance(value, (int, float)) and value < 0:
             problem = f"must not be negative; got {value!r}"
         if problem:

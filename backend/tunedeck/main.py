@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError
 
 from tunedeck import __version__, auth
 from tunedeck.api import alerts as alerts_api
@@ -18,7 +18,7 @@ from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import runs as runs_api
 from tunedeck.config import Settings, get_settings
-from tunedeck.db import make_engine, upgrade
+from tunedeck.db import RESTORE_HINT, check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
 from tunedeck.services import notify
@@ -51,7 +51,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if why := auth.writes_are_safe(settings):
             raise RuntimeError(why)
         check_workspace(settings)
-        engine = make_engine(settings.db_path)
+        if why := check_file(settings.db_path):
+            raise RuntimeError(why)
+        engine = make_engine(settings.db_path, busy_timeout_s=settings.db_busy_timeout_s)
         upgrade(engine)
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
         writer = IngestWriter(engine)
@@ -102,9 +104,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(status_code=422, content={"detail": [{"loc": ["request"], "msg": f"id or cursor out of range: {e}",
                                                                   "type": "value_error"}]})
 
-    @app.exception_handler(OperationalError)
-    async def _db_error(_: Request, e: OperationalError) -> JSONResponse:
+    @app.exception_handler(DatabaseError)
+    async def _db_error(_: Request, e: DatabaseError) -> JSONResponse:
         text = str(e.orig)
+        if "locked" in text or "busy" in text:
+            # Another writer (a backup, a sqlite3 shell) held the lock past TUNEDECK_DB_BUSY_TIMEOUT_S.
+            return JSONResponse(status_code=503, headers={"Retry-After": "5"},
+                                content={"detail": f"database busy, retry: another writer held it for more than "
+                                         f"{settings.db_busy_timeout_s:g} s"})
+        if "malformed" in text or "not a database" in text:
+            return JSONResponse(status_code=503,
+                                content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"})
         if "disk is full" in text or "readonly" in text or "read-only" in text:
             status = 507 if "full" in text else 503
             return JSONResponse(status_code=status, content={"detail": f"database storage error: {text}"})

@@ -7,10 +7,12 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic import Field as PField
 from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
+
+from tunedeck import tree
 
 
 def utcnow() -> datetime:
@@ -125,13 +127,26 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The one rule for job names, wherever a name comes in (JSON, the YAML route's query, an import's form):
+# names become folder names and appear in pages, so no slashes, markup or other scripts.
+NAME_RULES: dict[str, Any] = {"min_length": 1, "max_length": 100, "pattern": r"^[A-Za-z0-9][A-Za-z0-9 ._+-]*$",
+                              "description": "letters, digits, space and . _ + -; starting with a letter or digit"}
+
+
 class JobSpec(Strict):
     """What a client submits. `config` holds LLaMA-Factory train keys, as in its YAML files."""
 
-    name: str = PField(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._+-]*$")
+    name: str = PField(**NAME_RULES)
     config: dict[str, Any]
     deepspeed: str | dict[str, Any] | None = None
     gpus: int | None = PField(None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node")
+
+    @field_validator("config", "deepspeed")
+    @classmethod
+    def _plain_text(cls, v: Any, info: ValidationInfo) -> Any:
+        if bad := tree.problems(v, [info.field_name]):
+            raise ValueError("; ".join(reason for _, reason in bad[:5]))
+        return v
 
 
 class Progress(BaseModel):

@@ -14,6 +14,7 @@ import json
 import subprocess
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tunedeck.lint import lf_table
 PROBE = Path(__file__).with_name("preflight_probe.py")
 MARK = "@@PREFLIGHT@@"
 _cache: dict[str, tuple[float, dict[str, Any]]] = {}
+_flights: dict[str, Future] = {}  # the probe running now, per python
 _lock = threading.Lock()
 
 
@@ -307,36 +309,59 @@ def evaluate(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(python: Path, *, ttl: float, refresh: bool = False) -> dict[str, Any]:
-    """The evaluated preflight of a training python, cached for `ttl` seconds."""
+def _unusable(python: Path, e: PreflightError) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "summary": "training environment unusable",
+        "backend": None,
+        "devices": [],
+        "hostname": None,
+        "python": str(python),
+        "packages": {},
+        "checks": [
+            _check(
+                "python",
+                "fail",
+                str(e),
+                "set TUNEDECK_TRAIN_PYTHON to the python LLaMA-Factory is installed in",
+            )
+        ],
+    }
+
+
+def run(python: Path, *, ttl: float, refresh: bool = False, refresh_min_s: float = 0.0) -> dict[str, Any]:
+    """The evaluated preflight of a training python, cached for `ttl` seconds.
+
+    One probe at a time per python: callers that come while it runs wait for it and share its result
+    (each probe imports torch, seconds of CPU). A refresh within `refresh_min_s` of the last probe
+    gets that probe's result too, so a page reloaded in a loop cannot keep the CPU busy."""
     key = str(python)
     with _lock:
         hit = _cache.get(key)
-        if hit and not refresh and time.time() - hit[0] < ttl:
+        age = time.time() - hit[0] if hit else None
+        if age is not None and age < (min(refresh_min_s, ttl) if refresh else ttl):
             return hit[1]
+        flight = _flights.get(key)
+        leader = flight is None
+        if leader:
+            flight = _flights[key] = Future()
+    if not leader:
+        return flight.result()
     try:
-        result = evaluate(probe(python))
-    except PreflightError as e:
-        result = {
-            "ok": False,
-            "summary": "training environment unusable",
-            "backend": None,
-            "devices": [],
-            "hostname": None,
-            "python": key,
-            "packages": {},
-            "checks": [
-                _check(
-                    "python",
-                    "fail",
-                    str(e),
-                    "set TUNEDECK_TRAIN_PYTHON to the python LLaMA-Factory is installed in",
-                )
-            ],
-        }
-    result["checked_at"] = time.time()
-    with _lock:
-        _cache[key] = (time.time(), result)
+        try:
+            result = evaluate(probe(python))
+        except PreflightError as e:
+            result = _unusable(python, e)
+        result["checked_at"] = time.time()
+        with _lock:
+            _cache[key] = (time.time(), result)
+        flight.set_result(result)
+    except BaseException as e:
+        flight.set_exception(e)
+        raise
+    finally:
+        with _lock:
+            _flights.pop(key, None)
     return result
 
 

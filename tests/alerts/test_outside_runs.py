@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 from typer.testing import CliRunner
 
 from tests.alerts.corpus import generate, write_run
+from tests.security.test_auth import bearer, token
 from tunedeck.cli import app as cli_app
 
 
@@ -68,3 +73,44 @@ def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     assert {a["kind"] for a in alerts} == tr.labels and not any(a["open"] for a in alerts)
     r = server.api.post("/api/runs/import", files={"trainer_log": b"{not json\n"})
     assert r.status_code == 422 and "line 1" in r.json()["detail"][0]["msg"]
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """A webhook endpoint: keeps every JSON body it is sent."""
+
+    got: ClassVar[list] = []
+
+    def do_POST(self) -> None:
+        Receiver.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a) -> None:
+        pass
+
+
+def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tmp_path):
+    http = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        alice = token(tmp_path / "ws", "alice", "submitter")
+        server = server_factory(TUNEDECK_OPEN_WRITE="false", TUNEDECK_WEBHOOK_MIN_SEVERITY="info",
+                                TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{http.server_port}/hook"]))
+        tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
+        files = {"trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
+                 "memory": (folder / "memory.csv").read_bytes(), "config": (folder / "train.yaml").read_bytes(),
+                 "log": (folder / "output" / "train.log").read_bytes()}
+        assert server.api.post("/api/runs/import", files=files, data={"name": "x"}).status_code == 401
+        r = server.api.post("/api/runs/import", files=files, data={"name": "alice run"}, headers=bearer(alice))
+        assert r.status_code == 201, r.text
+        job = r.json()
+        assert job["owner"] == "alice"
+        deadline = time.monotonic() + 120
+        while not any(g["event"] == "job_finished" for g in Receiver.got) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        http.shutdown()
+    (done,) = [g for g in Receiver.got if g["event"] == "job_finished"]
+    assert done["job_id"] == job["id"] and done["text"] == f"tunedeck: job {job['id']} (alice run) succeeded"
+    sent = {g["kind"] for g in Receiver.got if g["event"] == "alert" and g["job_id"] == job["id"]}
+    assert sent == tr.labels  # every alert of the run, as a live run's would be

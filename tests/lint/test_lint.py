@@ -290,3 +290,24 @@ def test_flat_fsdp_keys_point_to_fsdp_config():
         lint.lint({"fsdp": ["full_shard"], "fsdp_transformer_layer_cls_to_wrap": "LlamaDecoderLayer"})
     )["LF001"]
     assert "fsdp_config" in f["fix"] and "transformer_layer_cls_to_wrap" in f["fix"]
+
+
+def test_value_ranges_cover_every_numeric_key_and_keep_the_defaults():
+    """Every int key of the table must fit 64 bits and every float key be finite; the documented ranges
+    name numeric keys of the table (an upstream rename fails here) and accept LLaMA-Factory's defaults."""
+    args = lint.lf_table()["args"]
+    for key, info in args.items():
+        bad = {"int": 2**63, "float": float("nan")}.get(info["type"])
+        if bad is not None:
+            assert [f["code"] for f in lint.lint_lf_keys({key: bad})] == ["LF003"], key
+            if info.get("default") is not None:
+                assert lint.lint_lf_keys({key: info["default"]}) == [], key
+    for key, span in lint.RANGES.items():
+        assert args[key]["type"] in ("int", "float"), key
+        if span.low is not None:
+            below = span.low if span.low_open else span.low - 1
+            (f,) = lint.lint_lf_keys({key: below})
+            assert f["code"] == "LF003" and f["path"] == f"config.{key}", key
+            assert lint.lint_lf_keys({key: span.low + 1 if span.low_open else span.low}) == [], key
+    assert lint.lint_lf_keys({"learning_rate": "5e-5", "max_steps": "-1", "num_train_epochs": 3.0}) == []
+    assert "finite" in lint.lint_lf_keys({"learning_rate": "Infinity"})[0]["message"]

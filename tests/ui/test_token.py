@@ -45,3 +45,26 @@ def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
     page.wait_for_function("document.querySelector('#logs').textContent.includes('onerror')", timeout=30_000)
     assert page.evaluate("window.pwned") is None
     assert page.locator("#logs img, #logs b").count() == 0
+
+
+def test_a_viewer_compares_jobs_with_one_prompt(server_factory, assets, page, tmp_path):
+    """Reading a job's YAML back into fields changes nothing: a viewer's token is enough for it."""
+    wall = token(tmp_path / "ws", "wall", "viewer")
+    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    admin = {"Authorization": f"Bearer {token(tmp_path / 'ws', 'root', 'admin')}"}
+    for lr in (1e-4, 3e-4):
+        r = server.api.post("/api/jobs", json={"name": f"lr {lr}", "config": demo_config(assets, learning_rate=lr)},
+                            headers=admin)
+        assert r.status_code == 201, r.text
+    asked: list[str] = []
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept(wall)
+
+    page.on("dialog", answer)
+    page.goto(f"{server.url}/compare?jobs=1,2")
+    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
+    assert "learning_rate" in page.locator("#diff").inner_text()
+    assert len(asked) == 1 and page.errors == []
+    shot(page, "compare-as-viewer")

@@ -11,6 +11,7 @@ from tunedeck import spec as specs
 from tunedeck.api.deps import SettingsDep
 from tunedeck.db import SessionDep
 from tunedeck.models import (
+    NAME_RULES,
     JobConfigOut,
     JobCreated,
     JobOut,
@@ -52,12 +53,13 @@ def submit_yaml(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    name: Annotated[str, Query(min_length=1, max_length=100)],
+    name: Annotated[str, Query(**NAME_RULES)],
     body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
     gpus: Annotated[int | None, Query(ge=0, le=64)] = None,
 ) -> JobCreated:
     """Submit a LLaMA-Factory train YAML as-is."""
-    return _created(request, session, settings, specs.spec_from_yaml(body, name=name, gpus=gpus))
+    return _created(request, session, settings, specs.spec_from_yaml(body, name=name, gpus=gpus,
+                                                                         max_items=settings.spec_max_keys))
 
 
 @router.get("", response_model=JobPage)

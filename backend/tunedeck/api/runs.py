@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tunedeck.alerts.rundir import BadInput
 from tunedeck.api.deps import SettingsDep
-from tunedeck.models import JobOut
+from tunedeck.models import NAME_RULES, JobOut
 from tunedeck.services.imports import import_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -32,14 +32,17 @@ async def import_run_route(
     memory: Annotated[UploadFile | None, File(description="CSV with the header t,gpu,used_bytes,total_bytes")] = None,
     config: Annotated[UploadFile | None, File(description="the run's train.yaml")] = None,
     log: Annotated[UploadFile | None, File(description="the run's output (OOM and allocator-flush lines)")] = None,
-    name: Annotated[str, Form(min_length=1, max_length=100)] = "imported run",
+    name: Annotated[str, Form(**NAME_RULES)] = "imported run",
 ) -> JobOut:
     """Store an outside run as a finished job with its loss and memory charts and its alerts."""
     texts = {k: await _text(f, k) for k, f in (("trainer_log", trainer_log), ("memory", memory), ("config", config),
                                               ("log", log))}
+    principal = getattr(request.state, "principal", None)
     try:
-        job = await run_in_threadpool(import_run, request.app.state.engine, settings=settings, name=name, trainer_log=texts["trainer_log"] or "",
-                         memory_csv=texts["memory"], config=texts["config"], log_text=texts["log"])
+        job = await run_in_threadpool(import_run, request.app.state.engine, settings=settings, name=name,
+                                      trainer_log=texts["trainer_log"] or "", memory_csv=texts["memory"],
+                                      config=texts["config"], log_text=texts["log"],
+                                      owner=principal.name if principal else None)
     except BadInput as e:
         raise HTTPException(422, detail=[{"loc": ["body"], "msg": str(e)}]) from None
     return JobOut.of(job)

@@ -19,7 +19,8 @@ def _cursor(last_event_id: str | None, cursor: str | None) -> feed.Cursor:
     try:
         return feed.Cursor.parse(last_event_id or cursor)
     except feed.BadCursor as e:
-        raise HTTPException(status_code=422, detail=[{"loc": ["query", "cursor"], "msg": str(e)}]) from None
+        loc = ["header", "last-event-id"] if last_event_id else ["query", "cursor"]
+        raise HTTPException(status_code=422, detail=[{"loc": loc, "msg": str(e), "type": "value_error"}]) from None
 
 
 async def _follow(request: Request, job: int | None, cur: feed.Cursor):

@@ -25,9 +25,10 @@ router = APIRouter(prefix="/api/ui", tags=["ui"])
 
 
 @router.post("/parse-yaml")
-def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)]) -> dict:
+def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
+               settings: SettingsDep) -> dict:
     """A LLaMA-Factory train YAML as the form's fields: `config` and `deepspeed`."""
-    config = specs.load_yaml(body)
+    config = specs.load_yaml(body, max_items=settings.spec_max_keys)
     return {"config": config, "deepspeed": config.pop("deepspeed", None)}
 
 

@@ -59,6 +59,7 @@ def lint_spec(
     """Every finding for a submitted spec; hardware checks only with a preflight of the node."""
     config, ds_value = _split(spec)
     ds, _ = resolve_ds(ds_value, settings)
+    specs.bound(config, ds, settings)
     gpus = spec.gpus if spec.gpus is not None else (1 if (node_gpus or 0) > 0 else 0)
     found = lint.lint(
         config, ds, gpus=gpus, preflight=node_preflight, model_config=model_config_of(config, settings)
@@ -87,13 +88,14 @@ def estimate_spec(
     spec: JobSpec, *, settings: Settings, node_gpus: int | None = None, device_total_bytes: int | None = None
 ) -> dict[str, Any]:
     config, ds_value = _split(spec)
+    ds, _ = resolve_ds(ds_value, settings)
+    specs.bound(config, ds, settings)
     model_config = model_config_of(config, settings)
     if model_config is None:
         raise NoModelConfig(
             f"no readable config.json for model {config.get('model_name_or_path')!r} "
             "(a folder inside the allowed roots, or a hub id already in the HF cache)"
         )
-    ds, _ = resolve_ds(ds_value, settings)
     gpus = spec.gpus if spec.gpus is not None else (1 if (node_gpus or 0) > 0 else 0)
     return est.estimate(
         model_config=model_config, config=config, ds=ds, gpus=gpus, device_total_bytes=device_total_bytes

@@ -22,7 +22,8 @@ from tunedeck.models import Job, JobOut
 
 ROW_TTL_S = 1.0
 _ROWS: dict[tuple, tuple[float, dict]] = {}
-CURSOR = re.compile(r"^m(\d+)-l(\d+)-s(\d+)-a(\d+)-j(\d+)$")
+CURSOR = re.compile(r"^m(\d{1,20})-l(\d{1,20})-s(\d{1,20})-a(\d{1,20})-j(\d{1,20})$")
+ID_MAX = 2**63 - 1  # SQLite's largest rowid
 
 
 class BadCursor(ValueError):
@@ -46,8 +47,11 @@ class Cursor:
             return cls()
         m = CURSOR.match(value.strip())
         if not m:
-            raise BadCursor(f"bad stream cursor {value!r}; expected m<n>-l<n>-s<n>-a<n>-j<n>")
-        return cls(*(int(g) for g in m.groups()))
+            raise BadCursor(f"bad stream cursor {value[:100]!r}; expected m<n>-l<n>-s<n>-a<n>-j<n>")
+        ids = [int(g) for g in m.groups()]
+        if max(ids) > ID_MAX:  # SQLite cannot even compare with it: the stream would die at its first read
+            raise BadCursor(f"stream cursor {value[:100]!r} holds an id beyond {ID_MAX}")
+        return cls(*ids)
 
 
 @dataclass

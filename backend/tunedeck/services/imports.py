@@ -12,16 +12,17 @@ from tunedeck.alerts.rundir import build
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus, utcnow
 from tunedeck.services import alerts as alert_service
+from tunedeck.services import notify
 from tunedeck.services.ingest import apply_batch
 from tunedeck.services.jobs import slug
 
 
 def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: str, memory_csv: str | None,
-               config: str | None, log_text: str | None = None) -> Job:
+               config: str | None, log_text: str | None = None, owner: str | None = None) -> Job:
     series, lines = build(trainer_log=trainer_log, memory_csv=memory_csv, config=config, log_text=log_text)
     now = utcnow()
     with Session(engine) as s:
-        job = Job(name=name, status=JobStatus.succeeded, gpus=len(series.devices),
+        job = Job(name=name, owner=owner, status=JobStatus.succeeded, gpus=len(series.devices),
                   spec=json.dumps({"name": name, "config": series.config, "imported": True}),
                   train_yaml=config or "", devices=",".join(map(str, series.devices)) or None,
                   created_at=now, started_at=now, finished_at=now, exit_code=0)
@@ -45,6 +46,9 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
         }
         apply_batch(s.connection(), job.id, batch)  # one transaction: all of the run or nothing
         # The same engine as live ingest; the job is finished, so every alert is stored closed.
-        alert_service.reconcile(s, job.id, analyze(series, alert_service.limits_of(settings)), finished=True)
+        new = alert_service.reconcile(s, job.id, analyze(series, alert_service.limits_of(settings)), finished=True)
         s.refresh(job)
+        # The team hears of an imported run as of a live one: its alerts, then its end.
+        notify.alerts_opened(job, new)
+        notify.job_finished(job.id, status=job.status.value, error=None)
         return job
