@@ -98,7 +98,8 @@ async def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "serve"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=200)) as client:
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=200),
+                                     headers={"X-Tunedeck": "1"}) as client:
             for _ in range(300):
                 try:
                     if (await client.get("/api/health")).status_code == 200:

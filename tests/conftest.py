@@ -64,7 +64,8 @@ class Server:
         }
         self.command = [PYTHON, "-m", "tunedeck.cli", "serve"]
         self.proc: subprocess.Popen | None = None
-        self.api = httpx.Client(base_url=self.url, timeout=30)
+        # X-Tunedeck: the server refuses writes without it (a cross-site page cannot send it).
+        self.api = httpx.Client(base_url=self.url, timeout=30, headers={"X-Tunedeck": "1"})
 
     def start(self) -> "Server":
         self.workspace.mkdir(parents=True, exist_ok=True)

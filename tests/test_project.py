@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import stat
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import httpx
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 from tunedeck.config import Settings
 
 
@@ -18,14 +25,95 @@ def test_every_setting_is_documented():
         assert f"TUNEDECK_{name.upper()}" in readme, f"README does not document TUNEDECK_{name.upper()}"
 
 
-def test_compose_runs_the_service_with_rocm_devices():
+def compose_env(value: str) -> str:
+    """Compose's `${NAME:-default}` with nothing set in the environment: the default."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
+def test_compose_file_is_pinned_and_private():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     svc = compose["services"]["tunedeck"]
     assert {"/dev/kfd", "/dev/dri"} <= set(svc["devices"])
     assert {"video", "render"} <= set(svc["group_add"])
-    assert any(v.endswith(":/workspace") for v in svc["volumes"])
-    assert svc["environment"]["TUNEDECK_WORKSPACE"] == "/workspace"
     assert "tunedeck-workspace" in compose["volumes"]
+    base = re.search(r"^FROM (\S+)", svc["build"]["dockerfile_inline"], re.MULTILINE).group(1)
+    for image in (base, svc["image"]):
+        _, _, tag = image.partition(":")
+        assert tag and tag != "latest" and re.search(r"\d", tag), f"{image} is not pinned to a version"
+    env = svc["environment"]
+    mounts = dict(v.split(":")[::-1] for v in (compose_env(v) for v in svc["volumes"]))
+    assert mounts["/workspace"] == "tunedeck-workspace" and env["TUNEDECK_WORKSPACE"] == "/workspace"
+    assert env["HF_HOME"].startswith("/models/") and "/models" in mounts  # the model cache outlives the container
+    assert "/models" in json.loads(env["TUNEDECK_ALLOWED_ROOTS"])
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", "tunedeck-workspace", "test-output", "models"} <= set(ignored)
+    assert "/api/health" in " ".join(svc["healthcheck"]["test"])
+
+
+def test_compose_command_starts_a_closed_server(tmp_path):
+    """No Docker engine here: the service's command line runs with its environment, its volumes
+    mapped to folders of the test."""
+    svc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["tunedeck"]
+    mounts = {}
+    for i, v in enumerate(svc["volumes"]):
+        target = compose_env(v).split(":")[1]
+        mounts[target] = str(tmp_path / f"volume-{i}")
+    port = str(free_port())
+
+    def local(value: str) -> str:
+        value = compose_env(str(value))
+        for target in sorted(mounts, key=len, reverse=True):
+            value = value.replace(target, mounts[target])
+        return value
+
+    env = {k: local(v) for k, v in svc["environment"].items()}
+    env["TUNEDECK_PORT"] = port
+    command = [local(a) for a in svc["command"]]
+    command[command.index("--port") + 1] = port
+    assert command[0] == "tunedeck"
+    argv = [sys.executable, "-m", "tunedeck.cli", *command[1:]]
+    token_file = Path(env["TUNEDECK_ADMIN_TOKEN_FILE"])
+    url = f"http://127.0.0.1:{port}"
+
+    def start(log: Path) -> subprocess.Popen:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/api/health", timeout=5).status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        proc.kill()
+        raise AssertionError(f"the compose command did not serve /api/health: {log.read_text()}")
+
+    def stop(proc: subprocess.Popen) -> None:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    proc = start(tmp_path / "first.log")
+    try:
+        api = httpx.Client(base_url=url, timeout=30, headers={"X-Tunedeck": "1"})
+        assert api.get("/api/jobs").status_code == 401
+        assert api.post("/api/jobs", json={"name": "x", "config": {}}).status_code == 401
+        admin = token_file.read_text().strip()
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert api.get("/api/jobs", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
+    finally:
+        stop(proc)
+    first = (tmp_path / "first.log").read_text()
+    assert str(token_file) in first and admin not in first  # where to read it, never the token itself
+
+    proc = start(tmp_path / "second.log")  # a restart keeps the same admin token and says nothing new
+    try:
+        assert httpx.get(f"{url}/api/jobs", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
+    finally:
+        stop(proc)
+    assert token_file.read_text().strip() == admin
+    assert str(token_file) not in (tmp_path / "second.log").read_text()
 
 
 def test_server_never_imports_training_packages():

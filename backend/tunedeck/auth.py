@@ -10,10 +10,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import os
 import re
 import secrets
 from dataclasses import dataclass
 from ipaddress import ip_address
+from pathlib import Path
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
@@ -29,6 +31,8 @@ PREFIX = "tdk_"
 EXEMPT = re.compile(r"^/api/(health$|jobs/\d+/telemetry$)")
 # POSTs that change nothing: a viewer may ask them (their cost is bounded by TUNEDECK_SPEC_MAX_KEYS).
 READ_POSTS = re.compile(r"^/api/(lint|estimate|ui/parse-yaml|ui/preview)$")
+# The only route that takes `?access_token=` (the access log redacts it: tunedeck.guard).
+STREAM = "/api/stream"
 
 
 class Role(str, enum.Enum):
@@ -81,6 +85,35 @@ def revoke_token(session: Session, *, name: str) -> int:
     return len(tokens)
 
 
+def ensure_admin(engine: Engine, path: Path) -> str | None:
+    """With no active admin token, register the one in `path` (written there first when missing).
+
+    Returns what was done, for the log; None when an admin token was already active."""
+    with Session(engine) as session:
+        active = select(ApiToken).where(ApiToken.role == Role.admin.value, col(ApiToken.revoked_at).is_(None))
+        if session.exec(active).first():
+            return None
+        if path.exists():
+            token = path.read_text().strip()
+            if len(token) < 20:
+                raise RuntimeError(f"admin token file {path}: holds {len(token)} characters, a token needs 20 or more")
+            if session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first():
+                return f"the token in {path} was revoked or is not an admin's: not registered again"
+            what = f"registered the admin token from {path}"
+        else:
+            token = PREFIX + secrets.token_urlsafe(32)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(token + "\n")
+            what = f"created an admin token in {path} (read it there; only its hash is in the database)"
+        taken = {t.name for t in session.exec(select(ApiToken).where(col(ApiToken.revoked_at).is_(None)))}
+        name = next(n for n in ("admin", *(f"admin-{i}" for i in range(2, 1000))) if n not in taken)
+        session.add(ApiToken(name=name, role=Role.admin.value, token_hash=hash_token(token)))
+        session.commit()
+        return f"{what}, named {name!r}"
+
+
 def authenticate(engine: Engine, token: str) -> Principal | None:
     digest = hash_token(token)
     with Session(engine) as session:
@@ -111,7 +144,7 @@ def _token_of(request: Request) -> str | None:
     if header:
         scheme, _, value = header.partition(" ")
         return value.strip() if scheme.lower() == "bearer" else None
-    if request.method == "GET":  # EventSource cannot set headers: streams may pass it in the query
+    if request.method == "GET" and request.url.path == STREAM:  # EventSource cannot set headers
         return request.query_params.get("access_token")
     return None
 

@@ -20,7 +20,9 @@ ServerOpt = Annotated[Optional[str], typer.Option("--server", help="server URL (
 
 def _client(server: str | None) -> httpx.Client:
     settings = get_settings()
-    headers = {"Authorization": f"Bearer {settings.token}"} if settings.token else {}
+    headers = {"X-Tunedeck": "1"}  # the server refuses writes without it (cross-site requests cannot send it)
+    if settings.token:
+        headers["Authorization"] = f"Bearer {settings.token}"
     return httpx.Client(base_url=server or settings.url, timeout=30, headers=headers)
 
 

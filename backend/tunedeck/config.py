@@ -95,6 +95,17 @@ class Settings(BaseSettings):
         description="Submitting and cancelling need no token. Only allowed on a loopback address: "
         "the server refuses to start on another address with writes open.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the server answers to besides its bind address, localhost and IP addresses "
+        "(a guard against DNS rebinding); list the names people use when binding 0.0.0.0. JSON list; "
+        '`["*"]` answers any name.',
+    )
+    admin_token_file: Path | None = Field(
+        None,
+        description="File holding an admin token: at start, when no admin token is active, the token in it is "
+        "registered, or a new one is created and written there (mode 0600). For containers.",
+    )
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest request body the server reads (413 beyond)."
     )
@@ -162,7 +173,7 @@ class Settings(BaseSettings):
         "refreshes asked while a probe runs always share it.",
     )
 
-    @field_validator("workspace", "database", "train_python", mode="after")
+    @field_validator("workspace", "database", "train_python", "admin_token_file", mode="after")
     @classmethod
     def _absolute(cls, v: Path | None) -> Path | None:
         # Runners run in other folders: every stored path is absolute.

@@ -16,8 +16,18 @@ from sqlmodel import Session
 MIGRATIONS_DIR = Path(resources.files("tunedeck") / "migrations")
 
 
+def private(*paths: Path) -> None:
+    """Mode 0600: the database holds token hashes and every job's config and output."""
+    for p in paths:
+        try:
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+        except OSError:  # not there (yet), or not ours: nothing to tighten
+            pass
+
+
 def make_engine(db_path: Path, *, busy_timeout_s: float = 30.0) -> Engine:
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine = create_engine(
         f"sqlite:///{db_path}",
         connect_args={"check_same_thread": False, "timeout": busy_timeout_s},
@@ -31,6 +41,8 @@ def make_engine(db_path: Path, *, busy_timeout_s: float = 30.0) -> Engine:
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cur.close()
+        # SQLite gives a new WAL and shared-memory file the main file's mode.
+        private(db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm"))
 
     return engine
 

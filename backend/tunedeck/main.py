@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -11,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DatabaseError
 
-from tunedeck import __version__, auth
+from tunedeck import __version__, auth, guard
 from tunedeck.api import alerts as alerts_api
 from tunedeck.api import checks, jobs, preflight, prometheus, series, stream, system, telemetry, ui
 from tunedeck.api import memory as memory_api
@@ -50,11 +51,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         if why := auth.writes_are_safe(settings):
             raise RuntimeError(why)
+        # Tokens, configs and training output are the team's own: new files 0600, folders 0700
+        # (inherited by the runners and trainers this server starts).
+        os.umask(0o077)
         check_workspace(settings)
         if why := check_file(settings.db_path):
             raise RuntimeError(why)
         engine = make_engine(settings.db_path, busy_timeout_s=settings.db_busy_timeout_s)
         upgrade(engine)
+        if settings.admin_token_file and (note := auth.ensure_admin(engine, settings.admin_token_file)):
+            logging.getLogger("tunedeck").warning(note)
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
         writer = IngestWriter(engine)
         executor = LocalExecutor(settings)
@@ -92,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   max_body_size=settings.max_body_bytes,  # 413 while the body streams in
                   default_response_class=StrictJSONResponse)  # never a NaN or Infinity token
     auth.install(app, settings)
+    guard.install(app, settings)  # added last: runs first
 
     @app.exception_handler(RecursionError)
     async def _too_deep(_: Request, e: RecursionError) -> JSONResponse:

@@ -59,8 +59,10 @@ def test_roles_and_ownership(app_factory, assets, tmp_path):
 
     r = api.post("/api/jobs", json=spec, headers=bearer(bob))
     assert api.post(f"/api/jobs/{r.json()['id']}/cancel", headers=bearer(bob)).status_code == 200
-    # EventSource cannot send headers: GET may carry the token in the query.
-    assert api.get("/api/jobs", params={"access_token": viewer}).status_code == 200
+    # EventSource cannot send headers: the stream, and only the stream, takes the token in the query.
+    with api.stream("GET", "/api/stream", params={"access_token": viewer}) as r:
+        assert r.status_code == 200
+    assert api.get("/api/jobs", params={"access_token": viewer}).status_code == 401
     assert api.post("/api/jobs", params={"access_token": alice}, json=spec).status_code == 401
 
     assert cli(ws, "token", "revoke", "alice").returncode == 0
@@ -89,7 +91,8 @@ def test_body_limits(server_factory):
         for _ in range(20):
             yield b"a" * 8192
 
-    r = httpx.post(f"{server.url}/api/jobs/yaml?name=x", content=chunks(), headers={"content-type": "application/yaml"})
+    r = httpx.post(f"{server.url}/api/jobs/yaml?name=x", content=chunks(),
+                   headers={"content-type": "application/yaml", "X-Tunedeck": "1"})
     assert r.status_code == 413
     deep = "[" * 5000 + "]" * 5000
     r = server.api.post("/api/jobs", content=deep, headers={"content-type": "application/json"})

@@ -26,13 +26,31 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+def _page(browser, *, bypass_csp: bool):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True,
+                                  bypass_csp=bypass_csp)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.errors = errors
+    csp: list[str] = []
+    pg.on("console", lambda m: csp.append(m.text) if "Content Security Policy" in m.text else None)
+    pg.csp_violations = csp
+    return context, pg
+
+
+@pytest.fixture
+def page(browser):
+    # Playwright's wait_for_function evaluates strings, which the pages' policy (no eval) forbids.
+    context, pg = _page(browser, bypass_csp=True)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def strict_page(browser):
+    """A page under the server's Content-Security-Policy: wait with locators, not wait_for_function."""
+    context, pg = _page(browser, bypass_csp=False)
     yield pg
     context.close()
 

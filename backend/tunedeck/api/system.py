@@ -14,11 +14,11 @@ router = APIRouter(prefix="/api", tags=["system"])
 
 @router.get("/health")
 def health(request: Request, session: SessionDep) -> dict:
-    """Liveness, version and what the scheduler sees."""
+    """Liveness, version and what the scheduler sees (answers anyone: no paths)."""
     session.exec(text("SELECT 1"))
     state = request.app.state
     return {"status": "ok", "version": __version__, "executor": state.executor.name, "gpus": state.node_gpus,
-            "cpu_slots": state.settings.cpu_slots, "workspace": str(state.settings.workspace)}
+            "cpu_slots": state.settings.cpu_slots}
 
 
 @router.get("/presets")

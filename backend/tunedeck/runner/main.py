@@ -228,6 +228,7 @@ class Runner:
 def cli() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tunedeck.runner RUN_DIR")
+    os.umask(0o077)  # outbox, logs and the trainer's output stay private, whoever started the runner
     runner = Runner(Path(sys.argv[1]).resolve(), read_token())
 
     def on_signal(signum, _frame) -> None:

@@ -125,12 +125,14 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
 
 
 def finish(conn: Connection, job_id: int, *, status: JobStatus, exit_code: int | None, error: str | None) -> bool:
-    """Move a running (or queued) job to a final state once; False when it had already ended."""
+    """Move a running (or queued) job to a final state once; False when it had already ended.
+
+    Its runner token dies with it: the exit report is the runner's last batch."""
     res = conn.execute(
         update(JOBS)
         .where(JOBS.c.id == job_id, JOBS.c.status.in_([JobStatus.running.name, JobStatus.queued.name]))
         .values(status=status.name, exit_code=exit_code, error=error, finished_at=utcnow(),
-                eta_seconds=None if status != JobStatus.succeeded else 0.0)
+                eta_seconds=None if status != JobStatus.succeeded else 0.0, runner_token_hash=None)
     )
     if res.rowcount > 0:  # issue 3: webhooks, only queued here and sent by another thread
         from tunedeck.services import notify

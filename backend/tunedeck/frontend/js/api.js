@@ -29,9 +29,12 @@ async function send(url, init = {}) {
   return handle(r);
 }
 
+// X-Tunedeck marks a request as the app's own: the server refuses writes without it, and a page of
+// another site cannot send it.
 function headers(extra = {}) {
   const t = token();
-  return t ? { ...extra, Authorization: `Bearer ${t}` } : extra;
+  const h = { ...extra, "X-Tunedeck": "1" };
+  return t ? { ...h, Authorization: `Bearer ${t}` } : h;
 }
 
 async function handle(r) {

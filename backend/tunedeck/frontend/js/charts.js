@@ -18,6 +18,12 @@ export function ema(ys, weight) {
   return out;
 }
 
+// Plotly renders trace names and hover text as its own HTML subset, links included: text that comes
+// from jobs or runners (GPU names, alert messages) goes in with its markup characters escaped.
+export function plain(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
 export function layout(title, extra = {}) {
   return {
     title: { text: title, font: { size: 13 }, x: 0.01 },

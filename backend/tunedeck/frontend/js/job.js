@@ -1,7 +1,7 @@
 // One job, live: history is loaded downsampled up to a cursor, then the job stream continues from it.
 /* global Plotly */
 import { describe, get, live, optional, post } from "./api.js";
-import { config, ema, GiB, layout, onZoom, throttled } from "./charts.js";
+import { config, ema, GiB, layout, onZoom, plain, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, progressBar, statusBadge, when } from "./fmt.js";
 
 const indicator = nav("");
@@ -119,7 +119,7 @@ function alertMarkers(axis) {
   return {
     name: "alerts", mode: "markers", type: "scatter", yaxis: "y", marker: { symbol: "triangle-down", size: 10, color: "#d08a00" },
     x: marks.map((a) => (axis === "step" ? a.step : new Date(a.t * 1000))),
-    y: marks.map(() => null), text: marks.map((a) => `${a.kind}: ${a.message}`), hoverinfo: "text",
+    y: marks.map(() => null), text: marks.map((a) => plain(`${a.kind}: ${a.message}`)), hoverinfo: "text",
   };
 }
 
@@ -224,12 +224,12 @@ function drawMemory() {
   for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
     const color = colors[i++ % colors.length];
     for (const b of g.y) if (b > maxUsed) maxUsed = b;
-    traces.push({ name: `${gpuLabel(gpu)} used`, x: g.t.map((t) => new Date(t * 1000)), y: g.y.map((b) => b / GiB), mode: "lines", line: { color, width: 1.5 } });
+    traces.push({ name: plain(`${gpuLabel(gpu)} used`), x: g.t.map((t) => new Date(t * 1000)), y: g.y.map((b) => b / GiB), mode: "lines", line: { color, width: 1.5 } });
     const total = state.memTotal.get(gpu);
     if (total && g.t.length) {
       maxTotal = Math.max(maxTotal, total);
       const x = [new Date(g.t[0] * 1000), new Date(g.t[g.t.length - 1] * 1000)];
-      traces.push({ name: `${gpuLabel(gpu)} total`, x, y: [total / GiB, total / GiB], mode: "lines", line: { color, dash: "dash", width: 1 } });
+      traces.push({ name: plain(`${gpuLabel(gpu)} total`), x, y: [total / GiB, total / GiB], mode: "lines", line: { color, dash: "dash", width: 1 } });
     }
   }
   if (maxTotal) {
