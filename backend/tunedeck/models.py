@@ -210,6 +210,11 @@ class JobConfigOut(BaseModel):
     output_dir: str
 
 
+class FileOut(BaseModel):
+    path: str = PField(description="relative to the job's output folder")
+    bytes: int
+
+
 # ---------------------------------------------------------------- runner → server
 
 

@@ -76,6 +76,10 @@ def load_yaml(text: str) -> dict[str, Any]:
         raise SpecError([_err(["config"], f"not valid YAML: {e}")]) from None
     if not isinstance(data, dict):
         raise SpecError([_err(["config"], "a LLaMA-Factory train YAML must be a mapping of keys")])
+    # `1: x` or `null: x` parse as non-string keys, which no train argument is named.
+    if bad := [k for k in data if not isinstance(k, str)]:
+        raise SpecError([_err(["config", str(k)], f"key {k!r} is not a name: train keys are strings")
+                         for k in bad])
     return data
 
 
