@@ -235,7 +235,7 @@ class RunnerState(Strict):
     """A runner's report about the training process."""
 
     event: str = PField(pattern="^(started|exited)$")
-    trainer_pid: int | None = None
+    trainer_pid: int | None = PField(None, ge=1, le=2**22, description="a Linux pid (at most PID_MAX_LIMIT)")
     exit_code: int | None = None
     cancelled: bool = False
     cause: str | None = PField(None, max_length=2000)

@@ -201,7 +201,7 @@ def valid_variants(op, assets: Path) -> list[st.SearchStrategy]:
     yaml_text = specs.map(lambda s: yaml.safe_dump(s["config"]).encode())
     scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
     keys = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans())  # YAML keys can be any
-    mappings = st.dictionaries(keys, scalars, max_size=6)
+    mappings = st.dictionaries(keys, scalars, max_size=6).map(lambda d: yaml.safe_dump(d, sort_keys=False).encode())
     return {
         "POST /api/jobs": [replaced(op, body=specs)],
         "POST /api/lint": [replaced(op, body=specs)],
