@@ -3,7 +3,6 @@ the stored points equal trainer_log.jsonl exactly, no process is left, the datab
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config, job_processes
+from tests.conftest import demo_config, job_processes, runner_token
 from tests.integration.test_slice import assert_metrics_match
 
 pytestmark = pytest.mark.slow
@@ -93,7 +92,7 @@ def test_a_reported_trainer_pid_that_is_not_the_jobs_is_never_signalled(server_f
         # A runner that hangs (stopped, with its trainer), after reporting a pid that is not the job's.
         for pid in (runner_pid(job), int((run / "trainer.pid").read_text())):
             os.kill(pid, signal.SIGSTOP)
-        token = json.loads((run / "runner.json").read_text())["token"]
+        token = runner_token(server, job["id"])
 
         def started(pid: int):
             batch = {"seq": 10**6, "states": [{"event": "started", "trainer_pid": pid}]}

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from tests.alerts.corpus import generate, write_run
-from tests.conftest import OUTPUT, PYTHON, Server, demo_config
+from tests.conftest import OUTPUT, PYTHON, Server, demo_config, runner_token
 
 schemathesis = pytest.importorskip("schemathesis")
 
@@ -418,11 +418,7 @@ def test_runner_telemetry_conforms(server_factory, assets):
     TALLY.phase = "runner telemetry"
     job = server.api.post("/api/jobs", json={"name": "long", "config": demo_config(assets, max_steps=10**6)},
                           headers=WRITE).json()
-    runner_json = Path(job["run_dir"]) / "runner.json"
-    deadline = time.monotonic() + 120
-    while not runner_json.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    token = json.loads(runner_json.read_text())["token"]
+    token = runner_token(server, job["id"])
     schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", config=stream_config())
     op = schema["/api/jobs/{job_id}/telemetry"]["POST"]
     headers = headers_for(token)
