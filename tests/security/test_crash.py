@@ -97,7 +97,7 @@ def test_a_reported_trainer_pid_that_is_not_the_jobs_is_never_signalled(server_f
         def started(pid: int):
             batch = {"seq": 10**6, "states": [{"event": "started", "trainer_pid": pid}]}
             return server.api.post(f"/api/jobs/{job['id']}/telemetry", json=batch,
-                                   headers={"Authorization": f"Bearer {token}"})
+                                   headers={"Authorization": f"Bearer {token}", "X-Tunedeck": "1"})
 
         r = started(-1)  # not a pid at all (a negative one made every scheduler pass fail)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "trainer_pid", r.text
