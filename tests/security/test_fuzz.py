@@ -44,6 +44,7 @@ TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
 JOB_READS = [STREAM] + [f"GET /api/jobs/{{job_id}}{tail}" for tail in
                         ("", "/metrics", "/logs", "/config", "/files", "/series", "/memory", "/alerts",
                          "/estimate")]
+BODY_LIMIT = 262144  # the fuzz server's TUNEDECK_MAX_BODY_BYTES
 START = "m0-l0-s0-a0-j0"  # a stream cursor before every row
 NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,30}", fullmatch=True)
 
@@ -245,8 +246,8 @@ def headers_for(token: str) -> dict[str, str]:
 def fuzz_server(tmp_path_factory, assets):
     # Closed, and launches paused: valid jobs stay queued instead of training.
     server = Server(tmp_path_factory.mktemp("fuzz") / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true",
-                    TUNEDECK_MAX_BODY_BYTES="262144", TUNEDECK_OPEN_WRITE="false", TUNEDECK_OPEN_READ="false",
-                    TUNEDECK_GPU_SLOTS="0")
+                    TUNEDECK_MAX_BODY_BYTES=str(BODY_LIMIT), TUNEDECK_OPEN_WRITE="false",
+                    TUNEDECK_OPEN_READ="false", TUNEDECK_GPU_SLOTS="0")
     server.start()
     TALLY.started = time.monotonic()
     server.tokens = {name: cli_token(server, name, "submitter") for name in ("fuzzer", "rival")}
@@ -339,6 +340,9 @@ def test_every_operation_conforms_and_reaches_the_data(fuzz_server, schema, seed
             exercise(case, headers)
 
         run()
+        if op.label == "POST /api/jobs":  # a body over the limit, once
+            big = {"name": "big", "config": {"x": "x" * BODY_LIMIT}}
+            exercise(op.Case(body=big, media_type="application/json"), headers)
     assert TALLY.failures_of(TALLY.phase) == [], "\n".join(TALLY.failures_of(TALLY.phase))
     assert [label for label in labels if label != TELEMETRY and not TALLY.two_xx(label)] == []
 
