@@ -1,4 +1,4 @@
-"""The error answers routes declare in the OpenAPI schema, so a client can rely on every status and shape."""
+"""What routes answer, as declared in the OpenAPI schema: every error status, and the helper routes' shapes."""
 
 from __future__ import annotations
 
