@@ -1,4 +1,4 @@
-"""What routes answer, as declared in the OpenAPI schema: every error status, and the helper routes' shapes."""
+"""What routes answer, as the OpenAPI schema declares it: every error status, the helper routes' shapes."""
 
 from __future__ import annotations
 
