@@ -125,6 +125,24 @@ class Server:
             after = page["next"]
 
 
+def runner_token(server: Server, job_id: int, timeout: float = 180) -> str:
+    """A token for the running job's telemetry route, as its runner holds one.
+
+    The server hands the real one to the runner alone (never to a file), so the test swaps the
+    stored hash for its own token's once the job runs; the real runner's later batches are refused."""
+    import hashlib
+    import secrets
+    import sqlite3
+    from contextlib import closing
+
+    server.wait(job_id, ("running",), timeout=timeout)
+    token = secrets.token_urlsafe(32)
+    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
+        db.execute("UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+                   (hashlib.sha256(token.encode()).hexdigest(), job_id))
+    return token
+
+
 def job_processes(run_dir: str, settle: float = 60.0) -> list:
     """The job's live processes, once the runner has had `settle` seconds to exit after reporting."""
     from tunedeck.procs import job_processes as find

@@ -128,3 +128,10 @@ def test_bad_yaml_is_a_clear_error():
     assert errs[0]["loc"] == ["config"] and "YAML" in errs[0]["msg"]
     errs = errors(lambda: spec_from_yaml("- a\n- b\n", name="x"))
     assert "mapping" in errs[0]["msg"]
+
+
+def test_yaml_keys_that_are_not_strings_are_named():
+    # Found by the fuzzer: `1: x` built a JobSpec with an int key and answered 500.
+    errs = errors(lambda: spec_from_yaml("learning_rate: 1.0e-4\n1: 2\nnull: 3\n", name="x"))
+    assert [e["loc"] for e in errs] == [["config", "1"], ["config", "None"]]
+    assert all("not a name" in e["msg"] and e["type"] == "value_error" for e in errs)

@@ -18,6 +18,7 @@ from tunedeck.api import checks, jobs, preflight, prometheus, series, stream, sy
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import runs as runs_api
+from tunedeck.api.responses import COMMON
 from tunedeck.config import Settings, get_settings
 from tunedeck.db import RESTORE_HINT, check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
@@ -154,7 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (jobs, telemetry, system, stream, series, checks, preflight,
                    alerts_api, memory_api, nodes_api, runs_api, prometheus):
-        app.include_router(module.router)
+        app.include_router(module.router, responses=COMMON)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)
     return app

@@ -252,6 +252,11 @@ class JobConfigOut(BaseModel):
     output_dir: str
 
 
+class FileOut(BaseModel):
+    path: str = PField(description="relative to the job's output folder")
+    bytes: int
+
+
 # ---------------------------------------------------------------- runner → server
 
 
@@ -272,7 +277,7 @@ class RunnerState(Strict):
     """A runner's report about the training process."""
 
     event: str = PField(pattern="^(started|exited)$")
-    trainer_pid: int | None = PField(None, ge=0, le=2**31)
+    trainer_pid: int | None = PField(None, ge=1, le=2**22, description="a Linux pid (at most PID_MAX_LIMIT)")
     exit_code: int | None = PField(None, ge=-(2**31), le=2**31)
     cancelled: bool = False
     cause: str | None = PField(None, max_length=2000)

@@ -35,6 +35,17 @@ def alive(pid: int | None, create_time: float | None) -> bool:
         return False
 
 
+def carries_key(pid: int | None, job_key: str) -> bool:
+    """True when `pid` is a live process of this job (its environment holds the job's key)."""
+    if not pid or pid < 1:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and p.environ().get(JOB_KEY_ENV) == job_key
+    except (psutil.Error, OverflowError):
+        return False
+
+
 def create_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()

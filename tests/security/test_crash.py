@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config, job_processes, wait_buffered
+from tests.conftest import demo_config, job_processes, runner_token, wait_buffered
 from tests.integration.test_slice import assert_metrics_match
 
 pytestmark = pytest.mark.slow
@@ -71,3 +72,42 @@ def test_kill_9_matrix(server_factory, assets):
     db = sqlite3.connect(server.workspace / "tunedeck.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     print(f"kill -9 matrix: {kills}, {len(expect)} jobs, all states true, points exact, no orphans")
+
+
+def test_a_reported_trainer_pid_that_is_not_the_jobs_is_never_signalled(server_factory, assets):
+    """The trainer pid comes from telemetry: when the server kills a job (its runner ignored a cancel),
+    a reported pid whose process is not the job's (a bystander in a session of its own) survives."""
+    server = server_factory(TUNEDECK_GPU_SLOTS="0", TUNEDECK_CANCEL_ABORT_GRACE_S="0",
+                            TUNEDECK_CANCEL_TERM_GRACE_S="0")
+    bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        job = server.submit({"name": "stuck", "config": demo_config(assets, max_steps=10**6), "gpus": 0})
+        run = Path(job["run_dir"])
+        db = sqlite3.connect(f"file:{server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
+        deadline = time.monotonic() + 180
+        while not (run / "trainer.pid").exists() or db.execute(
+                "SELECT trainer_pid FROM jobs WHERE id = ?", (job["id"],)).fetchone()[0] is None:
+            assert time.monotonic() < deadline, "the runner never reported its trainer"
+            time.sleep(0.2)
+        # A runner that hangs (stopped, with its trainer), after reporting a pid that is not the job's.
+        for pid in (runner_pid(job), int((run / "trainer.pid").read_text())):
+            os.kill(pid, signal.SIGSTOP)
+        token = runner_token(server, job["id"])
+
+        def started(pid: int):
+            batch = {"seq": 10**6, "states": [{"event": "started", "trainer_pid": pid}]}
+            return server.api.post(f"/api/jobs/{job['id']}/telemetry", json=batch,
+                                   headers={"Authorization": f"Bearer {token}", "X-Tunedeck": "1"})
+
+        r = started(-1)  # not a pid at all (a negative one made every scheduler pass fail)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "trainer_pid", r.text
+        assert started(bystander.pid).status_code == 200
+        cancel = server.api.post(f"/api/jobs/{job['id']}/cancel", headers={"X-Tunedeck": "1"})
+        assert cancel.status_code == 200, cancel.text
+        # The runner ignores the cancel: after the grace the server kills the job itself.
+        assert server.wait(job["id"], ("cancelled", "failed"), timeout=240)["status"] == "cancelled"
+        assert bystander.poll() is None, "the server signalled a process that is not the job's"
+        assert job_processes(job["run_dir"]) == []
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.models import AlertOut
 from tunedeck.services import alerts as service
@@ -15,7 +16,7 @@ router = APIRouter(prefix="/api", tags=["alerts"])
 Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="an alert id: only alerts after it")]
 
 
-@router.get("/jobs/{job_id}/alerts", response_model=list[AlertOut])
+@router.get("/jobs/{job_id}/alerts", response_model=list[AlertOut], responses=errors(404))
 def job_alerts(job_id: JobId, session: SessionDep, open: bool | None = None, after: Cursor = None) -> list[AlertOut]:
     """A job's alerts, oldest first, with the evidence and what to change."""
     rows = service.list_alerts(session, job_id=job_id, open_only=open, after=after)

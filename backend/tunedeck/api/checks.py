@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Request
 from pydantic import Field
 
 from tunedeck.api.deps import SettingsDep
+from tunedeck.api.responses import Calibration, LintOut, errors
 from tunedeck.db import SessionDep
 from tunedeck.estimate import EstimateError
 from tunedeck.models import JobSpec
@@ -23,7 +24,7 @@ class EstimateRequest(JobSpec):
     )
 
 
-@router.post("/lint")
+@router.post("/lint", response_model=LintOut, responses=errors(413))
 def lint_spec(spec: JobSpec, request: Request, settings: SettingsDep) -> dict[str, list[dict[str, Any]]]:
     """Lint findings of a job spec (what a submission would refuse or warn about)."""
     return {
@@ -36,7 +37,7 @@ def lint_spec(spec: JobSpec, request: Request, settings: SettingsDep) -> dict[st
     }
 
 
-@router.post("/estimate")
+@router.post("/estimate", responses=errors(413))
 def estimate_spec(body: EstimateRequest, request: Request, settings: SettingsDep) -> dict[str, Any]:
     """Per-GPU memory estimate of a job spec, with its breakdown in bytes."""
     spec = JobSpec(**body.model_dump(exclude={"device_total_bytes"}))
@@ -55,13 +56,13 @@ def estimate_spec(body: EstimateRequest, request: Request, settings: SettingsDep
         ) from None
 
 
-@router.get("/jobs/{job_id}/estimate")
+@router.get("/jobs/{job_id}/estimate", responses=errors(404))
 def job_estimate(job_id: int, session: SessionDep) -> dict[str, Any]:
     """The job's stored estimate against its measured peak (recorded for calibration once it ends)."""
     return service.job_estimate(session, get_job(session, job_id))
 
 
-@router.get("/estimates/calibration")
+@router.get("/estimates/calibration", response_model=list[Calibration])
 def calibration(session: SessionDep) -> list[dict[str, Any]]:
     """Measured / predicted peak per GPU kind over finished jobs."""
     return service.calibration(session)

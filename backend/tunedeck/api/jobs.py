@@ -9,9 +9,11 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request, status
 from tunedeck import auth
 from tunedeck import spec as specs
 from tunedeck.api.deps import SettingsDep
+from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.models import (
     NAME_RULES,
+    FileOut,
     JobConfigOut,
     JobCreated,
     JobOut,
@@ -26,7 +28,9 @@ from tunedeck.models import (
 from tunedeck.services import jobs as service
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
-Cursor = Annotated[int | None, Query(ge=0, description="cursor from the previous page's `next`")]
+NOT_FOUND = errors(404)
+# Row ids are SQLite integers: a larger cursor is refused by the schema, not by an overflow.
+Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="cursor from the previous page's `next`")]
 
 
 def _limit(settings, limit: int | None) -> int:
@@ -42,13 +46,13 @@ def _created(request: Request, session, settings, spec: JobSpec) -> JobCreated:
     return JobCreated(**JobOut.of(job).model_dump(), warnings=warnings, findings=findings)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
 def submit_job(spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep) -> JobCreated:
     """Submit a fine-tune: LLaMA-Factory train keys, an optional DeepSpeed config, a GPU count."""
     return _created(request, session, settings, spec)
 
 
-@router.post("/yaml", status_code=status.HTTP_201_CREATED, response_model=JobCreated)
+@router.post("/yaml", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
 def submit_yaml(
     request: Request,
     session: SessionDep,
@@ -70,13 +74,13 @@ def list_jobs(session: SessionDep, settings: SettingsDep, status: JobStatus | No
     return JobPage(jobs=[JobOut.of(j) for j in jobs], next=nxt)
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
 def get_job(job_id: int, session: SessionDep) -> JobOut:
     """One job with its progress."""
     return JobOut.of(service.get_job(session, job_id))
 
 
-@router.get("/{job_id}/metrics", response_model=MetricPage)
+@router.get("/{job_id}/metrics", response_model=MetricPage, responses=NOT_FOUND)
 def get_metrics(job_id: int, session: SessionDep, settings: SettingsDep, after: Cursor = None,
                 limit: Annotated[int | None, Query(ge=1)] = None) -> MetricPage:
     """Metric points (one per trainer_log.jsonl line) after a cursor."""
@@ -84,7 +88,7 @@ def get_metrics(job_id: int, session: SessionDep, settings: SettingsDep, after: 
     return MetricPage(points=[MetricOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
 
 
-@router.get("/{job_id}/logs", response_model=LogPage)
+@router.get("/{job_id}/logs", response_model=LogPage, responses=NOT_FOUND)
 def get_logs(job_id: int, session: SessionDep, settings: SettingsDep, after: Cursor = None,
              limit: Annotated[int | None, Query(ge=1)] = None) -> LogPage:
     """Output lines (stdout, stderr, runner notes), cleaned of progress-bar control characters."""
@@ -92,7 +96,7 @@ def get_logs(job_id: int, session: SessionDep, settings: SettingsDep, after: Cur
     return LogPage(lines=[LogOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
 
 
-@router.get("/{job_id}/config", response_model=JobConfigOut)
+@router.get("/{job_id}/config", response_model=JobConfigOut, responses=NOT_FOUND)
 def get_config(job_id: int, session: SessionDep) -> JobConfigOut:
     """The exact train.yaml and ds_config.json the job runs with."""
     job = service.get_job(session, job_id)
@@ -100,13 +104,13 @@ def get_config(job_id: int, session: SessionDep) -> JobConfigOut:
                         output_dir=job.output_dir)
 
 
-@router.get("/{job_id}/files")
-def get_files(job_id: int, session: SessionDep) -> list[dict]:
+@router.get("/{job_id}/files", response_model=list[FileOut], responses=NOT_FOUND)
+def get_files(job_id: int, session: SessionDep) -> list[FileOut]:
     """Files in the job's output folder."""
-    return service.run_files(service.get_job(session, job_id))
+    return [FileOut(**f) for f in service.run_files(service.get_job(session, job_id))]
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=errors(404, 409))
 def cancel_job(job_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> JobOut:
     """Stop a job: queued ones at once, running ones gracefully (they save first)."""
     job = service.get_job(session, job_id)

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from tunedeck.api.deps import SettingsDep
+from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.models import MemoryPage, MemorySampleOut
 from tunedeck.services import memory as service
@@ -15,7 +16,7 @@ JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api/jobs", tags=["memory"])
 
 
-@router.get("/{job_id}/memory", response_model=MemoryPage)
+@router.get("/{job_id}/memory", response_model=MemoryPage, responses=errors(404))
 def get_memory(job_id: JobId, session: SessionDep, settings: SettingsDep,
                gpu: Annotated[int | None, Query(ge=-1, le=1_000_000, description="one device; -1 = host memory")] = None,
                after: Annotated[int | None, Query(ge=0, le=2**62, description="cursor from the previous page's `next`")] = None,

@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tunedeck.alerts.rundir import BadInput
 from tunedeck.api.deps import SettingsDep
+from tunedeck.api.responses import errors
 from tunedeck.models import NAME_RULES, JobOut
 from tunedeck.services.imports import import_run
 
@@ -21,10 +22,11 @@ async def _text(f: UploadFile | None, field: str) -> str | None:
     try:
         return (await f.read()).decode()
     except UnicodeDecodeError:
-        raise HTTPException(422, detail=[{"loc": ["body", field], "msg": "not UTF-8 text"}]) from None
+        raise HTTPException(422, detail=[{"loc": ["body", field], "msg": "not UTF-8 text",
+                                          "type": "value_error"}]) from None
 
 
-@router.post("/import", status_code=status.HTTP_201_CREATED, response_model=JobOut)
+@router.post("/import", status_code=status.HTTP_201_CREATED, response_model=JobOut, responses=errors(413))
 async def import_run_route(
     request: Request,
     settings: SettingsDep,
@@ -44,5 +46,5 @@ async def import_run_route(
                                       config=texts["config"], log_text=texts["log"],
                                       owner=principal.name if principal else None)
     except BadInput as e:
-        raise HTTPException(422, detail=[{"loc": ["body"], "msg": str(e)}]) from None
+        raise HTTPException(422, detail=[{"loc": ["body"], "msg": str(e), "type": "value_error"}]) from None
     return JobOut.of(job)

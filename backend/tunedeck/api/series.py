@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from tunedeck.api.deps import SettingsDep
+from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.services import jobs as jobs_service
 from tunedeck.services import series as service
@@ -14,7 +15,7 @@ from tunedeck.services import series as service
 router = APIRouter(prefix="/api/jobs", tags=["charts"])
 
 
-@router.get("/{job_id}/series")
+@router.get("/{job_id}/series", responses=errors(404))
 def get_series(
     job_id: int,
     session: SessionDep,
@@ -22,7 +23,8 @@ def get_series(
     max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
     x0: Annotated[float | None, Query(description="first step of a zoomed window")] = None,
     x1: Annotated[float | None, Query(description="last step of a zoomed window")] = None,
-    until: Annotated[int | None, Query(ge=0, description="only points with id <= until (a stream cursor's m)")] = None,
+    until: Annotated[int | None, Query(ge=0, le=2**62,
+                                       description="only points with id <= until (a stream cursor's m)")] = None,
 ) -> dict:
     """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""
     jobs_service.get_job(session, job_id)

@@ -8,6 +8,7 @@ import anyio
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
+from tunedeck.api.responses import CursorOut, errors
 from tunedeck.services import feed
 from tunedeck.services.events import TEAM
 
@@ -42,7 +43,19 @@ async def _follow(request: Request, job: int | None, cur: feed.Cursor):
             await hub.wait(ticket, settings.stream_ping_s)
 
 
-@router.get("")
+# One event of the stream (OpenAPI 3.1: an event-stream schema describes each event).
+EVENT = {"type": "object", "required": ["event", "data", "id"], "properties": {
+    "event": {"enum": ["job", "metrics", "logs", "memory", "alerts", "jobs"]},
+    "data": {"type": "string", "contentMediaType": "application/json"},
+    "id": {"type": "string", "description": "the cursor after this event (send it back as Last-Event-ID)"},
+}}
+
+
+@router.get("", response_class=EventSourceResponse, responses={
+    200: {"description": "events until the client leaves",
+          "content": {"text/event-stream": {"schema": EVENT}}},
+    **errors(404),
+})
 async def stream(
     request: Request,
     job: Annotated[int | None, Query(ge=1, description="one job's stream; omit for the team's job rows")] = None,
@@ -59,7 +72,7 @@ async def stream(
                                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-@router.get("/cursor")
+@router.get("/cursor", response_model=CursorOut)
 def now(request: Request) -> dict:
     """The cursor of the newest rows: load history up to it, then stream from it."""
     return {"cursor": str(feed.current_cursor(request.app.state.engine))}

@@ -7,6 +7,7 @@ from sqlalchemy import text
 
 from tunedeck import __version__
 from tunedeck import spec as specs
+from tunedeck.api.responses import Preset, PresetText, errors
 from tunedeck.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["system"])
@@ -21,13 +22,13 @@ def health(request: Request, session: SessionDep) -> dict:
             "cpu_slots": state.settings.cpu_slots}
 
 
-@router.get("/presets")
+@router.get("/presets", response_model=list[Preset])
 def list_presets() -> list[dict]:
     """Job configs (`yaml`) and DeepSpeed configs (`json`) shipped in the package (tunedeck/configs)."""
     return [{"name": k, "kind": p.suffix.lstrip(".")} for k, p in specs.presets().items()]
 
 
-@router.get("/presets/{name}")
+@router.get("/presets/{name}", response_model=PresetText, responses=errors(404))
 def get_preset(name: str) -> dict:
     """One preset's text."""
     p = specs.presets().get(name)

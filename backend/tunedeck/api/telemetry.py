@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Request
 
+from tunedeck.api.responses import Stored, errors
 from tunedeck.db import SessionDep
 from tunedeck.models import TelemetryBatch
 from tunedeck.scheduler import token_hash
@@ -15,7 +16,7 @@ from tunedeck.services import jobs as service
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 
 
-@router.post("/{job_id}/telemetry")
+@router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413))
 def ingest(job_id: int, batch: TelemetryBatch, request: Request, session: SessionDep,
            authorization: Annotated[str | None, Header()] = None) -> dict:
     """Store a runner's batch (idempotent: items are keyed by their line numbers)."""

@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tunedeck import spec as specs
 from tunedeck.api.deps import SettingsDep
+from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
 from tunedeck.models import JobSpec
 
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.
@@ -24,7 +25,7 @@ PAGES = {"/": "index.html", "/new": "new.html", "/compare": "compare.html", "/no
 router = APIRouter(prefix="/api/ui", tags=["ui"])
 
 
-@router.post("/parse-yaml")
+@router.post("/parse-yaml", response_model=ParsedYaml, responses=errors(413))
 def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
                settings: SettingsDep) -> dict:
     """A LLaMA-Factory train YAML as the form's fields: `config` and `deepspeed`."""
@@ -32,7 +33,7 @@ def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_leng
     return {"config": config, "deepspeed": config.pop("deepspeed", None)}
 
 
-@router.post("/preview")
+@router.post("/preview", response_model=PreviewOut, responses=errors(413))
 def preview(spec: JobSpec, request: Request, settings: SettingsDep) -> dict:
     """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
     prepared = specs.prepare(spec, settings=settings, node_gpus=request.app.state.node_gpus)
@@ -51,7 +52,7 @@ def _page(name: str):
 
 def mount(app: FastAPI) -> None:
     """Pages at /, /new, /jobs/{id}, /compare, /nodes; static files under /static."""
-    app.include_router(router)
+    app.include_router(router, responses=COMMON)
     for path, name in PAGES.items():
         app.add_api_route(path, _page(name), include_in_schema=False)
     job_page = _page("job.html")

@@ -88,6 +88,8 @@ class LocalExecutor:
 
     def kill(self, job: Job) -> int:
         """SIGKILL the runner and every process of the job."""
-        n = procs.kill_job(job.run_dir, root_pid=job.trainer_pid if procs.alive(job.trainer_pid, None) else None)
+        # The trainer pid is what the runner reported: signal it (and its group) only if it is the job's.
+        root = job.trainer_pid if procs.carries_key(job.trainer_pid, job.run_dir) else None
+        n = procs.kill_job(job.run_dir, root_pid=root)
         self.reap()
         return n
