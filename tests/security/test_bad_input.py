@@ -25,7 +25,7 @@ def server(tmp_path_factory, assets):
 
 def post(server: Server, path: str, **kw) -> httpx.Response:
     # A fresh connection each time: a 500 closes the connection it was sent on.
-    with httpx.Client(base_url=server.url, timeout=60) as c:
+    with httpx.Client(base_url=server.url, timeout=60, headers={"X-Tunedeck": "1"}) as c:
         return c.post(path, **kw)
 
 

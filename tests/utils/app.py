@@ -45,7 +45,8 @@ class App:
         if not self.settings.launch_paused:
             raise ValueError("an App cannot run jobs (runners talk HTTP to a port): use server_factory")
         self.app = create_app(self.settings)
-        self.api = TestClient(self.app)
+        # The address and header every client of ours uses (the network guard refuses others).
+        self.api = TestClient(self.app, base_url="http://127.0.0.1", headers={"X-Tunedeck": "1"})
 
     def start(self) -> App:
         # A fresh server process has no preflight cached; this process may have one from an earlier test.
