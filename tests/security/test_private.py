@@ -3,11 +3,14 @@ are readable by the server's user only."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
+import secrets
+import sqlite3
 import stat
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -25,7 +28,15 @@ def test_a_finished_jobs_runner_token_is_dead_and_its_files_are_private(server_f
     job = server.wait(job["id"], ("succeeded", "failed"))
     assert job["status"] == "succeeded", job["error"]
     run_dir = Path(job["run_dir"])
-    runner_token = json.loads((run_dir / "runner.json").read_text())["token"]
+    db_file = server.workspace / "tunedeck.db"
+    with closing(sqlite3.connect(db_file)) as db:
+        (stored,) = db.execute("SELECT runner_token_hash FROM jobs WHERE id = ?", (job["id"],)).fetchone()
+    assert stored is None  # the token died with the job
+    # The route refuses an ended job even with a token that matches what an older row still holds.
+    runner_token = secrets.token_urlsafe(32)
+    with closing(sqlite3.connect(db_file)) as db, db:
+        db.execute("UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+                   (hashlib.sha256(runner_token.encode()).hexdigest(), job["id"]))
     logs_before = len(server.all(job["id"], "logs"))
 
     batch = {"seq": 10_000, "logs": [{"line": 10_000, "t": 1.0, "stream": "stdout", "text": "forged"}],
