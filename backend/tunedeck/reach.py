@@ -37,7 +37,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 # report_to values and DeepSpeed monitors that stay on this host; anything else is a service.
 LOCAL_REPORTS = {"none", "tensorboard", "csv_monitor"}
 LOCAL_MODES = {"local", "offline", "disabled"}
-# tunedeck sets output_dir itself and reads `deepspeed` itself (spec.py confines that file).
+# tunedeck sets output_dir itself and reads `deepspeed` itself (submission.py confines that file).
 OWNED = {"output_dir", "deepspeed"}
 # LLaMA-Factory joins this one onto the adapter's path (a subfolder), not onto the working folder.
 SUBFOLDER_KEYS = {"adapter_folder"}
