@@ -100,6 +100,17 @@ def test_lint_preview_and_submit_refuse_the_same_things(app_factory, assets):
     assert app.api.get("/api/jobs").json()["jobs"] == []
 
 
+
+def test_an_estimate_of_values_it_cannot_use_is_a_422_at_the_key(app_factory, assets):
+    app = app_factory()
+    for value in ("nan", "inf"):
+        spec = {"name": "odd", "config": demo_config(assets, cutoff_len=value), "gpus": 0}
+        r = app.api.post("/api/estimate", json=spec)
+        assert r.status_code == 422, r.text
+        (d,) = r.json()["detail"]
+        assert d["loc"] == ["config", "cutoff_len"] and d["code"] == "LF003"
+        assert app.api.post("/api/jobs", json=spec).json()["detail"] == [d]
+
 def fake_nvml(monkeypatch, tmp_path, devices: list[dict]) -> list[int]:
     """The NVML stand-in (tests/fakes) as `pynvml` in this process; returns a list that grows by one
     at each nvmlInit, i.e. each time the server opens the SMI library."""

@@ -72,7 +72,6 @@ class Rendered(NamedTuple):
 class Submission:
     """A spec resolved against the server's settings and the node."""
 
-    spec: JobSpec
     config: dict[str, Any]  # as it runs: paths absolute inside the roots, tunedeck's own keys set
     ds_config: dict[str, Any] | None
     model_config: dict[str, Any] | None  # the model's config.json, when it could be read
@@ -81,7 +80,7 @@ class Submission:
     errors: list[dict[str, Any]]  # 422 detail items, one per key (lint's carry their code)
     warnings: list[str]
     estimate: dict[str, Any] | None
-    estimate_error: dict[str, Any] | None  # a 422 detail item saying why there is no estimate
+    estimate_errors: list[dict[str, Any]]  # 422 detail items saying why there is no estimate
 
     @property
     def notes(self) -> list[lint.Finding]:
@@ -186,7 +185,7 @@ def _estimate(config: dict[str, Any], ds: dict[str, Any] | None, model_config: d
                             device_total_bytes=node.device_total_bytes), None
     except est.EstimateError as e:
         return None, {"loc": MODEL_LOC, "msg": str(e), "type": "estimate_error"}
-    except (ArithmeticError, ValueError, TypeError) as e:  # e.g. `cutoff_len: .inf`, refused by lint too
+    except (ArithmeticError, ValueError, TypeError) as e:  # e.g. `cutoff_len: nan`, which lint refuses too
         return None, {"loc": ["config"], "msg": f"its values give no estimate: {e}", "type": "estimate_error"}
 
 
@@ -230,11 +229,15 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     located = [lint.as_error(f) for f in findings if f["severity"] == "error"]
     seen = {tuple(x["loc"]) for x in located}  # one item per key: the finding's, with its code and fix
     errors = located + [x for x in errors + reached.errors if tuple(x["loc"]) not in seen]
+    if estimate_error is not None and estimate_error["loc"] == ["config"] and located:
+        estimate_errors = located  # the values it could not use, each at its key
+    else:
+        estimate_errors = [estimate_error] if estimate_error is not None else []
     if config.get("dataset_dir") is None:
         config["dataset_dir"] = str(settings.workspace / "data")
     config.update(FORCED)
     for key, value in DEFAULTS.items():
         config.setdefault(key, value)
-    return Submission(spec=spec, config=config, ds_config=ds_config, model_config=model_config, gpus=gpus,
+    return Submission(config=config, ds_config=ds_config, model_config=model_config, gpus=gpus,
                       findings=findings, errors=errors, warnings=warnings, estimate=estimate,
-                      estimate_error=estimate_error)
+                      estimate_errors=estimate_errors)

@@ -37,7 +37,7 @@ def estimate_spec(body: EstimateRequest, settings: SettingsDep, node: NodeDep) -
         node = replace(node, device_total_bytes=body.device_total_bytes)
     found = resolve(JobSpec(**body.model_dump(exclude={"device_total_bytes"})), settings, node)
     if found.estimate is None:
-        raise HTTPException(status_code=422, detail=[found.estimate_error])
+        raise HTTPException(status_code=422, detail=found.estimate_errors)
     return found.estimate
 
 
