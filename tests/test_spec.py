@@ -9,9 +9,15 @@ import pytest
 import yaml
 
 from tunedeck.config import Settings
-from tunedeck.models import JobSpec
 from tunedeck.lint import lf_table as lf_args
-from tunedeck.spec import SpecError, launch_env, prepare, spec_from_yaml
+from tunedeck.models import JobSpec
+from tunedeck.spec import SpecError, launch_env, spec_from_yaml
+from tunedeck.submission import Node, Submission, resolve
+
+
+def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Submission:
+    """A spec through the submission pipeline as a submit takes it: refused with every error."""
+    return resolve(spec, settings, Node(gpus=node_gpus)).checked()
 
 
 @pytest.fixture
@@ -25,7 +31,7 @@ def spec(**config) -> JobSpec:
     return JobSpec(name="t", config={**base, **config})
 
 
-def errors(fn) -> list[dict]:  # noqa: ANN001
+def errors(fn) -> list[dict]:
     with pytest.raises(SpecError) as e:
         fn()
     return e.value.errors
@@ -100,7 +106,8 @@ def test_gpus_against_the_node(settings):
 
 
 def test_deepspeed_preset_inline_and_yaml_path(settings, tmp_path):
-    p = prepare(JobSpec(name="t", config=spec().config, deepspeed="ds_z3_rocm"), settings=settings, node_gpus=0)
+    fp16 = spec(fp16=True).config  # the preset's fp16.enabled: true must agree with the training arguments
+    p = prepare(JobSpec(name="t", config=fp16, deepspeed="ds_z3_rocm"), settings=settings, node_gpus=0)
     assert p.ds_config["zero_optimization"]["stage"] == 3
     text, ds = p.render(output_dir=tmp_path / "o", ds_path=tmp_path / "ds_config.json")
     assert yaml.safe_load(text)["deepspeed"] == str(tmp_path / "ds_config.json")
@@ -109,7 +116,7 @@ def test_deepspeed_preset_inline_and_yaml_path(settings, tmp_path):
                                   node_gpus=0))
     assert errs[0]["loc"] == ["deepspeed"]
     # A LLaMA-Factory YAML names its DeepSpeed file with a path; ours is used when the stem matches.
-    s = spec_from_yaml(yaml.safe_dump({**spec().config, "deepspeed": "examples/deepspeed/ds_z3_rocm.json"}),
+    s = spec_from_yaml(yaml.safe_dump({**fp16, "deepspeed": "examples/deepspeed/ds_z3_rocm.json"}),
                        name="y")
     p = prepare(s, settings=settings, node_gpus=0)
     assert p.ds_config["zero_optimization"]["stage"] == 3

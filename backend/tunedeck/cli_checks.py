@@ -67,14 +67,15 @@ def estimate(
     """Estimate per-GPU memory of a fine-tune from the model's config.json (no weights loaded)."""
     from tunedeck import estimate as est
     from tunedeck import lint as linter
-    from tunedeck.spec import load_yaml, presets
+    from tunedeck.presets import presets
+    from tunedeck.spec import load_yaml
 
     config = load_yaml(file.read_text())
     ds_value = deepspeed if deepspeed is not None else config.pop("deepspeed", None)
     config.pop("deepspeed", None)
     ds = None
     if isinstance(ds_value, str):
-        path = linter._find_ds_file(ds_value, file.parent) or presets().get(Path(ds_value).stem)
+        path = linter.find_ds_file(ds_value, file.parent) or presets().get(Path(ds_value).stem)
         if path is None:
             typer.echo(f"DeepSpeed config {ds_value!r} not found", err=True)
             raise typer.Exit(2)

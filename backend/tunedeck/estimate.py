@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tunedeck.lint import _num, lf_value, truthy
+from tunedeck.lint import lf_value, number, truthy
 
 GiB = 2**30
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -121,9 +121,9 @@ def trainable_params(config: dict[str, Any], s: dict[str, Any], counts: dict[str
     if method == "full":
         return counts["total"], "full"
     if method == "freeze":
-        n = int(_num(lf_value(config, "freeze_trainable_layers")) or 2)
+        n = int(number(lf_value(config, "freeze_trainable_layers")) or 2)
         return min(abs(n), s["layers"]) * counts["per_layer"], "freeze"
-    rank = int(_num(lf_value(config, "lora_rank")) or 8)
+    rank = int(number(lf_value(config, "lora_rank")) or 8)
     lin, mult = linears(s), (s["experts"] or 1)
     per_layer = sum(
         rank * (lin[t][0] + lin[t][1]) * (mult if t in ("gate_proj", "up_proj", "down_proj") else 1)
@@ -138,7 +138,7 @@ def zero_of(ds: dict[str, Any] | None) -> dict[str, Any]:
         zero = {}
     dev = lambda k: str(((zero.get(k) or {}) if isinstance(zero.get(k), dict) else {}).get("device", "none"))
     return {
-        "stage": int(_num(zero.get("stage")) or 0) if ds else None,
+        "stage": int(number(zero.get("stage")) or 0) if ds else None,
         "zero": zero,
         "offload_optimizer": dev("offload_optimizer") in ("cpu", "nvme"),
         "offload_param": dev("offload_param") in ("cpu", "nvme"),
@@ -205,12 +205,12 @@ def model_states(
 
 
 def activations(config: dict[str, Any], s: dict[str, Any], *, w: int, method: str) -> dict[str, int]:
-    b = int(_num(lf_value(config, "per_device_train_batch_size")) or 1)
-    seq = int(_num(lf_value(config, "cutoff_len")) or 2048)
+    b = int(number(lf_value(config, "per_device_train_batch_size")) or 1)
+    seq = int(number(lf_value(config, "cutoff_len")) or 2048)
     h, i = s["hidden"], (s["moe_intermediate"] if s["experts"] else s["intermediate"])
     qkv = (s["heads"] + 2 * s["kv_heads"]) * s["head_dim"]
     full_layer = w * seq * b * (6 * h + qkv + 4 * i)
-    if method == "lora" and float(_num(lf_value(config, "lora_dropout")) or 0) > 0:
+    if method == "lora" and float(number(lf_value(config, "lora_dropout")) or 0) > 0:
         lin = linears(s)
         full_layer += w * seq * b * sum(lin[t][0] for t in lora_targets(config))
     checkpointing = not truthy(lf_value(config, "disable_gradient_checkpointing"))
@@ -234,11 +234,11 @@ def buckets(z: dict[str, Any], s: dict[str, Any]) -> int:
 
     def size(key: str, default: float) -> float:
         v = zero.get(key, default)
-        return auto.get(key, default) if v == "auto" else (_num(v) or 0.0)
+        return auto.get(key, default) if v == "auto" else (number(v) or 0.0)
 
     if z["stage"] == 3:
         elems = size("reduce_bucket_size", 5e8) + size(
-            "stage3_prefetch_bucket_size", _num(zero.get("prefetch_bucket_size")) or 5e7
+            "stage3_prefetch_bucket_size", number(zero.get("prefetch_bucket_size")) or 5e7
         )
     else:
         elems = size("reduce_bucket_size", 5e8) + size("allgather_bucket_size", 5e8)

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tunedeck import hubcache
+from tunedeck.presets import presets
 
 Finding = dict[str, Any]
 SEVERITIES = ("error", "warning", "info")
@@ -408,7 +409,8 @@ def _ds_get(ds: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def _num(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A value as a float (YAML and JSON numbers, numeric text), or None."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -432,12 +434,12 @@ def lint_ds_vs_training(ds: dict[str, Any], config: dict[str, Any], *, gpus: int
         ("fp16.enabled", "fp16", truthy(lf_value(config, "fp16"))),
         ("bf16.enabled", "bf16", truthy(lf_value(config, "bf16"))),
     ]
-    if gpus is not None and _num(micro) is not None and _num(ga) is not None:
+    if gpus is not None and number(micro) is not None and number(ga) is not None:
         pairs.append(
             (
                 "train_batch_size",
                 "per_device_train_batch_size × gradient_accumulation_steps × GPUs",
-                int(_num(micro) * _num(ga) * max(gpus, 1)),
+                int(number(micro) * number(ga) * max(gpus, 1)),
             )
         )
     out = []
@@ -445,7 +447,7 @@ def lint_ds_vs_training(ds: dict[str, Any], config: dict[str, Any], *, gpus: int
         ds_val = _ds_get(ds, ds_key)
         if ds_val is None or ds_val == "auto" or hf_val is None:
             continue
-        same = (truthy(ds_val) == hf_val) if isinstance(hf_val, bool) else (_num(ds_val) == _num(hf_val))
+        same = (truthy(ds_val) == hf_val) if isinstance(hf_val, bool) else (number(ds_val) == number(hf_val))
         if not same:
             out.append(
                 finding(
@@ -466,7 +468,7 @@ def lint_ds_memory(ds: dict[str, Any], *, hidden_size: int | None) -> list[Findi
     zero = ds.get("zero_optimization")
     if not isinstance(zero, dict):
         return []
-    stage = _num(zero.get("stage")) or 0
+    stage = number(zero.get("stage")) or 0
     out = []
     if truthy(zero.get("overlap_comm")):
         # "auto" buckets are filled by the HF integration from the model's hidden size (ZeRO-3).
@@ -492,10 +494,10 @@ def lint_ds_memory(ds: dict[str, Any], *, hidden_size: int | None) -> list[Findi
             v = auto.get(k) if v == "auto" else v
             if v is None and k == "prefetch_bucket_size":
                 continue
-            if _num(v) is None:
+            if number(v) is None:
                 known = False
                 continue
-            total += _num(v)
+            total += number(v)
         cost = (
             f"≈{OVERLAP_FACTOR * total * 2 / 2**30:.1f} GiB (at 2 bytes per element)"
             if known
@@ -596,7 +598,7 @@ def lint_hardware(
             )
         )
     if rocm and (gpus or 1) > 1:
-        timeout = _num(config.get("ddp_timeout"))
+        timeout = number(config.get("ddp_timeout"))
         if timeout is None or timeout < DDP_TIMEOUT_MIN_S:
             out.append(
                 finding(
@@ -660,9 +662,12 @@ def lint(
     preflight: dict[str, Any] | None = None,
     model_config: dict[str, Any] | None = None,
     output_dir: Path | None = None,
+    mca: bool | None = None,
 ) -> list[Finding]:
-    """Every finding for a train config and its (already loaded) DeepSpeed config, errors first."""
-    mca = bool(MCA_KEYS & config.keys())
+    """Every finding for a train config and its (already loaded) DeepSpeed config, errors first.
+    `mca` None: a Megatron-Core config is told by its keys; False: it runs without USE_MCA=1, where
+    those keys are unknown (the server launches that way)."""
+    mca = bool(MCA_KEYS & config.keys()) if mca is None else mca
     out = lint_lf_keys(config, mca=mca)
     if mca:
         out.append(
@@ -694,7 +699,7 @@ def yaml_kind(config: dict[str, Any]) -> str:
     return "train"
 
 
-def _find_ds_file(value: str, base: Path) -> Path | None:
+def find_ds_file(value: str, base: Path) -> Path | None:
     """A YAML's `deepspeed:` path as LLaMA-Factory resolves it (from the working folder), else from
     the YAML's own folder upward (examples/ are run from the repository root)."""
     p = Path(value).expanduser()
@@ -711,8 +716,6 @@ def lint_file(
 ) -> list[Finding]:
     """Lint a LLaMA-Factory train YAML (with the DeepSpeed file it names) or a DeepSpeed JSON."""
     import yaml
-
-    from tunedeck.spec import presets
 
     text = path.read_text()
     if path.suffix == ".json":
@@ -742,7 +745,7 @@ def lint_file(
         ]
     ds, extra = config.get("deepspeed"), []
     if isinstance(ds, str):
-        found = _find_ds_file(ds, path.parent) or presets().get(Path(ds).stem)
+        found = find_ds_file(ds, path.parent) or presets().get(Path(ds).stem)
         try:
             ds = json.loads(found.read_text()) if found else None
         except (OSError, ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -36,7 +37,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 # report_to values and DeepSpeed monitors that stay on this host; anything else is a service.
 LOCAL_REPORTS = {"none", "tensorboard", "csv_monitor"}
 LOCAL_MODES = {"local", "offline", "disabled"}
-# tunedeck sets output_dir itself and reads `deepspeed` itself (spec.py confines that file).
+# tunedeck sets output_dir itself and reads `deepspeed` itself (submission.py confines that file).
 OWNED = {"output_dir", "deepspeed"}
 # LLaMA-Factory joins this one onto the adapter's path (a subfolder), not onto the working folder.
 SUBFOLDER_KEYS = {"adapter_folder"}
@@ -118,9 +119,15 @@ def is_pathlike(value: str, settings: Settings) -> bool:
     return (settings.workspace / value).exists()
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file's content; OSError or ValueError when it cannot be read."""
+    return json.loads(path.read_text())
+
+
 class _Checker:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, read: Callable[[Path], Any]):
         self.s = settings
+        self.read = read
         self.out = Checked()
         self.cache_dir: Path | None = None
 
@@ -271,7 +278,7 @@ class _Checker:
                     unknown.append(f"{name}: {part} (not in the local cache)")
                     continue
                 seen.append(str(folder))
-                why = code_in(folder)
+                why = code_in(folder, self.read)
                 if why:
                     code.append(f"{name}: {why}")
         loc = "config.trust_remote_code"
@@ -292,7 +299,7 @@ class _Checker:
                 "to import (no auto_map, no .py files)", "none needed; `trust_remote_code: false` says the same"))
 
 
-def code_in(folder: Path) -> str | None:
+def code_in(folder: Path, read: Callable[[Path], Any] = read_json) -> str | None:
     """Why transformers would import Python from this model folder, or None when it would not."""
     if not folder.is_dir():
         return None  # nothing to import; loading fails on its own
@@ -300,7 +307,7 @@ def code_in(folder: Path) -> str | None:
         for cfg in sorted(folder.glob("*config.json")):
             if cfg.is_file() and cfg.stat().st_size <= CONFIG_JSON_MAX:
                 try:
-                    data = json.loads(cfg.read_text())
+                    data = read(cfg)
                 except (OSError, ValueError):
                     continue
                 if isinstance(data, dict) and data.get("auto_map"):
@@ -318,10 +325,12 @@ def code_in(folder: Path) -> str | None:
     return None
 
 
-def check(config: dict[str, Any], ds: dict[str, Any] | None, settings: Settings) -> Checked:
+def check(config: dict[str, Any], ds: dict[str, Any] | None, settings: Settings, *,
+          read: Callable[[Path], Any] = read_json) -> Checked:
     """Confine every path (rewritten in place to an absolute path inside the roots), and find
-    network keys, hub ids the run cannot load and remote code that the settings do not allow."""
-    c = _Checker(settings)
+    network keys, hub ids the run cannot load and remote code that the settings do not allow.
+    `read` opens the model's JSON files (a submission passes its own, which reads each once)."""
+    c = _Checker(settings, read)
     c.lf_paths(config)
     c.lf_network(config)
     if isinstance(ds, dict):

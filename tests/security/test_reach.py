@@ -20,8 +20,8 @@ from tunedeck import reach
 from tunedeck.config import Settings
 from tunedeck.lint import lf_table
 from tunedeck.models import JobSpec
-from tunedeck.services.checks import lint_spec
-from tunedeck.spec import SpecError, launch_env, prepare, spec_from_yaml
+from tunedeck.spec import SpecError, launch_env, spec_from_yaml
+from tunedeck.submission import Node, Submission, resolve
 
 # The keys a hostile teammate used in the reports: the table walk must find at least these.
 REPORTED_LF = {"profiler_output_dir", "offload_folder", "export_dir", "swanlab_logdir", "adapter_folder",
@@ -30,6 +30,15 @@ REPORTED_LF = {"profiler_output_dir", "offload_folder", "export_dir", "swanlab_l
 REPORTED_DS = {("zero_optimization", "offload_param", "nvme_path"),
                ("zero_optimization", "offload_optimizer", "nvme_path"), ("flops_profiler", "output_file"),
                ("tensorboard", "output_path"), ("csv_monitor", "output_path")}
+
+
+def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Submission:
+    """A spec through the submission pipeline as a submit takes it: refused with every error."""
+    return resolve(spec, settings, Node(gpus=node_gpus)).checked()
+
+
+def lint_spec(spec: JobSpec, *, settings: Settings) -> list[dict]:
+    return resolve(spec, settings, Node()).findings
 
 
 @pytest.fixture

@@ -92,14 +92,14 @@ def test_import_yaml_fills_fields(server_factory, assets, page, tmp_path):
     page.goto(f"{server.url}/new")
     ready(page)
     text = ("model_name_or_path: demo/model\nstage: sft\nfinetuning_type: lora\nlora_target: all\n"
-            "dataset: demo_identity\ntemplate: qwen\nlearning_rate: 1.0e-4\nbf16: true\n"
+            "dataset: demo_identity\ntemplate: qwen\nlearning_rate: 1.0e-4\nfp16: true\n"
             "num_train_epochs: 3.0\nneftune_noise_alpha: 5\ndeepspeed: examples/deepspeed/ds_z3_rocm.json\n")
     path = tmp_path / "qwen2_lora_sft.yaml"
     path.write_text(text)
     page.set_input_files("#import-file", str(path))
     page.wait_for_function("document.querySelector('#f-learning_rate').value !== ''")
     assert float(page.input_value("#f-learning_rate")) == 1e-4
-    assert page.input_value("#f-bf16") == "true"
+    assert page.input_value("#f-fp16") == "true"  # the preset's fp16.enabled: true must agree (DS006)
     assert page.input_value("#f-finetuning_type") == "lora"
     assert page.input_value("#f-name") == "qwen2_lora_sft"
     assert "neftune_noise_alpha: 5" in page.input_value("#extra")  # a key the form has no field for

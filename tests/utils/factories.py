@@ -16,6 +16,7 @@ from tunedeck.config import Settings
 from tunedeck.models import Job, JobSpec
 from tunedeck.scheduler import token_hash
 from tunedeck.services import imports, jobs
+from tunedeck.submission import Node
 
 
 def create_token(engine: Engine, name: str, role: str = "submitter") -> str:
@@ -32,7 +33,7 @@ def create_job(engine: Engine, settings: Settings, *, config: dict[str, Any], na
     `runner_token` is the credential the scheduler would hand the job's runner, for `post_telemetry`."""
     spec = JobSpec(name=name, config=config, deepspeed=deepspeed, gpus=gpus)
     with Session(engine) as session:
-        job, _, _ = jobs.create_job(session, settings=settings, spec=spec, node_gpus=node_gpus, owner=owner)
+        job, _ = jobs.create_job(session, settings=settings, spec=spec, node=Node(gpus=node_gpus), owner=owner)
         if runner_token is not None:
             columns["runner_token_hash"] = token_hash(runner_token)
         for key, value in columns.items():

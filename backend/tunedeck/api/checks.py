@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException
 from pydantic import Field
 
-from tunedeck.api.deps import SettingsDep
+from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import Calibration, LintOut, errors
 from tunedeck.db import SessionDep
-from tunedeck.estimate import EstimateError
 from tunedeck.models import JobSpec
 from tunedeck.services import checks as service
 from tunedeck.services.jobs import get_job
+from tunedeck.submission import resolve
 
 router = APIRouter(prefix="/api", tags=["checks"])
 
@@ -25,35 +26,20 @@ class EstimateRequest(JobSpec):
 
 
 @router.post("/lint", response_model=LintOut, responses=errors(413))
-def lint_spec(spec: JobSpec, request: Request, settings: SettingsDep) -> dict[str, list[dict[str, Any]]]:
+def lint_spec(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict[str, list[dict[str, Any]]]:
     """Lint findings of a job spec (what a submission would refuse or warn about)."""
-    return {
-        "findings": service.lint_spec(
-            spec,
-            settings=settings,
-            node_gpus=request.app.state.node_gpus,
-            node_preflight=service.node_preflight(settings),
-        )
-    }
+    return {"findings": resolve(spec, settings, node).findings}
 
 
 @router.post("/estimate", responses=errors(413))
-def estimate_spec(body: EstimateRequest, request: Request, settings: SettingsDep) -> dict[str, Any]:
+def estimate_spec(body: EstimateRequest, settings: SettingsDep, node: NodeDep) -> dict[str, Any]:
     """Per-GPU memory estimate of a job spec, with its breakdown in bytes."""
-    spec = JobSpec(**body.model_dump(exclude={"device_total_bytes"}))
-    try:
-        return service.estimate_spec(
-            spec,
-            settings=settings,
-            node_gpus=request.app.state.node_gpus,
-            device_total_bytes=body.device_total_bytes
-            or service.node_device_total(request.app.state.node_gpus),
-        )
-    except (service.NoModelConfig, EstimateError) as e:
-        raise HTTPException(
-            status_code=422,
-            detail=[{"loc": ["config", "model_name_or_path"], "msg": str(e), "type": "estimate_error"}],
-        ) from None
+    if body.device_total_bytes:
+        node = replace(node, device_total_bytes=body.device_total_bytes)
+    found = resolve(JobSpec(**body.model_dump(exclude={"device_total_bytes"})), settings, node)
+    if found.estimate is None:
+        raise HTTPException(status_code=422, detail=found.estimate_errors)
+    return found.estimate
 
 
 @router.get("/jobs/{job_id}/estimate", responses=errors(404))

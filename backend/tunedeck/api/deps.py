@@ -7,6 +7,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from tunedeck.config import Settings
+from tunedeck.services.checks import node_preflight
+from tunedeck.submission import Node
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -14,3 +16,13 @@ def get_settings_dep(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def get_node(request: Request) -> Node:
+    """This node as a submission is checked against, from the cached inventory and preflight."""
+    state = request.app.state
+    return Node(gpus=state.node_gpus, preflight=node_preflight(state.settings),
+                device_total_bytes=state.nodes.smallest_gpu_bytes() if state.node_gpus else None)
+
+
+NodeDep = Annotated[Node, Depends(get_node)]

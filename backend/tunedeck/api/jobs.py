@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request, status
 
 from tunedeck import auth
 from tunedeck import spec as specs
-from tunedeck.api.deps import SettingsDep
+from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.models import (
@@ -37,19 +37,19 @@ def _limit(settings, limit: int | None) -> int:
     return min(limit or settings.page_limit, settings.page_limit_max)
 
 
-def _created(request: Request, session, settings, spec: JobSpec) -> JobCreated:
+def _created(request: Request, session, settings, node, spec: JobSpec) -> JobCreated:
     principal = getattr(request.state, "principal", None)
-    job, warnings, findings = service.create_job(session, settings=settings, spec=spec,
-                                       node_gpus=request.app.state.node_gpus,
-                                       owner=principal.name if principal else None)
+    job, checked = service.create_job(session, settings=settings, spec=spec, node=node,
+                                      owner=principal.name if principal else None)
     request.app.state.scheduler.wake()
-    return JobCreated(**JobOut.of(job).model_dump(), warnings=warnings, findings=findings)
+    return JobCreated(**JobOut.of(job).model_dump(), warnings=checked.warnings, findings=checked.notes)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
-def submit_job(spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep) -> JobCreated:
+def submit_job(spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep,
+               node: NodeDep) -> JobCreated:
     """Submit a fine-tune: LLaMA-Factory train keys, an optional DeepSpeed config, a GPU count."""
-    return _created(request, session, settings, spec)
+    return _created(request, session, settings, node, spec)
 
 
 @router.post("/yaml", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
@@ -57,13 +57,14 @@ def submit_yaml(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
+    node: NodeDep,
     name: Annotated[str, Query(**NAME_RULES)],
     body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
     gpus: Annotated[int | None, Query(ge=0, le=64)] = None,
 ) -> JobCreated:
     """Submit a LLaMA-Factory train YAML as-is."""
-    return _created(request, session, settings, specs.spec_from_yaml(body, name=name, gpus=gpus,
-                                                                         max_items=settings.spec_max_keys))
+    return _created(request, session, settings, node, specs.spec_from_yaml(body, name=name, gpus=gpus,
+                                                                               max_items=settings.spec_max_keys))
 
 
 @router.get("", response_model=JobPage)

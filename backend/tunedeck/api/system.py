@@ -6,9 +6,9 @@ from fastapi import APIRouter, HTTPException, Request
 from sqlalchemy import text
 
 from tunedeck import __version__
-from tunedeck import spec as specs
 from tunedeck.api.responses import Preset, PresetText, errors
 from tunedeck.db import SessionDep
+from tunedeck.presets import presets
 
 router = APIRouter(prefix="/api", tags=["system"])
 
@@ -25,13 +25,13 @@ def health(request: Request, session: SessionDep) -> dict:
 @router.get("/presets", response_model=list[Preset])
 def list_presets() -> list[dict]:
     """Job configs (`yaml`) and DeepSpeed configs (`json`) shipped in the package (tunedeck/configs)."""
-    return [{"name": k, "kind": p.suffix.lstrip(".")} for k, p in specs.presets().items()]
+    return [{"name": k, "kind": p.suffix.lstrip(".")} for k, p in presets().items()]
 
 
 @router.get("/presets/{name}", response_model=PresetText, responses=errors(404))
 def get_preset(name: str) -> dict:
     """One preset's text."""
-    p = specs.presets().get(name)
+    p = presets().get(name)
     if p is None:
         raise HTTPException(status_code=404, detail=f"no preset {name!r}")
     return {"name": name, "kind": p.suffix.lstrip("."), "text": p.read_text()}

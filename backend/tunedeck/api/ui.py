@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Annotated
 
 import plotly
-from fastapi import APIRouter, Body, FastAPI, Request
+from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from tunedeck import spec as specs
-from tunedeck.api.deps import SettingsDep
+from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
 from tunedeck.models import JobSpec
+from tunedeck.submission import resolve
 
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.
 FRONTEND = Path(resources.files("tunedeck") / "frontend")
@@ -34,12 +35,12 @@ def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_leng
 
 
 @router.post("/preview", response_model=PreviewOut, responses=errors(413))
-def preview(spec: JobSpec, request: Request, settings: SettingsDep) -> dict:
+def preview(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict:
     """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
-    prepared = specs.prepare(spec, settings=settings, node_gpus=request.app.state.node_gpus)
+    checked = resolve(spec, settings, node).checked()
     run = Path("<run folder>")
-    train_yaml, ds_config = prepared.render(output_dir=run / "output", ds_path=run / "ds_config.json")
-    return {"train_yaml": train_yaml, "ds_config": ds_config, "gpus": prepared.gpus, "warnings": prepared.warnings}
+    train_yaml, ds_config = checked.render(output_dir=run / "output", ds_path=run / "ds_config.json")
+    return {"train_yaml": train_yaml, "ds_config": ds_config, "gpus": checked.gpus, "warnings": checked.warnings}
 
 
 def _page(name: str):

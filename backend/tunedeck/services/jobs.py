@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from sqlmodel import Session, col, select
 
-from tunedeck import lint
-from tunedeck import spec as specs
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobSpec, JobStatus, LogLine, MetricPoint, utcnow
-from tunedeck.services import checks
+from tunedeck.submission import Node, Submission, resolve
 
 
 class NotFound(Exception):
@@ -26,39 +25,22 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "job"
 
 
-def create_job(session: Session, *, settings: Settings, spec: JobSpec, node_gpus: int,
-               owner: str | None = None) -> tuple[Job, list[str], list[dict]]:
-    """Lint and validate, then write train.yaml (and ds_config.json) into a fresh run folder.
-
-    Returns the job, the spec's warnings and the lint findings below error (issue 5)."""
-    findings = checks.lint_spec(spec, settings=settings, node_gpus=node_gpus,
-                                node_preflight=checks.node_preflight(settings))
-    lint_errors = [lint.as_error(f) for f in findings if f["severity"] == "error"]
-    try:
-        prepared = specs.prepare(spec, settings=settings, node_gpus=node_gpus)
-    except specs.SpecError as e:  # both lists, one entry per key (lint's carries the code and fix)
-        seen = {tuple(x["loc"]) for x in lint_errors}
-        raise specs.SpecError(lint_errors + [x for x in e.errors if tuple(x["loc"]) not in seen]) from None
-    if lint_errors:
-        raise specs.SpecError(lint_errors)
-    job = Job(name=spec.name, owner=owner, gpus=prepared.gpus, spec=spec.model_dump_json(), train_yaml="")
-    job.estimate = checks.estimate_for_job(spec, settings=settings, node_gpus=node_gpus,
-                                           device_total_bytes=checks.node_device_total(node_gpus))
+def create_job(session: Session, *, settings: Settings, spec: JobSpec, node: Node,
+               owner: str | None = None) -> tuple[Job, Submission]:
+    """Resolve and check the spec (SpecError: a 422 listing every problem), then render it into a
+    fresh run folder named by the job's id."""
+    checked = resolve(spec, settings, node).checked()
+    job = Job(name=spec.name, owner=owner, gpus=checked.gpus, spec=spec.model_dump_json(), train_yaml="",
+              estimate=json.dumps(checked.estimate) if checked.estimate else None)
     session.add(job)
     session.flush()  # the id names the run folder
     run_dir = settings.runs_dir / f"{job.id:06d}-{slug(spec.name)}"
-    run_dir.mkdir(parents=True, exist_ok=False)
-    output_dir = run_dir / "output"
-    ds_path = run_dir / "ds_config.json"
-    train_yaml, ds_config = prepared.render(output_dir=output_dir, ds_path=ds_path)
-    (run_dir / "train.yaml").write_text(train_yaml)
-    if ds_config is not None:
-        ds_path.write_text(ds_config)
-    job.train_yaml, job.ds_config = train_yaml, ds_config
-    job.run_dir, job.output_dir = str(run_dir), str(output_dir)
+    rendered = checked.write(run_dir)
+    job.train_yaml, job.ds_config = rendered.train_yaml, rendered.ds_config
+    job.run_dir, job.output_dir = str(run_dir), str(rendered.output_dir)
     session.commit()
     session.refresh(job)
-    return job, prepared.warnings, [f for f in findings if f["severity"] != "error"]
+    return job, checked
 
 
 def get_job(session: Session, job_id: int) -> Job:

@@ -20,18 +20,30 @@ class NodeInventory:
     def __init__(self, engine: Engine, cache_s: float = 3.0):
         self.engine, self.cache_s = engine, cache_s
         self._lock = threading.Lock()
-        self._at = -1e9
+        self._at: float | None = None  # when the SMI libraries were last read
         self._reading: tuple[str, str | None, list] = ("cpu", None, [])
 
-    def nodes(self) -> list[dict[str, Any]]:
+    def reading(self, *, max_age_s: float | None = None) -> tuple[str, str | None, list]:
+        """(backend, why GPUs are absent, one reading per GPU), read again when older than
+        `max_age_s` (default `cache_s`)."""
         with self._lock:
-            if time.monotonic() - self._at > self.cache_s:
+            age = self.cache_s if max_age_s is None else max_age_s
+            if self._at is None or time.monotonic() - self._at > age:
                 try:
                     self._reading = detect_gpus()
                 except Exception as e:
                     self._reading = ("cpu", f"{type(e).__name__}: {e}", [])
                 self._at = time.monotonic()
-            name, reason, readings = self._reading
+            return self._reading
+
+    def smallest_gpu_bytes(self) -> int | None:
+        """Memory of this host's smallest GPU (what a job must fit in); None without GPUs. A GPU's
+        size does not change while the server runs: any earlier reading answers."""
+        totals = [r.total_bytes for r in self.reading(max_age_s=float("inf"))[2] if r.total_bytes]
+        return min(totals) if totals else None
+
+    def nodes(self) -> list[dict[str, Any]]:
+        name, reason, readings = self.reading()
         with Session(self.engine) as s:
             holders = {int(d): j.id for j in s.exec(select(Job).where(Job.status == JobStatus.running))
                        if j.devices for d in j.devices.split(",")}
