@@ -30,7 +30,8 @@ def problems(value: Any, path: list[Any]) -> list[tuple[list[Any], str]]:
         if isinstance(v, dict):
             for k, item in v.items():
                 if not isinstance(k, str):
-                    out.append((at, f"key {k!r} of {_where(at)} is a {type(k).__name__}; keys must be text"))
+                    out.append(([*at, str(k)], f"key {k!r} of {_where(at)} is a {type(k).__name__}, not a name: "
+                                               "keys must be text"))
                 elif not _encodable(k):
                     out.append((at, f"a key of {_where(at)} is not valid Unicode text (lone surrogate)"))
                 else:
