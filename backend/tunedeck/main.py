@@ -69,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).
         workers = [notifier, alerts, writer, scheduler, Retention(engine, settings)]
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
-        app.state.notifier, app.state.alerts, app.state.jobstate = notifier, alerts, jobstate
+        app.state.workers, app.state.jobstate = workers, jobstate
+        app.state.notifier, app.state.alerts = notifier, alerts
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         # Live streams (a task on the event loop, not a thread): woken by the ingest writer after each

@@ -83,14 +83,15 @@ def move(conn: Connection, job_id: int, to: JobStatus, *, exit_code: int | None 
     if "status" in columns:
         raise TypeError("the status is `to`")
     sources = [frm.name for frm, dest in ALLOWED if dest == to]
-    values: dict[str, Any] = {"status": to.name}
+    values: dict[str, Any] = {}
     if to == JobStatus.running:
         values["started_at"] = utcnow()
     if to.finished:
         values.update(finished_at=utcnow(), exit_code=exit_code, error=error, runner_token_hash=None,
                       eta_seconds=0.0 if to == JobStatus.succeeded else None)
     values.update(columns)
-    res = conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.status.in_(sources)).values(**values))
+    res = conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.status.in_(sources))
+                       .values(status=to.name, **values))
     if res.rowcount == 0:
         return False
     log.info("job %s: %s", job_id, to.value)
