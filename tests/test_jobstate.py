@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -16,6 +18,8 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session, select
 
+from tests.conftest import demo_config
+from tests.utils.factories import create_job, post_telemetry
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.models import Alert, Job, JobStatus
@@ -25,6 +29,7 @@ from tunedeck.services.notify import Notifier
 
 PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "tunedeck"
 OWNER = PACKAGE / "services" / "jobstate.py"
+GiB = 1 << 30
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -76,7 +81,7 @@ def change_seq(engine, job_id: int) -> int:
 
 def alert_open(engine, job_id: int) -> bool:
     with Session(engine) as s:
-        return s.exec(select(Alert.open).where(Alert.job_id == job_id)).one()
+        return any(s.exec(select(Alert.open).where(Alert.job_id == job_id)))
 
 
 @pytest.fixture
@@ -159,6 +164,28 @@ def test_a_move_outside_a_job_state_transaction_is_refused(tmp_path):
     with engine.begin() as conn, pytest.raises(RuntimeError, match="JobState.begin"):
         move(conn, job_id, JobStatus.failed)  # its end would be told to nobody
     assert row(engine, job_id)["status"] == "running"
+
+
+def test_a_lost_runner_ends_its_job_with_the_webhook_and_its_alerts_closed(app_factory, assets):
+    http = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    Receiver.got = []
+    try:
+        app = app_factory(TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{http.server_port}/hook"]))
+        job = create_job(app.engine, app.settings, config=demo_config(assets), name="lost", runner_token="r")
+        full = [{"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 97 * GiB, "total_bytes": 100 * GiB}
+                for i in range(10)]
+        assert post_telemetry(app.api, job.id, "r", seq=0, memory=full).status_code == 200
+        wait_for(lambda: alert_open(app.engine, job.id), "the near-OOM alert")
+        os.kill(job.runner_pid, signal.SIGKILL)  # the runner dies without a word
+        got = wait_for(lambda: (j := app.api.get(f"/api/jobs/{job.id}").json())["status"] != "running" and j,
+                       "the scheduler to find the runner lost")
+        assert got["status"] == "failed" and got["error"].startswith("runner lost")
+        wait_for(lambda: not alert_open(app.engine, job.id), "the final judgement to close the alert")
+        done = wait_for(lambda: [g for g in Receiver.got if g["event"] == "job_finished"], "the end's webhook")
+        assert [(g["job_id"], g["status"]) for g in done] == [(job.id, "failed")]
+    finally:
+        http.shutdown()
 
 
 # ---------------------------------------------------------------- nothing else writes `status`
