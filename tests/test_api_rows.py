@@ -39,7 +39,7 @@ def test_runner_batches_need_the_job_token_and_are_stored_once(app_factory, asse
     points = app.all(job.id, "metrics")
     assert [p["step"] for p in points] == [1, 2, 3] and points[0]["loss"] == pytest.approx(2.9)
     assert [g["text"] for g in app.all(job.id, "logs")] == ["loading", "training"]
-    assert app.all(other.id, "metrics") == [] and app.api.get(f"/api/jobs/{other.id}").json()["status"] == "queued"
+    assert app.all(other.id, "metrics") == [] and app.api.get(f"/api/jobs/{other.id}").json()["status"] == "running"
 
 
 def read_metrics(app, job_id: int, want: int, last_id: str | None = None) -> tuple[list[int], str]:

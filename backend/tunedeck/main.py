@@ -1,4 +1,4 @@
-"""App factory. The lifespan owns the background work: migrations, ingest writer, scheduler."""
+"""App factory. The lifespan owns the background work: migrations, then the list of workers."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from tunedeck.config import Settings, get_settings
 from tunedeck.db import RESTORE_HINT, check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
-from tunedeck.services import notify
 from tunedeck.services.alerts import AlertEngine
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobs import Conflict, NotFound
+from tunedeck.services.jobstate import JobState
 from tunedeck.services.nodes import NodeInventory
+from tunedeck.services.notify import Notifier
+from tunedeck.services.retention import Retention
 from tunedeck.spec import SpecError
 from tunedeck.strictjson import StrictJSONResponse
 from tunedeck.telemetry import detect_gpus
@@ -63,35 +65,40 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.admin_token_file and (note := auth.ensure_admin(engine, settings.admin_token_file)):
             logging.getLogger("tunedeck").warning(note)
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
-        writer = IngestWriter(engine)
+        notifier = Notifier(settings, engine)
+        alerts = AlertEngine(engine, settings, on_new=notifier.alerts_opened)
+        jobstate = JobState(engine, notifier=notifier, alerts=alerts)  # every status change, and who hears of it
+        writer = IngestWriter(engine, state=jobstate)
         executor = LocalExecutor(settings)
-        scheduler = Scheduler(settings=settings, engine=engine, executor=executor, writer=writer,
+        scheduler = Scheduler(settings=settings, engine=engine, executor=executor, writer=writer, state=jobstate,
                               node_gpus=node_gpus)
+        # Every background thread, started in this order and stopped in reverse: each is up before
+        # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).
+        workers = [notifier, alerts, writer, scheduler, Retention(engine, settings)]
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
+        app.state.workers, app.state.jobstate = workers, jobstate
+        app.state.notifier, app.state.alerts = notifier, alerts
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
-        # Live streams: woken by the ingest writer after each commit, and by a watcher of job changes.
-        app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
-        writer.listeners.append(app.state.events.notify)
-        app.state.events.start()
-        app.state.notifier = notify.start(settings, engine)
-        app.state.alerts = AlertEngine(engine, settings, on_new=notify.alerts_opened)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
-        writer.listeners.append(app.state.alerts.notify)
-        app.state.alerts.start()
-        writer.start()
-        scheduler.start()  # its first pass reattaches to the runners of jobs that were running
-        if node_gpus:  # issue 5: a GPU node warms its preflight so submissions get hardware-aware lint
-            from tunedeck.services.checks import warm_preflight
-
-            warm_preflight(settings)
+        # Live streams (a task on the event loop, not a thread): woken by the ingest writer after each
+        # commit, and by its own watcher of job changes.
+        app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
+        writer.listeners += [app.state.events.notify, alerts.notify]
+        app.state.events.start()
+        started = []
         try:
+            for worker in workers:
+                worker.start()
+                started.append(worker)
+            if node_gpus:  # a GPU node warms its preflight so submissions get hardware-aware lint
+                from tunedeck.services.checks import warm_preflight
+
+                warm_preflight(settings)
             yield
         finally:
             await app.state.events.stop()
-            scheduler.stop()
-            writer.stop()
-            app.state.alerts.stop()
-            notify.stop()
+            for worker in reversed(started):
+                worker.stop()
             engine.dispose()
 
     app = FastAPI(title="tunedeck", version=__version__, lifespan=lifespan,

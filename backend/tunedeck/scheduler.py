@@ -11,8 +11,6 @@ import hashlib
 import json
 import logging
 import secrets
-import threading
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -23,8 +21,9 @@ from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus, utcnow
 from tunedeck.runner.main import TRAINER_LOG
 from tunedeck.runner.report import OUTBOX
-from tunedeck.services import retention
-from tunedeck.services.ingest import IngestWriter, finish
+from tunedeck.services.ingest import IngestWriter
+from tunedeck.services.jobstate import JobState, move
+from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.scheduler")
 
@@ -33,44 +32,22 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class Scheduler:
-    def __init__(self, *, settings: Settings, engine: Engine, executor, writer: IngestWriter, node_gpus: int):
+class Scheduler(Worker):
+    name = "scheduler"
+
+    def __init__(self, *, settings: Settings, engine: Engine, executor, writer: IngestWriter, state: JobState,
+                 node_gpus: int):
+        super().__init__()
         self.settings = settings
         self.engine = engine
         self.executor = executor
         self.writer = writer
+        self.state = state
         self.node_gpus = node_gpus
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+        self.interval_s = settings.scheduler_interval_s
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=10)
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def _loop(self) -> None:
-        next_retention = time.monotonic() + 60  # not during start-up
-        while not self._stop.is_set():
-            try:
-                self.tick()
-                if time.monotonic() >= next_retention and self.settings.memory_raw_retention_days:
-                    next_retention = time.monotonic() + self.settings.retention_check_s
-                    report = retention.rollup(self.engine, older_than_s=self.settings.memory_raw_retention_days * 86400,
-                                              interval_s=self.settings.memory_rollup_s)
-                    if report["jobs"]:
-                        log.info("retention: rolled up %s job(s), %s → %s samples", report["jobs"],
-                                 report["before"], report["after"])
-            except Exception:  # the scheduler must survive a bad tick
-                log.exception("scheduler tick failed")
-            self._wake.wait(self.settings.scheduler_interval_s)
-            self._wake.clear()
+    def run_once(self) -> None:
+        self.tick()
 
     # ------------------------------------------------------------------ one pass
     def tick(self) -> None:
@@ -109,9 +86,9 @@ class Scheduler:
             lines = [ln for ln in log_path.read_text(errors="replace").split("\n")[:-1] if ln.strip()]
             self._replay(job.id, [{"seq": -1, "metrics": [{"line": i, "t": t, "raw": raw}
                                                           for i, raw in enumerate(lines)]}])
-        with self.engine.begin() as conn:
-            finish(conn, job.id, status=JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
-                   exit_code=None, error=f"runner lost (killed {killed} leftover process(es))")
+        with self.state.begin() as conn:
+            move(conn, job.id, JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
+                 error=f"runner lost (killed {killed} leftover process(es))")
         log.warning("job %s: runner lost", job.id)
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
@@ -140,18 +117,19 @@ class Scheduler:
 
     def _launch(self, session: Session, job: Job, devices: list[int]) -> None:
         token = secrets.token_urlsafe(32)
-        job.runner_token_hash = token_hash(token)
-        job.devices = ",".join(map(str, devices)) if devices else None
-        job.status, job.started_at = JobStatus.running, utcnow()
-        session.add(job)
-        session.commit()  # the token must be known before the runner's first batch arrives
-        try:
-            pid, started = self.executor.launch(job, devices=devices, token=token, server_url=self.settings.url)
-        except OSError as e:
-            with self.engine.begin() as conn:
-                finish(conn, job.id, status=JobStatus.failed, exit_code=None, error=f"cannot start runner: {e}")
+        with self.state.begin() as conn:  # the token must be known before the runner's first batch arrives
+            started = move(conn, job.id, JobStatus.running, runner_token_hash=token_hash(token),
+                           devices=",".join(map(str, devices)) if devices else None)
+        session.refresh(job)
+        if not started:  # cancelled since this pass read the queue
             return
-        job.runner_pid, job.runner_started = pid, started
+        try:
+            pid, started_at = self.executor.launch(job, devices=devices, token=token, server_url=self.settings.url)
+        except OSError as e:
+            with self.state.begin() as conn:
+                move(conn, job.id, JobStatus.failed, error=f"cannot start runner: {e}")
+            return
+        job.runner_pid, job.runner_started = pid, started_at
         session.add(job)
         session.commit()
         log.info("job %s started: runner pid %s, devices %s", job.id, pid, devices or "cpu")

@@ -15,8 +15,10 @@ from tests.alerts.corpus import generate
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.models import Alert, Job, JobStatus, MemorySample
-from tunedeck.services import alerts, memory, notify
+from tunedeck.services import alerts, memory
 from tunedeck.services.ingest import IngestWriter, finish
+from tunedeck.services.jobstate import JobState
+from tunedeck.services.notify import Notifier
 
 GiB = 1024**3
 
@@ -75,7 +77,7 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
     (a,) = [a for a in open_alerts(engine, job_id) if a.kind == "vram_periodic_spikes"]
     assert a.gpu == 0 and a.severity == "warning" and "gradient_accumulation_steps is 4" in a.suggestion
     # The job ends: nothing holds any more.
-    with engine.begin() as conn:
+    with JobState(engine).begin() as conn:
         finish(conn, job_id, status=JobStatus.succeeded, exit_code=0, error=None)
     alerts.evaluate(engine, job_id, limits=lim)
     assert open_alerts(engine, job_id) == []
@@ -164,12 +166,13 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
     settings = Settings(workspace=tmp_path, webhook_urls=[f"http://127.0.0.1:{http.server_port}/hook",
                                                           "http://127.0.0.1:9/dead"],
                         webhook_min_severity="critical", webhook_retries=2)
-    notify.start(settings, engine)
+    notifier = Notifier(settings, engine)
+    notifier.start()
     try:
         trace = next(t for t in generate(0) if t.name == "ramp-oom-0")
-        writer = IngestWriter(engine)
+        engine_thread = alerts.AlertEngine(engine, settings, on_new=notifier.alerts_opened)
+        writer = IngestWriter(engine, state=JobState(engine, notifier=notifier, alerts=engine_thread))
         writer.start()
-        engine_thread = alerts.AlertEngine(engine, settings, on_new=notify.alerts_opened)
         writer.listeners.append(engine_thread.notify)
         engine_thread.start()
         for _, batch in batches(trace, per=50):
@@ -184,7 +187,7 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
         engine_thread.stop()
         writer.stop()
     finally:
-        notify.stop()
+        notifier.stop()
         http.shutdown()
     events = {(g["event"], g.get("kind")) for g in Hook.got}
     assert ("alert", "vram_near_oom") in events and ("job_finished", None) in events

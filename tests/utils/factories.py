@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,11 +13,12 @@ import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from tunedeck import auth
+from tunedeck import auth, procs
 from tunedeck.config import Settings
-from tunedeck.models import Job, JobSpec
+from tunedeck.models import Job, JobSpec, JobStatus
 from tunedeck.scheduler import token_hash
 from tunedeck.services import imports, jobs
+from tunedeck.services.jobstate import JobState, move
 from tunedeck.submission import Node
 
 
@@ -30,12 +33,18 @@ def create_job(engine: Engine, settings: Settings, *, config: dict[str, Any], na
                node_gpus: int = 0, runner_token: str | None = None, **columns: Any) -> Job:
     """A job as a submission makes it (lint, run folder, train.yaml), then any column a test needs.
 
-    `runner_token` is the credential the scheduler would hand the job's runner, for `post_telemetry`."""
+    `runner_token` is the credential the scheduler hands the job's runner when it starts it, for
+    `post_telemetry`: such a job is running, as after a launch, and a live process stands in for its
+    runner (so the scheduler does not find the runner lost)."""
     spec = JobSpec(name=name, config=config, deepspeed=deepspeed, gpus=gpus)
     with Session(engine) as session:
         job, _ = jobs.create_job(session, settings=settings, spec=spec, node=Node(gpus=node_gpus), owner=owner)
         if runner_token is not None:
-            columns["runner_token_hash"] = token_hash(runner_token)
+            standin = _standin_runner()
+            with JobState(engine).begin() as conn:
+                move(conn, job.id, JobStatus.running, runner_token_hash=token_hash(runner_token),
+                     runner_pid=standin.pid, runner_started=procs.create_time(standin.pid))
+            session.refresh(job)
         for key, value in columns.items():
             if key not in Job.model_fields:
                 raise TypeError(f"Job has no column {key!r}")
@@ -44,6 +53,17 @@ def create_job(engine: Engine, settings: Settings, *, config: dict[str, Any], na
         session.commit()
         session.refresh(job)
         return job
+
+
+_standins: list[subprocess.Popen] = []
+
+
+def _standin_runner() -> subprocess.Popen:
+    """A process that lives until its job's cancel signals it, or until this test process ends (its
+    stdin closes then): nothing is left behind."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    _standins.append(p)
+    return p
 
 
 def post_telemetry(client: httpx.Client, job_id: int, runner_token: str, *, seq: int, start_line: int = 0,

@@ -117,4 +117,5 @@ def cancel_job(job_id: int, request: Request, session: SessionDep, settings: Set
     job = service.get_job(session, job_id)
     if not auth.may_cancel(getattr(request.state, "principal", None), job.owner, settings):
         raise HTTPException(status_code=403, detail=f"only its owner ({job.owner}) or an admin may cancel job {job_id}")
-    return JobOut.of(service.request_cancel(session, job_id=job_id, executor=request.app.state.executor))
+    return JobOut.of(service.request_cancel(session, job_id=job_id, executor=request.app.state.executor,
+                                            state=request.app.state.jobstate))

@@ -44,7 +44,8 @@ async def import_run_route(
         job = await run_in_threadpool(import_run, request.app.state.engine, settings=settings, name=name,
                                       trainer_log=texts["trainer_log"] or "", memory_csv=texts["memory"],
                                       config=texts["config"], log_text=texts["log"],
-                                      owner=principal.name if principal else None)
+                                      owner=principal.name if principal else None,
+                                      state=request.app.state.jobstate)
     except BadInput as e:
         raise HTTPException(422, detail=[{"loc": ["body"], "msg": str(e), "type": "value_error"}]) from None
     return JobOut.of(job)

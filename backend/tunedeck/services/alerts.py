@@ -18,6 +18,7 @@ from tunedeck.alerts import SEVERITIES, Finding, Limits, Point, Series, analyze
 from tunedeck.config import Settings
 from tunedeck.models import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.services.jobs import get_job
+from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
 LIVE_WINDOW_S = 3 * 3600  # a running job is judged on its recent past; a finished one on all of it
@@ -140,63 +141,55 @@ def at_least(severity: str, floor: str) -> bool:
     return SEVERITIES.index(severity) >= SEVERITIES.index(floor)
 
 
-class AlertEngine:
+class AlertEngine(Worker):
     """Evaluates jobs after the ingest writer commits their batches, in its own thread: a slow or
     failing evaluation never holds up ingest. Running jobs are also swept now and then, so a job that
     went silent (a hang with no sampler) is still judged."""
 
+    name = "alert-engine"
+
     def __init__(self, engine: Engine, settings: Settings, on_new: Callable[[Job, list[Alert]], None] | None = None,
                  sweep_s: float = 30.0):
+        super().__init__()
         self.engine, self.settings, self.on_new, self.sweep_s = engine, settings, on_new, sweep_s
+        self.interval_s = settings.alert_interval_s
         self.limits = limits_of(settings)
         self._dirty: set[int] = set()
         self._last: dict[int, float] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="alert-engine", daemon=True)
+        self._last_sweep = time.monotonic()
 
     def notify(self, jobs: set[int]) -> None:
         """An IngestWriter listener: only marks the jobs; never blocks the writer."""
         with self._lock:
             self._dirty |= set(jobs)
-        self._wake.set()
+        self.wake()
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=10)
+    def job_ended(self, job_id: int) -> None:
+        """JobState's call once a job's end has committed: its final judgement closes what was open."""
+        self.notify({job_id})
 
     def _sweep(self) -> None:
         with Session(self.engine) as session:
             running = session.exec(select(Job.id).where(Job.status == JobStatus.running)).all()
         self.notify(set(running))
 
-    def _loop(self) -> None:
-        last_sweep = time.monotonic()
-        while not self._stop.is_set():
-            self._wake.wait(self.settings.alert_interval_s)
-            self._wake.clear()
-            if time.monotonic() - last_sweep > self.sweep_s:
-                last_sweep = time.monotonic()
-                try:
-                    self._sweep()
-                except Exception:
-                    log.exception("alert sweep failed")
-            with self._lock:
-                due = {j for j in self._dirty if time.monotonic() - self._last.get(j, 0.0) >= self.settings.alert_interval_s}
-                self._dirty -= due
-            for job_id in sorted(due):
-                self._last[job_id] = time.monotonic()
-                try:
-                    evaluate(self.engine, job_id, limits=self.limits, on_new=self.on_new)
-                except Exception:
-                    log.exception("alert evaluation of job %s failed", job_id)
-            if self._dirty:
-                self._wake.set()
-                time.sleep(0.05)
-
-
+    def run_once(self) -> None:
+        if time.monotonic() - self._last_sweep > self.sweep_s:
+            self._last_sweep = time.monotonic()
+            try:
+                self._sweep()
+            except Exception:
+                log.exception("alert sweep failed")
+        with self._lock:
+            due = {j for j in self._dirty if time.monotonic() - self._last.get(j, 0.0) >= self.settings.alert_interval_s}
+            self._dirty -= due
+        for job_id in sorted(due):
+            self._last[job_id] = time.monotonic()
+            try:
+                evaluate(self.engine, job_id, limits=self.limits, on_new=self.on_new)
+            except Exception:
+                log.exception("alert evaluation of job %s failed", job_id)
+        if self._dirty:  # jobs evaluated too recently: look again shortly, not a whole interval later
+            self.wake()
+            time.sleep(0.05)

@@ -10,22 +10,25 @@ from sqlmodel import Session
 from tunedeck.alerts import analyze
 from tunedeck.alerts.rundir import build
 from tunedeck.config import Settings
-from tunedeck.models import Job, JobStatus, utcnow
+from tunedeck.models import Job, JobStatus
 from tunedeck.services import alerts as alert_service
-from tunedeck.services import notify
 from tunedeck.services.ingest import apply_batch
 from tunedeck.services.jobs import slug
+from tunedeck.services.jobstate import JobState, after_commit, move
 
 
 def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: str, memory_csv: str | None,
-               config: str | None, log_text: str | None = None, owner: str | None = None) -> Job:
+               config: str | None, log_text: str | None = None, owner: str | None = None,
+               state: JobState | None = None) -> Job:
+    """Store the run, then move the job to its end as a launched job ends (webhooks included)."""
+    state = state or JobState(engine)
     series, lines = build(trainer_log=trainer_log, memory_csv=memory_csv, config=config, log_text=log_text)
-    now = utcnow()
-    with Session(engine) as s:
-        job = Job(name=name, owner=owner, status=JobStatus.succeeded, gpus=len(series.devices),
+    findings = analyze(series, alert_service.limits_of(settings))  # the same engine as live ingest
+    # One transaction: all of the run or nothing, and nobody sees the job before it has ended.
+    with state.begin() as conn, Session(bind=conn) as s:
+        job = Job(name=name, owner=owner, gpus=len(series.devices),
                   spec=json.dumps({"name": name, "config": series.config, "imported": True}),
-                  train_yaml=config or "", devices=",".join(map(str, series.devices)) or None,
-                  created_at=now, started_at=now, finished_at=now, exit_code=0)
+                  train_yaml=config or "", devices=",".join(map(str, series.devices)) or None)
         s.add(job)
         s.flush()
         # A run folder like a launched job's (never "": an empty path would mean the server's cwd).
@@ -36,6 +39,7 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
             if text:
                 (run_dir / fname).write_text(text)
         job.run_dir, job.output_dir = str(run_dir), str(run_dir / "output")
+        s.flush()
         samples = ((g, t, u, tot) for g, xs in sorted(series.memory.items()) for t, u, tot in xs)
         batch = {
             "seq": 0,
@@ -44,11 +48,13 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
             "memory": [{"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
                        for i, (gpu, t, used, total) in enumerate(samples)],
         }
-        apply_batch(s.connection(), job.id, batch)  # one transaction: all of the run or nothing
-        # The same engine as live ingest; the job is finished, so every alert is stored closed.
-        new = alert_service.reconcile(s, job.id, analyze(series, alert_service.limits_of(settings)), finished=True)
+        apply_batch(conn, job.id, batch)
+        new = alert_service.reconcile(s, job.id, findings, finished=True)  # the run is over: stored closed
+        if state.notifier is not None:  # the team hears of an imported run as of a live one: its alerts, then its end
+            notifier = state.notifier
+            after_commit(conn, lambda: notifier.alerts_opened(job, new))
+        move(conn, job.id, JobStatus.running)
+        move(conn, job.id, JobStatus.succeeded, exit_code=0)
         s.refresh(job)
-        # The team hears of an imported run as of a live one: its alerts, then its end.
-        notify.alerts_opened(job, new)
-        notify.job_finished(job.id, status=job.status.value, error=None)
-        return job
+        s.expunge(job)
+    return job

@@ -12,7 +12,6 @@ import json
 import math
 import queue
 import re
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,7 +22,10 @@ from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects.sqlite import insert
 
 from tunedeck import strictjson
-from tunedeck.models import Job, JobStatus, LogLine, MemorySample, MetricPoint, utcnow
+from tunedeck.models import Job, JobStatus, LogLine, MemorySample, MetricPoint
+from tunedeck.services import jobstate
+from tunedeck.services.jobstate import JobState
+from tunedeck.workers import Worker
 
 METRICS = MetricPoint.__table__
 LOGS = LogLine.__table__
@@ -125,46 +127,32 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
 
 
 def finish(conn: Connection, job_id: int, *, status: JobStatus, exit_code: int | None, error: str | None) -> bool:
-    """Move a running (or queued) job to a final state once; False when it had already ended.
-
-    Its runner token dies with it: the exit report is the runner's last batch."""
-    res = conn.execute(
-        update(JOBS)
-        .where(JOBS.c.id == job_id, JOBS.c.status.in_([JobStatus.running.name, JobStatus.queued.name]))
-        .values(status=status.name, exit_code=exit_code, error=error, finished_at=utcnow(),
-                eta_seconds=None if status != JobStatus.succeeded else 0.0, runner_token_hash=None)
-    )
-    if res.rowcount > 0:  # issue 3: webhooks, only queued here and sent by another thread
-        from tunedeck.services import notify
-
-        notify.job_finished(job_id, status=status.value, error=error)
-    return res.rowcount > 0
+    """The runner's exit report ends its job (once: False when it had already ended)."""
+    return jobstate.move(conn, job_id, status, exit_code=exit_code, error=error)
 
 
-class IngestWriter:
+class IngestWriter(Worker):
     """A thread that owns telemetry writes and commits whatever batches are waiting together."""
 
-    def __init__(self, engine: Engine, *, group_max: int = 200):
+    name = "ingest-writer"
+    final_pass = True  # batches handed over before stop() are stored and answered
+
+    def __init__(self, engine: Engine, *, state: JobState | None = None, group_max: int = 200):
+        super().__init__()
         self.engine = engine
+        self.state = state or JobState(engine)  # a runner's exit report moves its job
         self.group_max = group_max
         self.listeners: list[Callable[[set[int]], None]] = []  # called after each commit
-        self._q: queue.Queue[tuple[int, dict[str, Any], Future] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="ingest-writer", daemon=True)
+        self._q: queue.Queue[tuple[int, dict[str, Any], Future]] = queue.Queue()
         # For /metrics: arrival times of batches not yet stored (FIFO, like the queue), and totals.
         self._arrived: deque[float] = deque()
         self.batches = self.items = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._q.put(None)
-        self._thread.join(timeout=10)
 
     def submit(self, job_id: int, batch: dict[str, Any]) -> Future:
         fut: Future = Future()
         self._arrived.append(time.monotonic())
         self._q.put((job_id, batch, fut))
+        self.wake()
         return fut
 
     def backlog(self) -> tuple[int, float]:
@@ -174,42 +162,41 @@ class IngestWriter:
         except IndexError:
             return 0, 0.0
 
-    def _loop(self) -> None:
-        while True:
-            first = self._q.get()
-            if first is None:
-                return
-            group = [first]
-            while len(group) < self.group_max:
-                try:
-                    item = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._q.put(None)
-                    break
-                group.append(item)
+    def run_once(self) -> None:
+        while group := self._take():
+            self._store(group)
+
+    def _take(self) -> list[tuple[int, dict[str, Any], Future]]:
+        group = []
+        while len(group) < self.group_max:
             try:
-                with self.engine.begin() as conn:
-                    for job_id, batch, _ in group:
-                        apply_batch(conn, job_id, batch)
-                for *_, fut in group:
-                    fut.set_result(None)
-            except Exception:  # one bad batch must not fail its neighbours
-                for job_id, batch, fut in group:
-                    try:
-                        with self.engine.begin() as conn:
-                            apply_batch(conn, job_id, batch)
-                        fut.set_result(None)
-                    except Exception as e:  # the waiting request gets the error
-                        fut.set_exception(e)
-            for _, batch, _ in group:
-                self._arrived.popleft()
-                self.items += sum(len(batch.get(k, ())) for k in ("metrics", "logs", "memory"))
-            self.batches += len(group)
-            jobs = {job_id for job_id, _, _ in group}
-            for listener in self.listeners:
+                group.append(self._q.get_nowait())
+            except queue.Empty:
+                break
+        return group
+
+    def _store(self, group: list[tuple[int, dict[str, Any], Future]]) -> None:
+        try:
+            with self.state.begin() as conn:
+                for job_id, batch, _ in group:
+                    apply_batch(conn, job_id, batch)
+            for *_, fut in group:
+                fut.set_result(None)
+        except Exception:  # one bad batch must not fail its neighbours
+            for job_id, batch, fut in group:
                 try:
-                    listener(jobs)
-                except Exception:  # a listener never stops ingest
-                    pass
+                    with self.state.begin() as conn:
+                        apply_batch(conn, job_id, batch)
+                    fut.set_result(None)
+                except Exception as e:  # the waiting request gets the error
+                    fut.set_exception(e)
+        for _, batch, _ in group:
+            self._arrived.popleft()
+            self.items += sum(len(batch.get(k, ())) for k in ("metrics", "logs", "memory"))
+        self.batches += len(group)
+        jobs = {job_id for job_id, _, _ in group}
+        for listener in self.listeners:
+            try:
+                listener(jobs)
+            except Exception:  # a listener never stops ingest
+                pass

@@ -10,6 +10,7 @@ from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobSpec, JobStatus, LogLine, MetricPoint, utcnow
+from tunedeck.services.jobstate import JobState, move
 from tunedeck.submission import Node, Submission, resolve
 
 
@@ -82,19 +83,24 @@ def log_page(session: Session, *, job_id: int, after: int | None, limit: int):
     return _page(session, LogLine, job_id=job_id, after=after, limit=limit)
 
 
-def request_cancel(session: Session, *, job_id: int, executor) -> Job:
+def request_cancel(session: Session, *, job_id: int, executor, state: JobState) -> Job:
     """Queued jobs end at once; running ones get the graceful stop through their runner."""
     job = get_job(session, job_id)
+    if job.status == JobStatus.queued:
+        with state.begin() as conn:
+            cancelled = move(conn, job_id, JobStatus.cancelled)
+        session.refresh(job)
+        if cancelled:
+            return job
+        # The scheduler launched it meanwhile: it is stopped like any running job.
     if job.status.finished:
         raise Conflict(f"job {job_id} has already ended ({job.status.value})")
-    if job.status == JobStatus.queued:
-        job.status, job.finished_at = JobStatus.cancelled, utcnow()
-    elif job.cancel_requested_at is None:
+    if job.cancel_requested_at is None:
         job.cancel_requested_at = utcnow()
         executor.cancel(job)
-    session.add(job)
-    session.commit()
-    session.refresh(job)
+        session.add(job)
+        session.commit()
+        session.refresh(job)
     return job
 
 

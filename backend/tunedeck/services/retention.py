@@ -8,9 +8,15 @@ Everything else in the interval is deleted. Rolling up twice changes nothing.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from sqlalchemy import Engine, text
+
+from tunedeck.config import Settings
+from tunedeck.workers import Worker
+
+log = logging.getLogger("tunedeck.retention")
 
 ROLLUP = """
 INSERT OR IGNORE INTO memory_rollups (job_id, gpu, t0, t1, n, min_bytes, max_bytes, mean_bytes)
@@ -63,3 +69,24 @@ def rollup(engine: Engine, *, older_than_s: float, interval_s: float, now: float
         report["before"] += before
         report["after"] += after
     return report
+
+
+class Retention(Worker):
+    """Rolls up due jobs every `retention_check_s` while `memory_raw_retention_days` is set."""
+
+    name = "retention"
+    delay_s = 60.0  # not during start-up
+
+    def __init__(self, engine: Engine, settings: Settings):
+        super().__init__()
+        self.engine, self.settings = engine, settings
+        self.interval_s = settings.retention_check_s
+
+    def run_once(self) -> None:
+        days = self.settings.memory_raw_retention_days
+        if not days:
+            return
+        report = rollup(self.engine, older_than_s=days * 86400, interval_s=self.settings.memory_rollup_s)
+        if report["jobs"]:
+            log.info("retention: rolled up %s job(s), %s → %s samples", report["jobs"], report["before"],
+                     report["after"])

@@ -1,0 +1,106 @@
+"""The background threads share one Worker loop, and the lifespan starts and stops all of them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy import text
+
+from tunedeck.config import Settings
+from tunedeck.db import make_engine, upgrade
+from tunedeck.services.ingest import IngestWriter
+from tunedeck.services.retention import Retention
+from tunedeck.workers import Worker
+
+
+def wait_for(check, what: str, deadline_s: float = 120.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Counter(Worker):
+    """Fails its first pass; passes come only from wake() (the interval is an hour)."""
+
+    name = "counter"
+    interval_s = 3600.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes = 0
+
+    def run_once(self) -> None:
+        self.passes += 1
+        if self.passes == 1:
+            raise ValueError("a bad row")
+
+
+def test_a_failing_pass_is_logged_and_the_next_one_still_runs(caplog):
+    w = Counter()
+    with caplog.at_level(logging.ERROR, logger="tunedeck.workers"):
+        w.start()
+        wait_for(lambda: w.passes == 1, "the first pass")
+        w.wake()
+        wait_for(lambda: w.passes == 2, "a pass after wake()")
+        w.stop()
+    assert not any(t.name == "counter" for t in threading.enumerate())
+    (rec,) = caplog.records
+    assert "counter: pass failed" in rec.getMessage() and rec.exc_info[0] is ValueError
+    w.wake()  # its thread is gone: nothing runs any more
+    assert w.passes == 2
+
+
+def test_the_writer_stores_every_batch_handed_over_before_stop(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
+                       "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"))
+    writer = IngestWriter(engine)
+    writer.start()
+    futures = [writer.submit(1, {"seq": i, "logs": [{"line": i, "t": 1.0 + i, "stream": "stdout", "text": "x"}]})
+               for i in range(20)]
+    writer.stop()  # the final pass stores what was queued: no request is left waiting
+    assert all(f.done() and f.exception() is None for f in futures)
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM log_lines")).scalar() == 20
+
+
+def test_retention_is_its_own_worker(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at,"
+                       " finished_at) VALUES (1, 'j', 'succeeded', 1, '{}', '', '', '', :e, :e)"),
+                  {"e": "2026-01-01 00:00:00"})
+        c.execute(text("INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes) VALUES (1, :i, :t, 0, :v)"),
+                  [{"i": i, "t": 1000.0 + i, "v": (i % 7) << 30} for i in range(600)])
+    off = Retention(engine, Settings(workspace=tmp_path, memory_raw_retention_days=None))
+    off.run_once()  # retention is off
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM memory_samples")).scalar() == 600
+    on = Retention(engine, Settings(workspace=tmp_path, memory_raw_retention_days=1, retention_check_s=7))
+    assert (on.interval_s, on.delay_s) == (7, 60)
+    on.run_once()
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM memory_samples")).scalar() < 600
+        assert c.execute(text("SELECT sum(n) FROM memory_rollups")).scalar() == 600
+
+
+def test_the_lifespan_starts_every_worker_and_stops_them_all(app_factory):
+    app = app_factory()
+    state = app.app.state
+    workers = state.workers
+    assert [w.name for w in workers] == ["webhooks", "alert-engine", "ingest-writer", "scheduler", "retention"]
+    assert workers[:4] == [state.notifier, state.alerts, state.writer, state.scheduler]
+    # One notifier, held by the app and handed to those that tell of alerts and ends (no module global).
+    assert state.jobstate.notifier is state.notifier and state.jobstate.alerts is state.alerts
+    assert state.writer.state is state.jobstate and state.scheduler.state is state.jobstate
+    threads = [w._thread for w in workers]
+    assert all(t is not None and t.is_alive() for t in threads)
+    app.stop()
+    assert not any(t.is_alive() for t in threads)
