@@ -58,17 +58,19 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
     token = viewer_token(ws)
     # The job's runner is a process that just stays alive: this test posts the telemetry a runner would.
     standin = tmp_path / "runner.sh"
-    standin.write_text("#!/bin/sh\nexec sleep 3600\n")
+    # The server hands a runner its token on stdin, once: the stand-in keeps it where this test reads it.
+    standin.write_text(f"#!/bin/sh\nread -r token\nprintf %s \"$token\" > {tmp_path / 'token'}\nexec sleep 3600\n")
     standin.chmod(0o755)
     server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_TRAIN_PYTHON=str(standin),
                             TUNEDECK_GPU_SLOTS="0", TUNEDECK_CPU_SLOTS="1")
     api, auth = server.api, {"Authorization": f"Bearer {token}"}
     spec = {"name": "watched", "config": demo_config(assets), "gpus": 0}
     running = server.submit(spec)["id"]
-    job = until(lambda: (j := api.get(f"/api/jobs/{running}", headers=auth).json())["status"] == "running" and j,
+    until(lambda: (j := api.get(f"/api/jobs/{running}", headers=auth).json())["status"] == "running" and j,
                 "running job")
     queued = [server.submit({**spec, "name": f"waiting {i}"})["id"] for i in range(2)]  # the one CPU slot is taken
-    runner_token = json.loads((Path(job["run_dir"]) / "runner.json").read_text())["token"]
+    runner_token = until(lambda: (tmp_path / "token").is_file() and (tmp_path / "token").read_text(),
+                         "the runner's token")
 
     now = time.time()
     lines = [{"current_steps": 1, "total_steps": 20, "loss": 2.5, "throughput": 1234.5},
