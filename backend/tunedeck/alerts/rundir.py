@@ -15,11 +15,12 @@ from typing import Any
 
 import yaml
 
+from tunedeck import runfiles
 from tunedeck.alerts.series import Point, Series
 from tunedeck.alerts.training import FLUSH, OOM
 
 MEMORY_HEADER = ["t", "gpu", "used_bytes", "total_bytes"]
-LOG_NAMES = ("running_log.txt", "train.log", "trainer.log")
+LOG_NAMES = ("running_log.txt", runfiles.TRAIN_LOG, "trainer.log")
 
 
 class BadInput(ValueError):
@@ -115,12 +116,13 @@ def build(*, trainer_log: str, memory_csv: str | None = None, config: str | None
 
 def read_run_dir(run_dir: Path, *, memory: Path | None = None, config: Path | None = None) -> Series:
     """A LLaMA-Factory output folder (or the folder above it) as a Series."""
-    log = next((p for p in (run_dir / "trainer_log.jsonl", run_dir / "output" / "trainer_log.jsonl") if p.is_file()),
-               None)
+    log = next((p for p in (run_dir / runfiles.TRAINER_LOG, runfiles.output_dir(run_dir) / runfiles.TRAINER_LOG)
+                if p.is_file()), None)
     if log is None:
         raise BadInput(f"no trainer_log.jsonl in {run_dir}")
     if config is None:
-        config = next((p for p in (run_dir / "train.yaml", log.parent / "train.yaml") if p.is_file()), None)
+        config = next((p for p in (run_dir / runfiles.TRAIN_YAML, log.parent / runfiles.TRAIN_YAML) if p.is_file()),
+                      None)
     config_text = config.read_text() if config else None
     ds = None
     cfg = parse_config(config_text)

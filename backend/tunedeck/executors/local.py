@@ -12,7 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tunedeck import procs, spec
+from tunedeck import procs, runfiles, spec
 from tunedeck.config import Settings
 from tunedeck.models import Job
 
@@ -46,13 +46,13 @@ class LocalExecutor:
             "memory_polls": s.memory_polls,
             "rlimit_as_bytes": s.trainer_rlimit_as_bytes,
         }
-        path = run_dir / "runner.json"
+        path = run_dir / runfiles.RUNNER_CONFIG
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(cfg, f, indent=2)
         env = {k: v for k, v in os.environ.items() if k not in procs.SECRET_ENV}
         env[procs.JOB_KEY_ENV] = job.run_dir
-        with open(run_dir / "runner.log", "ab") as log:
+        with open(run_dir / runfiles.RUNNER_LOG, "ab") as log:
             p = subprocess.Popen(
                 [str(s.train_python), "-m", "tunedeck.runner", str(run_dir)],
                 cwd=run_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,

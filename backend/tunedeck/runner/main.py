@@ -21,14 +21,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from tunedeck import procs
+from tunedeck import procs, runfiles
 from tunedeck.alerts.training import OOM  # issue 3: one definition of an out-of-memory line
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.telemetry.sampler import Sampler
 
-TRAINER_LOG = "trainer_log.jsonl"
-RESULT = "result.json"
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
 
@@ -66,19 +64,19 @@ def read_token() -> str:
 class Runner:
     def __init__(self, run_dir: Path, token: str):
         self.run_dir = run_dir
-        self.cfg: dict[str, Any] = json.loads((run_dir / "runner.json").read_text())
+        self.cfg: dict[str, Any] = json.loads((run_dir / runfiles.RUNNER_CONFIG).read_text())
         self.reporter = Reporter(
             url=self.cfg["server_url"], job_id=self.cfg["job_id"], token=token,
             run_dir=run_dir, retry_max_s=self.cfg["retry_max_s"],
         )
-        self.tail = JsonlTail(Path(self.cfg["output_dir"]) / TRAINER_LOG)
+        self.tail = JsonlTail(Path(self.cfg["output_dir"]) / runfiles.TRAINER_LOG)
         self.cancel = threading.Event()
         self.cancelled = False
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
         self._lock = threading.Lock()
         self._log_line = 0
         self._recent: deque[str] = deque(maxlen=200)
-        self._raw = open(run_dir / "train.log", "ab")  # the human log, raw bytes; open for the run
+        self._raw = open(run_dir / runfiles.TRAIN_LOG, "ab")  # the human log, raw bytes; open for the run
         self.sampler: Sampler | None = None  # issue 3: memory of the job's own devices
 
     # ---------------------------------------------------------------- output readers
@@ -152,13 +150,13 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
         try:
             trainer = subprocess.Popen(
-                [str(cli), "train", "train.yaml"], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
+                [str(cli), "train", runfiles.TRAIN_YAML], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 preexec_fn=_limit_as(self.cfg.get("rlimit_as_bytes")),
             )
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
-        (self.run_dir / "trainer.pid").write_text(str(trainer.pid))
+        (self.run_dir / runfiles.TRAINER_PID).write_text(str(trainer.pid))
         self.sampler = self._start_sampler(trainer.pid)
         self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
         readers = [threading.Thread(target=self._reader, args=(name, fd), daemon=True)
@@ -214,7 +212,7 @@ class Runner:
         self._collect()
         state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
         # result.json first: a server that never hears from us reads it from the run folder.
-        (self.run_dir / RESULT).write_text(json.dumps(state))
+        (self.run_dir / runfiles.RESULT).write_text(json.dumps(state))
         self.reporter.add(states=[state])
         self.tail.close()
         self._raw.close()
