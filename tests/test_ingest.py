@@ -8,8 +8,9 @@ from sqlalchemy import func, select, text
 from sqlmodel import Session
 
 from tunedeck.db import downgrade, make_engine, upgrade
+from tunedeck.lflog import parse_point, seconds
 from tunedeck.models import Job, JobStatus, LogLine, MetricPoint
-from tunedeck.services.ingest import IngestWriter, apply_batch, parse_point, seconds
+from tunedeck.services.ingest import IngestWriter
 
 
 def new_job(engine) -> int:  # noqa: ANN001

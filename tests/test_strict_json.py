@@ -17,7 +17,7 @@ from tests.conftest import demo_config
 from tests.sseclient import events, strict
 from tunedeck import strictjson
 from tunedeck.db import downgrade, make_engine, upgrade
-from tunedeck.services.ingest import parse_point
+from tunedeck.lflog import parse_point
 
 INF, NAN = float("inf"), float("nan")
 
