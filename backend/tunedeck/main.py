@@ -64,7 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             logging.getLogger("tunedeck").warning(note)
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
         writer = IngestWriter(engine)
-        executor = LocalExecutor(settings)
+        app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        executor = LocalExecutor(settings, app.state.nodes)
         scheduler = Scheduler(settings=settings, engine=engine, executor=executor, writer=writer,
                               node_gpus=node_gpus)
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
@@ -75,7 +76,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.events.start()
         app.state.notifier = notify.start(settings, engine)
         app.state.alerts = AlertEngine(engine, settings, on_new=notify.alerts_opened)
-        app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         writer.listeners.append(app.state.alerts.notify)
         app.state.alerts.start()
         writer.start()
