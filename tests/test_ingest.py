@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Integer, func, select, text
 from sqlmodel import Session
 
 from tunedeck.db import downgrade, make_engine, upgrade
-from tunedeck.models import Job, JobStatus, LogLine, MetricPoint
-from tunedeck.services.ingest import IngestWriter, apply_batch, parse_point, seconds
+from tunedeck.lflog import COUNTS, METRICS, parse_point, seconds
+from tunedeck.models import Job, JobStatus, LogLine, MetricOut, MetricPoint
+from tunedeck.services.feed import Cursor, job_events
+from tunedeck.services.ingest import IngestWriter, apply_batch
+from tunedeck.services.series import metric_series
+
+# metric_points columns that are not trainer metrics: keys, time, progress, the line as written
+SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite")
 
 
 def new_job(engine) -> int:  # noqa: ANN001
@@ -78,3 +84,22 @@ def test_parse_point():
     assert p["eta_seconds"] == 26 * 3600 + 3 * 60 + 4
     assert parse_point("not json") == {}
     assert seconds("0:00:09") == 9.0 and seconds(None) is None
+
+
+def test_every_reader_of_metric_points_names_the_one_list_of_columns(tmp_path):
+    """Table, API schema, ingest, stream rows and chart series all use the columns of lflog.METRICS."""
+    table = MetricPoint.__table__.c
+    assert tuple(c.name for c in table if c.name not in SERVICE_COLUMNS) == METRICS
+    assert [k for k in METRICS if isinstance(table[k].type, Integer)] == list(COUNTS)
+    assert tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite")) == METRICS
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    values = {k: float(i + 1) for i, k in enumerate(METRICS)}  # a different value in every column
+    with engine.begin() as c:
+        apply_batch(c, job_id, {"seq": 0, "metrics": [{"line": 0, "t": 1.0, "raw": line(1, **values)}]})
+    (streamed,) = [e.data for e in job_events(engine, job_id, Cursor(), limit=10)[0] if e.event == "metrics"]
+    assert {k: streamed[0][k] for k in METRICS} == values
+    charted = metric_series(engine, job_id=job_id, max_points=10)["series"]
+    assert list(charted) == [k for k in METRICS if k not in ("epoch", *COUNTS)]
+    assert {k: s["y"] for k, s in charted.items()} == {k: [values[k]] for k in charted}

@@ -4,6 +4,7 @@ module calls another's private names, and routes and services check specs only t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -69,3 +70,70 @@ def test_routes_and_services_check_specs_only_through_the_pipeline():
     for module, path in modules().items():
         if module.startswith(("tunedeck.api.", "tunedeck.services.")):
             assert not imported_modules(path) & CHECKS, module
+
+
+def reaches(module: str) -> set[str]:
+    """Every tunedeck module that importing `module` runs: its imports, theirs, and their packages."""
+    known = modules()
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in known:
+            continue
+        seen.add(name)
+        todo += imported_modules(known[name])
+        todo += [".".join(name.split(".")[:i]) for i in range(2, name.count(".") + 1)]  # parent packages
+    return seen
+
+
+def under(names: set[str], *packages: str) -> set[str]:
+    return {n for n in names if any(n == p or n.startswith(p + ".") for p in packages)}
+
+
+SERVER = ("tunedeck.api", "tunedeck.services", "tunedeck.scheduler", "tunedeck.main", "tunedeck.executors")
+
+
+def test_the_server_runs_no_runner_code():
+    for module in modules():
+        if under({module}, *SERVER):
+            assert not under(reaches(module), "tunedeck.runner"), module
+
+
+def test_the_alert_package_reaches_no_service_or_route():
+    for module in modules():
+        if under({module}, "tunedeck.alerts"):
+            assert not under(reaches(module), "tunedeck.services", "tunedeck.api"), module
+
+
+def test_the_runner_imports_nothing_of_the_server():
+    for module in modules():
+        if under({module}, "tunedeck.runner"):
+            assert not under(reaches(module), *SERVER, "tunedeck.db", "tunedeck.models"), module
+
+
+def test_the_metric_columns_are_listed_once():
+    """lflog.METRICS is the list: no other module, nor a page script, spells most of it out again
+    (migrations are history and keep theirs)."""
+    from tunedeck.lflog import METRICS
+
+    def listing(names: list[str]) -> bool:
+        return len(set(names) & set(METRICS)) > len(METRICS) // 2
+
+    found = []
+    for module, path in modules().items():
+        if module == "tunedeck.lflog" or module.startswith("tunedeck.migrations"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = re.findall(r"\w+", node.value)  # an SQL column list
+            else:
+                continue
+            if listing(names):
+                found.append(f"{module}:{node.lineno}")
+    for script in sorted((PACKAGE / "frontend").rglob("*.js")):
+        for n, text in enumerate(script.read_text().splitlines(), start=1):
+            if listing(re.findall(r"[\"'](\w+)[\"']", text)):
+                found.append(f"{script.name}:{n}")
+    assert found == []

@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import text
 
-from tests.conftest import demo_config
+from tests.conftest import demo_config, runner_token
 from tests.sseclient import events, strict
 from tunedeck import strictjson
 from tunedeck.db import downgrade, make_engine, upgrade
-from tunedeck.services.ingest import parse_point
+from tunedeck.lflog import parse_point
 
 INF, NAN = float("inf"), float("nan")
 
@@ -111,7 +110,7 @@ def test_a_live_run_reporting_infinity_streams_strict_json_and_alerts(server_fac
         assert time.monotonic() < deadline, "no metric point"
         time.sleep(0.2)
     # The job's own runner credentials: this test reports as the runner does.
-    token = json.loads((Path(job["run_dir"]) / "runner.json").read_text())["token"]
+    token = runner_token(server, job["id"])
     url = f"/api/jobs/{job['id']}/telemetry"
     auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     line = json.dumps({"current_steps": 1, "total_steps": 3000, "loss": INF, "lr": 5e-3, "epoch": 0.06,

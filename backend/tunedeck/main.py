@@ -69,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         alerts = AlertEngine(engine, settings, on_new=notifier.alerts_opened)
         jobstate = JobState(engine, notifier=notifier, alerts=alerts)  # every status change, and who hears of it
         writer = IngestWriter(engine, state=jobstate)
-        executor = LocalExecutor(settings)
+        app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        executor = LocalExecutor(settings, app.state.nodes)
         scheduler = Scheduler(settings=settings, engine=engine, executor=executor, writer=writer, state=jobstate,
                               node_gpus=node_gpus)
         # Every background thread, started in this order and stopped in reverse: each is up before
@@ -79,7 +80,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.workers, app.state.jobstate = workers, jobstate
         app.state.notifier, app.state.alerts = notifier, alerts
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
-        app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         # Live streams (a task on the event loop, not a thread): woken by the ingest writer after each
         # commit, and by its own watcher of job changes.
         app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)

@@ -17,10 +17,9 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
+from tunedeck import runfiles
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus, utcnow
-from tunedeck.runner.main import TRAINER_LOG
-from tunedeck.runner.report import OUTBOX
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState, move
 from tunedeck.workers import Worker
@@ -73,14 +72,14 @@ class Scheduler(Worker):
     def _recover(self, session: Session, job: Job) -> None:
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
         run_dir = Path(job.run_dir)
-        self._replay(job.id, _jsonl(run_dir / OUTBOX))
+        self._replay(job.id, _jsonl(run_dir / runfiles.OUTBOX))
         session.refresh(job)
         if job.status != JobStatus.running:
             return
         # The runner died without telling the result (SIGKILL): no process of the job may stay,
         # and what the trainer logged after the runner died is read from its file.
         killed = self.executor.kill(job)
-        log_path = Path(job.output_dir) / TRAINER_LOG
+        log_path = Path(job.output_dir) / runfiles.TRAINER_LOG
         if log_path.exists():
             t = log_path.stat().st_mtime
             lines = [ln for ln in log_path.read_text(errors="replace").split("\n")[:-1] if ln.strip()]

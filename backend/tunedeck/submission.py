@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from tunedeck import estimate as est
-from tunedeck import hubcache, lint, reach, tree
+from tunedeck import hubcache, lint, reach, runfiles, tree
 from tunedeck.config import Settings
 from tunedeck.models import JobSpec
 from tunedeck.presets import deepspeed_presets
@@ -106,9 +106,9 @@ class Submission:
     def write(self, run_dir: Path) -> Rendered:
         """A fresh run folder holding train.yaml (and ds_config.json); the trainer writes to output/."""
         run_dir.mkdir(parents=True, exist_ok=False)
-        output_dir, ds_path = run_dir / "output", run_dir / "ds_config.json"
+        output_dir, ds_path = runfiles.output_dir(run_dir), run_dir / runfiles.DS_CONFIG
         train_yaml, ds = self.render(output_dir=output_dir, ds_path=ds_path)
-        (run_dir / "train.yaml").write_text(train_yaml)
+        (run_dir / runfiles.TRAIN_YAML).write_text(train_yaml)
         if ds is not None:
             ds_path.write_text(ds)
         return Rendered(train_yaml, ds, output_dir)

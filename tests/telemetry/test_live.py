@@ -116,3 +116,24 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     assert re.search(r"reached 70\.\d GiB, \+(29\.9|30\.0) GiB above the 40\.\d GiB baseline",
                      spikes[0]["message"]), spikes[0]["message"]
     assert {a["kind"] for a in alerts} <= {"vram_spike", "vram_plateau"}
+
+
+def test_the_runner_samples_the_gpu_it_was_given_by_bus_id(server_factory, assets, tmp_path):
+    """SMI libraries can number GPUs differently (the server's and the training environment's): the
+    runner gets its devices' PCI bus ids in runner.json and samples those, whatever their index there."""
+    mi300x = {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "vram": [40 * GiB]}
+    mi250x = {"name": "AMD Instinct MI250X", "bdf": "0000:1c:00.0", "total": 64 * GiB, "vram": [GiB]}
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"devices": [mi300x, mi250x]}))
+    server = server_factory(PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
+                            TUNEDECK_FAKE_SMI_TRACE=str(trace), TUNEDECK_MEMORY_SAMPLE_S="0.2")
+    (node,) = server.api.get("/api/nodes").json()  # the server has read its numbering: MI300X is 0
+    assert [g["name"] for g in node["gpus"]] == ["AMD Instinct MI300X", "AMD Instinct MI250X"]
+    trace.write_text(json.dumps({"devices": [mi250x, mi300x]}))  # the runner's library: MI250X is 0
+    job = server.submit({"name": "by bus id", "config": demo_config(assets), "gpus": 1})
+    job = wait_done(server, job["id"])
+    assert job["status"] == "succeeded" and job["devices"] == [0], job
+    assert json.loads((Path(job["run_dir"]) / "runner.json").read_text())["bus_ids"] == ["0000:0c:00.0"]
+    mem = server.api.get(f"/api/jobs/{job['id']}/memory").json()
+    assert [(g["name"], g["total_bytes"]) for g in mem["gpus"]] == [("AMD Instinct MI300X", 192 * GiB)]
+    assert mem["samples"] and {s["used_bytes"] for s in mem["samples"]} == {40 * GiB}

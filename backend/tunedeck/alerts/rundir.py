@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 
+from tunedeck import runfiles
 from tunedeck.alerts.series import Point, Series
 from tunedeck.alerts.training import FLUSH, OOM
+from tunedeck.lflog import seconds
 
 MEMORY_HEADER = ["t", "gpu", "used_bytes", "total_bytes"]
-LOG_NAMES = ("running_log.txt", "train.log", "trainer.log")
+LOG_NAMES = ("running_log.txt", runfiles.TRAIN_LOG, "trainer.log")
 
 
 class BadInput(ValueError):
@@ -48,12 +50,6 @@ def parse_memory_csv(text: str) -> dict[int, list[tuple[float, int, int | None]]
     return out
 
 
-def _elapsed(v: Any) -> float | None:
-    from tunedeck.services.ingest import seconds
-
-    return seconds(v)
-
-
 def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str, Any]]]:
     """Points and the parsed lines (for storing), each with a time `t`."""
     points, lines = [], []
@@ -69,7 +65,7 @@ def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str,
             raise BadInput(f"trainer_log.jsonl line {n} is not an object")
         t = d.get("t") if isinstance(d.get("t"), (int, float)) and math.isfinite(d["t"]) else None
         if t is None:
-            e = _elapsed(d.get("elapsed_time"))
+            e = seconds(d.get("elapsed_time"))
             t = t0 + e if e is not None else last_t
         last_t = float(t)
 
@@ -115,12 +111,13 @@ def build(*, trainer_log: str, memory_csv: str | None = None, config: str | None
 
 def read_run_dir(run_dir: Path, *, memory: Path | None = None, config: Path | None = None) -> Series:
     """A LLaMA-Factory output folder (or the folder above it) as a Series."""
-    log = next((p for p in (run_dir / "trainer_log.jsonl", run_dir / "output" / "trainer_log.jsonl") if p.is_file()),
-               None)
+    names = (run_dir / runfiles.TRAINER_LOG, runfiles.output_dir(run_dir) / runfiles.TRAINER_LOG)
+    log = next((p for p in names if p.is_file()), None)
     if log is None:
         raise BadInput(f"no trainer_log.jsonl in {run_dir}")
     if config is None:
-        config = next((p for p in (run_dir / "train.yaml", log.parent / "train.yaml") if p.is_file()), None)
+        names = (run_dir / runfiles.TRAIN_YAML, log.parent / runfiles.TRAIN_YAML)
+        config = next((p for p in names if p.is_file()), None)
     config_text = config.read_text() if config else None
     ds = None
     cfg = parse_config(config_text)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from tunedeck import runfiles
 from tunedeck import spec as specs
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
@@ -39,7 +40,8 @@ def preview(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict:
     """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
     checked = resolve(spec, settings, node).checked()
     run = Path("<run folder>")
-    train_yaml, ds_config = checked.render(output_dir=run / "output", ds_path=run / "ds_config.json")
+    train_yaml, ds_config = checked.render(output_dir=runfiles.output_dir(run),
+                                           ds_path=run / runfiles.DS_CONFIG)
     return {"train_yaml": train_yaml, "ds_config": ds_config, "gpus": checked.gpus, "warnings": checked.warnings}
 
 

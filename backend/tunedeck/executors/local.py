@@ -6,53 +6,52 @@ finds them again by PID and start time.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 from pathlib import Path
 
-from tunedeck import procs, spec
+from tunedeck import procs, runfiles, spec
 from tunedeck.config import Settings
 from tunedeck.models import Job
+from tunedeck.protocol import RunnerConfig
+from tunedeck.services.nodes import NodeInventory
 
 
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, inventory: NodeInventory | None = None):
         self.settings = settings
+        self.inventory = inventory  # the devices' PCI bus ids, for the runner's memory sampler
         self._children: dict[int, subprocess.Popen] = {}
 
     def launch(self, job: Job, *, devices: list[int], token: str, server_url: str) -> tuple[int, float | None]:
         run_dir = Path(job.run_dir)
         s = self.settings
-        cfg = {
-            "job_id": job.id,
-            "job_key": job.run_dir,
-            "server_url": server_url,
-            "output_dir": job.output_dir,
-            "train_python": str(s.train_python),
-            "env": spec.launch_env(gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None,
-                                   offline=not s.allow_hub),
-            "abort_grace_s": s.cancel_abort_grace_s,
-            "term_grace_s": s.cancel_term_grace_s,
-            "flush_s": s.telemetry_flush_s,
-            "batch_max": s.telemetry_batch_max,
-            "poll_s": s.runner_poll_s,
-            "retry_max_s": s.runner_retry_max_s,
-            "give_up_s": s.runner_give_up_s,
-            "memory_sample_s": s.memory_sample_s,  # issue 3
-            "memory_polls": s.memory_polls,
-            "rlimit_as_bytes": s.trainer_rlimit_as_bytes,
-        }
-        path = run_dir / "runner.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(cfg, f, indent=2)
+        RunnerConfig(
+            job_id=job.id,
+            job_key=job.run_dir,
+            server_url=server_url,
+            output_dir=job.output_dir,
+            train_python=str(s.train_python),
+            env=spec.launch_env(gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None,
+                                offline=not s.allow_hub),
+            abort_grace_s=s.cancel_abort_grace_s,
+            term_grace_s=s.cancel_term_grace_s,
+            flush_s=s.telemetry_flush_s,
+            batch_max=s.telemetry_batch_max,
+            poll_s=s.runner_poll_s,
+            retry_max_s=s.runner_retry_max_s,
+            give_up_s=s.runner_give_up_s,
+            memory_sample_s=s.memory_sample_s,
+            memory_polls=s.memory_polls,
+            rlimit_as_bytes=s.trainer_rlimit_as_bytes,
+            bus_ids=self.inventory.bus_ids(devices) if self.inventory is not None and devices else [],
+        ).write(run_dir)
         env = {k: v for k, v in os.environ.items() if k not in procs.SECRET_ENV}
         env[procs.JOB_KEY_ENV] = job.run_dir
-        with open(run_dir / "runner.log", "ab") as log:
+        with open(run_dir / runfiles.RUNNER_LOG, "ab") as log:
             p = subprocess.Popen(
                 [str(s.train_python), "-m", "tunedeck.runner", str(run_dir)],
                 cwd=run_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,

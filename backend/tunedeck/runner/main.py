@@ -19,16 +19,14 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
-from tunedeck import procs
+from tunedeck import procs, runfiles
 from tunedeck.alerts.training import OOM  # issue 3: one definition of an out-of-memory line
+from tunedeck.protocol import RunnerConfig
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.telemetry.sampler import Sampler
 
-TRAINER_LOG = "trainer_log.jsonl"
-RESULT = "result.json"
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
 
@@ -66,19 +64,19 @@ def read_token() -> str:
 class Runner:
     def __init__(self, run_dir: Path, token: str):
         self.run_dir = run_dir
-        self.cfg: dict[str, Any] = json.loads((run_dir / "runner.json").read_text())
+        self.cfg = RunnerConfig.read(run_dir)
         self.reporter = Reporter(
-            url=self.cfg["server_url"], job_id=self.cfg["job_id"], token=token,
-            run_dir=run_dir, retry_max_s=self.cfg["retry_max_s"],
+            url=self.cfg.server_url, job_id=self.cfg.job_id, token=token,
+            run_dir=run_dir, retry_max_s=self.cfg.retry_max_s,
         )
-        self.tail = JsonlTail(Path(self.cfg["output_dir"]) / TRAINER_LOG)
+        self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.cancel = threading.Event()
         self.cancelled = False
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
         self._lock = threading.Lock()
         self._log_line = 0
         self._recent: deque[str] = deque(maxlen=200)
-        self._raw = open(run_dir / "train.log", "ab")  # the human log, raw bytes; open for the run
+        self._raw = open(run_dir / runfiles.TRAIN_LOG, "ab")  # the human log, raw bytes; open for the run
         self.sampler: Sampler | None = None  # issue 3: memory of the job's own devices
 
     # ---------------------------------------------------------------- output readers
@@ -114,7 +112,7 @@ class Runner:
                 if stream != "runner":
                     self._recent.append(text)
         memory = self._sampler_drain()
-        limit = self.cfg["batch_max"]
+        limit = self.cfg.batch_max
         while metrics or logs or memory:
             take_m = metrics[:limit]
             take_l = logs[: max(0, limit - len(take_m))]
@@ -124,13 +122,13 @@ class Runner:
 
     # ---------------------------------------------------------------- stopping
     def _stop_sequence(self, trainer: subprocess.Popen) -> None:
-        key = self.cfg["job_key"]
+        key = self.cfg.job_key
         me = {os.getpid()}
         self.cancelled = True
         targets = procs.training_processes(trainer.pid)
         self.note(f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step")
         procs.signal_all(targets, signal.SIGABRT)
-        for sig, grace in ((signal.SIGTERM, self.cfg["abort_grace_s"]), (signal.SIGKILL, self.cfg["term_grace_s"])):
+        for sig, grace in ((signal.SIGTERM, self.cfg.abort_grace_s), (signal.SIGKILL, self.cfg.term_grace_s)):
             try:
                 trainer.wait(timeout=grace)
                 return
@@ -141,24 +139,24 @@ class Runner:
 
     # ---------------------------------------------------------------- main
     def run(self) -> int:
-        cli = Path(self.cfg["train_python"]).parent / "llamafactory-cli"
-        env = {**procs.trainer_env(dict(os.environ)), **self.cfg["env"]}
+        cli = Path(self.cfg.train_python).parent / "llamafactory-cli"
+        env = {**procs.trainer_env(dict(os.environ)), **self.cfg.env}
         env["PATH"] = f"{cli.parent}{os.pathsep}{env.get('PATH', '')}"  # torchrun must be found
-        env[procs.JOB_KEY_ENV] = self.cfg["job_key"]
+        env[procs.JOB_KEY_ENV] = self.cfg.job_key
         # LLaMA-Factory installs its graceful SIGABRT handler only in web-UI mode.
         env["LLAMABOARD_ENABLED"] = "1"
-        env["LLAMABOARD_WORKDIR"] = self.cfg["output_dir"]
+        env["LLAMABOARD_WORKDIR"] = self.cfg.output_dir
         env["PYTHONUNBUFFERED"] = "1"
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
         try:
             trainer = subprocess.Popen(
-                [str(cli), "train", "train.yaml"], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
+                [str(cli), "train", runfiles.TRAIN_YAML], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                preexec_fn=_limit_as(self.cfg.get("rlimit_as_bytes")),
+                preexec_fn=_limit_as(self.cfg.rlimit_as_bytes),
             )
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
-        (self.run_dir / "trainer.pid").write_text(str(trainer.pid))
+        (self.run_dir / runfiles.TRAINER_PID).write_text(str(trainer.pid))
         self.sampler = self._start_sampler(trainer.pid)
         self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
         readers = [threading.Thread(target=self._reader, args=(name, fd), daemon=True)
@@ -171,14 +169,14 @@ class Runner:
             if self.cancel.is_set() and stopper is None:
                 stopper = threading.Thread(target=self._stop_sequence, args=(trainer,), daemon=True)
                 stopper.start()
-            if time.monotonic() - last_flush >= self.cfg["flush_s"]:
+            if time.monotonic() - last_flush >= self.cfg.flush_s:
                 self._collect()
                 last_flush = time.monotonic()
-            time.sleep(self.cfg["poll_s"])
+            time.sleep(self.cfg.poll_s)
         for r in readers:
             r.join(timeout=10)
         # No process of the job may outlive it (torchrun workers, dataloader workers, ...).
-        left = procs.kill_job(self.cfg["job_key"], exclude={os.getpid()})
+        left = procs.kill_job(self.cfg.job_key, exclude={os.getpid()})
         if left:
             self.note(f"killed {left} leftover process(es) of the job")
         code = trainer.returncode
@@ -197,12 +195,12 @@ class Runner:
         return s.drain()
 
     def _start_sampler(self, trainer_pid: int) -> Sampler | None:
-        env = self.cfg["env"]
+        env = self.cfg.env
         visible = [int(d) for d in (env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or "").split(",")
                    if d.strip().isdigit()]
         try:
-            return Sampler(interval_s=self.cfg.get("memory_sample_s", 1.0), polls=self.cfg.get("memory_polls", 4),
-                           gpus=bool(visible), visible=visible, bus_ids=self.cfg.get("bus_ids"),
+            return Sampler(interval_s=self.cfg.memory_sample_s, polls=self.cfg.memory_polls,
+                           gpus=bool(visible), visible=visible, bus_ids=self.cfg.bus_ids,
                            root_pid=trainer_pid).start()
         except Exception as e:
             self.note(f"memory sampler not started: {e}")
@@ -214,11 +212,11 @@ class Runner:
         self._collect()
         state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
         # result.json first: a server that never hears from us reads it from the run folder.
-        (self.run_dir / RESULT).write_text(json.dumps(state))
+        (self.run_dir / runfiles.RESULT).write_text(json.dumps(state))
         self.reporter.add(states=[state])
         self.tail.close()
         self._raw.close()
-        if not self.reporter.drain(self.cfg["give_up_s"]):
+        if not self.reporter.drain(self.cfg.give_up_s):
             print(f"[tunedeck runner] server unreachable; {self.reporter.pending} batch(es) left in the outbox",
                   file=sys.stderr)
         self.reporter.close()

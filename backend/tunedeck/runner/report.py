@@ -17,14 +17,14 @@ from typing import Any
 
 import httpx
 
-OUTBOX = "outbox.jsonl"
+from tunedeck import runfiles
 
 
 class Reporter:
     def __init__(self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float):
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
         self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
-        self.outbox = run_dir / OUTBOX
+        self.outbox = run_dir / runfiles.OUTBOX
         self.retry_max_s = retry_max_s
         self.seq = 0
         self._pending: deque[dict[str, Any]] = deque()

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlmodel import Session, col, select
 
 from tunedeck import strictjson
+from tunedeck.lflog import METRICS
 from tunedeck.models import Job, JobOut
 
 ROW_TTL_S = 1.0
@@ -143,8 +144,7 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
         seq = conn.execute(text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"),
                            {"j": job_id, "s": cur.j}).scalar()
         kinds: list[tuple[str, str, str]] = [
-            ("metrics", "m", ("SELECT id, step, t, loss, eval_loss, lr, epoch, throughput, total_tokens, "
-                              "vram_allocated, vram_reserved, nonfinite FROM metric_points")),
+            ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
             ("memory", "s", "SELECT * FROM memory_samples"),
             ("alerts", "a", "SELECT * FROM alerts"),

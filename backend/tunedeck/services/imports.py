@@ -7,6 +7,7 @@ import json
 from sqlalchemy import Engine
 from sqlmodel import Session
 
+from tunedeck import runfiles
 from tunedeck.alerts import analyze
 from tunedeck.alerts.rundir import build
 from tunedeck.config import Settings
@@ -33,12 +34,14 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
         s.flush()
         # A run folder like a launched job's (never "": an empty path would mean the server's cwd).
         run_dir = settings.runs_dir / f"{job.id:06d}-{slug(name)}"
-        (run_dir / "output").mkdir(parents=True, exist_ok=True)
-        (run_dir / "output" / "trainer_log.jsonl").write_text(trainer_log)
-        for fname, text in (("memory.csv", memory_csv), ("train.yaml", config), ("train.log", log_text)):
+        output = runfiles.output_dir(run_dir)
+        output.mkdir(parents=True, exist_ok=True)
+        (output / runfiles.TRAINER_LOG).write_text(trainer_log)
+        for fname, text in ((runfiles.MEMORY_CSV, memory_csv), (runfiles.TRAIN_YAML, config),
+                            (runfiles.TRAIN_LOG, log_text)):
             if text:
                 (run_dir / fname).write_text(text)
-        job.run_dir, job.output_dir = str(run_dir), str(run_dir / "output")
+        job.run_dir, job.output_dir = str(run_dir), str(output)
         s.flush()
         samples = ((g, t, u, tot) for g, xs in sorted(series.memory.items()) for t, u, tot in xs)
         batch = {

@@ -8,10 +8,7 @@ file, is stored once.
 
 from __future__ import annotations
 
-import json
-import math
 import queue
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,7 +18,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects.sqlite import insert
 
-from tunedeck import strictjson
+from tunedeck.lflog import METRICS as POINT_KEYS
+from tunedeck.lflog import parse_point
 from tunedeck.models import Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.services import jobstate
 from tunedeck.services.jobstate import JobState
@@ -32,57 +30,6 @@ LOGS = LogLine.__table__
 JOBS = Job.__table__
 MEMORY = MemorySample.__table__
 MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c", "name")
-HMS = re.compile(r"^(?:(\d{1,9}) days?, )?(\d{1,9}):(\d\d):(\d\d)$")  # bounded: a float holds the sum
-POINT_KEYS = ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens", "vram_allocated", "vram_reserved")
-
-
-def seconds(text: Any) -> float | None:
-    """LLaMA-Factory's "1 day, 0:01:23" durations in seconds."""
-    m = HMS.match(str(text)) if text is not None else None
-    if not m:
-        return None
-    d, h, mi, s = (int(g or 0) for g in m.groups())
-    return float(((d * 24 + h) * 60 + mi) * 60 + s)
-
-
-def parse_point(raw: str) -> dict[str, Any]:
-    """One trainer_log.jsonl line as metric columns; a line that is not JSON keeps only `raw`.
-
-    Columns get finite numbers only: an Infinity or NaN (json.dumps writes them for a diverged
-    loss) is None there and named in `nonfinite`, so no reader ever meets one."""
-    try:
-        d = json.loads(raw)
-    except ValueError:
-        d = None
-    if not isinstance(d, dict):
-        return {}
-    bad: dict[str, str] = {}
-
-    def num(k: str) -> float | None:
-        v = d.get(k)
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            return None
-        try:
-            f = float(v)
-        except OverflowError:  # an integer past any float
-            f = math.inf if v > 0 else -math.inf
-        if math.isfinite(f):
-            return f
-        if k in POINT_KEYS:
-            bad[k] = strictjson.name(f)
-        return None
-
-    def count(k: str) -> int | None:
-        f = num(k)
-        return int(f) if f is not None and 0 <= f < 2**62 else None  # SQLite integers are 64-bit
-
-    out: dict[str, Any] = {k: num(k) for k in POINT_KEYS}
-    out["total_tokens"] = count("total_tokens")
-    out["step"], out["total_steps"] = count("current_steps"), count("total_steps")
-    out["percentage"] = num("percentage")
-    out["eta_seconds"] = seconds(d.get("remaining_time"))
-    out["nonfinite"] = json.dumps(bad) if bad else None
-    return out
 
 
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:

@@ -42,6 +42,15 @@ class NodeInventory:
         totals = [r.total_bytes for r in self.reading(max_age_s=float("inf"))[2] if r.total_bytes]
         return min(totals) if totals else None
 
+    def bus_ids(self, devices: list[int]) -> list[str]:
+        """The PCI bus ids of these device indices, or [] when any is unknown (the sampler then goes
+        by index). The runner's SMI library (the training environment's) may number the devices
+        otherwise than this server's; a bus id names the same device for both. Bus ids do not change
+        while the server runs: any earlier reading answers."""
+        by_index = {r.index: r.bus_id for r in self.reading(max_age_s=float("inf"))[2]}
+        ids = [by_index.get(d) for d in devices]
+        return ids if all(ids) else []
+
     def nodes(self) -> list[dict[str, Any]]:
         name, reason, readings = self.reading()
         with Session(self.engine) as s:

@@ -13,10 +13,12 @@ import numpy as np
 from sqlalchemy import Engine
 from tsdownsample import MinMaxLTTBDownsampler
 
+from tunedeck.lflog import COUNTS, METRICS
+
 CACHE_SIZE = 16  # whole answers, for several screens showing the same big run
 _CACHE: dict[tuple, dict] = {}
 _CACHE_LOCK = threading.Lock()
-COLUMNS = ("loss", "eval_loss", "lr", "throughput", "vram_allocated", "vram_reserved")
+COLUMNS = tuple(k for k in METRICS if k not in ("epoch", *COUNTS))  # the curves by step
 
 
 def downsample_indices(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:

@@ -10,6 +10,7 @@ const MAX_POINTS = 2000;
 const state = {
   job: null,
   metrics: {}, // name -> {step: [], t: [], y: []}
+  seriesNames: [],
   metricsLast: 0, // newest metric id held (history or stream)
   lossZoom: null,
   mem: new Map(), // gpu -> {t: [], y: [], name}
@@ -74,6 +75,7 @@ async function loadSeries(range, until) {
   const params = { max_points: MAX_POINTS, until };
   if (range) { params.x0 = Math.floor(range[0]); params.x1 = Math.ceil(range[1]); }
   const data = await get(`/api/jobs/${jobId}/series`, params);
+  state.seriesNames = Object.keys(data.series); // the server's list: streamed rows carry the same names
   for (const [name, s] of Object.entries(data.series)) {
     state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] } };
   }
@@ -90,7 +92,7 @@ function addMetrics(rows) {
     state.metricsLast = r.id;
     if (r.loss !== null) state.arrivals.push([r.step, performance.timeOrigin + performance.now()]);
     if (state.arrivals.length > 5000) state.arrivals.splice(0, 1000);
-    for (const name of ["loss", "eval_loss", "lr", "throughput", "vram_allocated", "vram_reserved"]) {
+    for (const name of state.seriesNames) {
       const bad = r.nonfinite && r.nonfinite[name];
       if (bad && r.step !== null) {
         const b = series(name).bad;

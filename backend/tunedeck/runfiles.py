@@ -1,0 +1,32 @@
+"""A run folder's layout: the file names the server, the executor and the runner agree on.
+
+    <runs_dir>/<id>-<name>/       the job's run_dir
+        train.yaml, ds_config.json    rendered at submit
+        runner.json, runner.log       the executor's: the runner's configuration and its own output
+        train.log, trainer.pid        the runner's: the trainer's raw output, its pid
+        outbox.jsonl, result.json     the runner's: every batch it sent, and how the trainer ended
+        output/trainer_log.jsonl      LLaMA-Factory's (output_dir), one line per logging step
+
+Both sides import this module, so it imports nothing of either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TRAIN_YAML = "train.yaml"
+DS_CONFIG = "ds_config.json"
+RUNNER_CONFIG = "runner.json"
+RUNNER_LOG = "runner.log"
+TRAIN_LOG = "train.log"
+TRAINER_PID = "trainer.pid"
+OUTBOX = "outbox.jsonl"
+RESULT = "result.json"
+OUTPUT = "output"
+TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factory
+MEMORY_CSV = "memory.csv"  # an imported run's memory samples, kept beside its other files
+
+
+def output_dir(run_dir: Path) -> Path:
+    """Where the trainer of a run folder writes (LLaMA-Factory's output_dir)."""
+    return run_dir / OUTPUT
