@@ -62,8 +62,12 @@ def test_removed_and_wrongly_typed_keys(settings):
 
 def test_yaml_float_strings_are_numbers(settings):
     # YAML 1.1 reads 5e-3 (no dot) as a string; LLaMA-Factory's parser takes it as a float.
+    # The train.yaml we write is read the way LLaMA-Factory reads it (OmegaConf), which must see a number.
+    omegaconf = pytest.importorskip("omegaconf")
     prepared = prepare(spec(learning_rate="5e-3"), settings=settings, node_gpus=0)
-    assert prepared.config["learning_rate"] == "5e-3"
+    train_yaml, _ = prepared.render(output_dir=settings.workspace / "out", ds_path=settings.workspace / "ds.json")
+    loaded = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(train_yaml))
+    assert loaded["learning_rate"] == 0.005 and isinstance(loaded["learning_rate"], float)
 
 
 def test_paths_are_confined(settings, tmp_path):

@@ -39,7 +39,7 @@ def test_analyze_prints_the_labelled_alerts(runs):
 
 
 def test_analyze_text_and_errors(runs, tmp_path):
-    tr, folder = next(x for x in runs if x[0].name.startswith("periodic-ga8"))
+    _, folder = next(x for x in runs if x[0].name.startswith("periodic-ga8"))
     r = analyze(str(folder / "output"), "--memory", str(folder / "memory.csv"), "--config", str(folder / "train.yaml"))
     assert r.returncode == 0 and "WARNING  vram_periodic_spikes gpu 0" in r.stdout
     assert "gradient_accumulation_steps is 8" in r.stdout
@@ -60,7 +60,9 @@ def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     r = server.api.post("/api/runs/import", files=files, data={"name": "cli run"})
     assert r.status_code == 201, r.text
     job = r.json()
-    assert job["status"] == "succeeded" and job["name"] == "cli run"
+    # The run's log ends in an out-of-memory error: the import says it failed, and why.
+    assert job["status"] == "failed" and job["name"] == "cli run", job
+    assert job["error"].startswith("out of memory: torch.OutOfMemoryError"), job["error"]
     files = server.api.get(f"/api/jobs/{job['id']}/files").json()
     assert [f["path"] for f in files] == ["trainer_log.jsonl"]
     assert len(server.all(job["id"], "metrics")) == len(tr.series.points)
@@ -111,6 +113,7 @@ def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tm
     finally:
         http.shutdown()
     (done,) = [g for g in Receiver.got if g["event"] == "job_finished"]
-    assert done["job_id"] == job["id"] and done["text"] == f"tunedeck: job {job['id']} (alice run) succeeded"
+    assert done["job_id"] == job["id"] and done["status"] == "failed"
+    assert done["text"].startswith(f"tunedeck: job {job['id']} (alice run) failed: out of memory: "), done["text"]
     sent = {g["kind"] for g in Receiver.got if g["event"] == "alert" and g["job_id"] == job["id"]}
     assert sent == tr.labels  # every alert of the run, as a live run's would be

@@ -10,6 +10,7 @@ from sqlmodel import Session
 from tunedeck import runfiles
 from tunedeck.alerts import analyze
 from tunedeck.alerts.rundir import build
+from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobStatus
 from tunedeck.services import alerts as alert_service
@@ -57,7 +58,15 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
             notifier = state.notifier
             after_commit(conn, lambda: notifier.alerts_opened(job, new))
         move(conn, job.id, JobStatus.running)
-        move(conn, job.id, JobStatus.succeeded, exit_code=0)
+        if oom := _out_of_memory(series.logs):  # a run that died of OOM did not succeed, whatever it logged before
+            move(conn, job.id, JobStatus.failed, error=f"out of memory: {oom[:500]}")
+        else:
+            move(conn, job.id, JobStatus.succeeded, exit_code=0)
         s.refresh(job)
         s.expunge(job)
     return job
+
+
+def _out_of_memory(logs: list[tuple[float, str]]) -> str | None:
+    """The last out-of-memory line of the run's log, if it has one."""
+    return next((text.strip() for _, text in reversed(logs) if OOM.search(text)), None)
