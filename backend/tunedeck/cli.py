@@ -149,7 +149,7 @@ def show(job_id: int, server: ServerOpt = None) -> None:
 def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
          server: ServerOpt = None) -> None:
     """Print a job's output; --follow keeps printing until the job ends."""
-    after = None
+    after, ended = None, False
     while True:
         page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params={"after": after} if after else {})
         for line in page["lines"]:
@@ -158,9 +158,12 @@ def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f")] = 
         if not follow:
             return
         if not page["lines"]:
-            if _call(server, "GET", f"/api/jobs/{job_id}")["status"] not in ("queued", "running"):
+            if ended:
                 return
-            time.sleep(1)
+            # The last lines may be stored just before the end is: one more read after it takes them.
+            ended = _call(server, "GET", f"/api/jobs/{job_id}")["status"] not in ("queued", "running")
+            if not ended:
+                time.sleep(1)
 
 
 @app.command()
