@@ -1,0 +1,157 @@
+"""The memory detectors judged by what must hold for any trace, not by a corpus written beside them.
+
+Traces are 1 Hz samples on a 192 GiB GPU: an optional warm-up climb, then a level L between 20 and
+120 GiB with bounded noise of amplitude a ≤ 0.4 GiB. The detector's floor at that level is
+`threshold(L, 0, TOTAL)` = max(5 % of L, 2 % of the GPU, 64 MiB) (6 σ of such noise stays below it),
+so 3.84 GiB up to L = 77 GiB and 5 % of L above. An excursion counts as big when it rises at least
+X = 1.25 × the floor: the margin covers the noise on either side of the rise (2a ≤ 0.8 GiB against
+0.25 × 3.84 GiB). Each trace is judged twice: whole (an import) and fed in random chunks (live), and
+the two must agree.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.alerts.test_streaming import chunked, key
+from tunedeck.alerts import Series, analyze
+from tunedeck.alerts.memory import EXCURSION_S, threshold
+
+GiB = 1024**3
+TOTAL = 192 * GiB
+T0 = 1_800_000_000.0
+MEMORY_KINDS = ("vram_spike", "vram_periodic_spikes", "vram_near_oom")
+RUNS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+def floor(level: float) -> float:
+    return threshold(level, 0.0, TOTAL)
+
+
+def big(level: float) -> float:
+    return 1.25 * floor(level)
+
+
+@st.composite
+def base_trace(draw, n: int) -> tuple[np.ndarray, float, float]:
+    """(samples in bytes, level, noise amplitude): warm-up, then a noisy flat line."""
+    level = draw(st.floats(20, 120)) * GiB
+    amp = draw(st.floats(0, 0.4)) * GiB
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    y = level + rng.uniform(-amp, amp, n)
+    warm = draw(st.sampled_from([0, 10, 30]))
+    y[:warm] = np.linspace(2 * GiB, level, warm)
+    return y, level, amp
+
+
+def series(y: np.ndarray) -> Series:
+    mem = [(T0 + i, int(v), TOTAL) for i, v in enumerate(y)]
+    return Series(memory={0: mem}, config={"cutoff_len": 2048}, devices=[0], running=False)
+
+
+def judged(y: np.ndarray, seed: int) -> list:
+    """The findings on the whole trace, checked equal to the trace fed in random chunks."""
+    s = series(y)
+    whole = analyze(s)
+    assert key(chunked(s, random.Random(seed)).findings(running=False)) == key(whole)
+    return whole
+
+
+def memory_alerts(findings) -> list:
+    return [f for f in findings if f.kind in MEMORY_KINDS]
+
+
+@st.composite
+def excursion(draw):
+    start = draw(st.integers(40, 100))
+    width = draw(st.integers(1, int(EXCURSION_S)))  # 1 sample to a minute
+    y, level, amp = draw(base_trace(start + width + draw(st.integers(15, 60))))
+    return y, level, start, width
+
+
+@RUNS
+@given(excursion(), st.floats(1.0, 4.0), st.integers(0, 99))
+def test_a_big_excursion_of_any_width_raises_exactly_one_alert_at_its_start(trace, times_x, seed):
+    y, level, start, width = trace
+    y = y.copy()
+    y[start:start + width] += times_x * big(level)
+    (f,) = memory_alerts(judged(y, seed))
+    assert f.kind == "vram_spike" and f.times == [T0 + start] and f.count == 1
+
+
+@RUNS
+@given(excursion(), st.floats(0, 40), st.floats(0, 40), st.integers(0, 99))
+def test_bigger_never_hides_what_smaller_showed(trace, a, b, seed):
+    y, level, start, width = trace
+    small, large = sorted((a * GiB, b * GiB))
+
+    def shown(size: float) -> tuple[set[str], bool]:
+        z = y.copy()
+        z[start:start + width] += size
+        found = memory_alerts(judged(z, seed))
+        inside = any(T0 + start <= t <= T0 + start + width for f in found for t in f.times)
+        return {f.kind for f in found}, inside
+
+    kinds_small, seen_small = shown(small)
+    kinds_large, seen_large = shown(large)
+    assert kinds_small <= kinds_large and (seen_large or not seen_small)
+
+
+@RUNS
+@given(st.integers(120, 400).flatmap(base_trace), st.lists(st.tuples(st.floats(0, 1), st.integers(1, 60),
+                                                                      st.floats(0, 1)), max_size=8),
+       st.integers(0, 99))
+def test_a_healthy_trace_with_noise_and_bumps_below_the_floor_raises_nothing(trace, bumps, seed):
+    y, level, amp = trace
+    y = y.copy()
+    room = 0.8 * floor(level) - 2 * amp  # a bump this high plus the noise stays under the floor
+    up = np.zeros(len(y))
+    for at, width, height in bumps:  # where bumps overlap, the higher one
+        i = 40 + int(at * (len(y) - 41))
+        up[i:i + width] = np.maximum(up[i:i + width], height * room)
+    y += up
+    assert memory_alerts(judged(y, seed)) == []
+
+
+@st.composite
+def periodic_trace(draw, jitter: float):
+    period = draw(st.integers(8, 40))
+    lo, hi = int(np.ceil((1 - jitter) * period)), int(np.floor((1 + jitter) * period))
+    gaps = draw(st.lists(st.integers(lo, hi), min_size=11, max_size=24))
+    width = draw(st.integers(1, max(1, min(3, period // 4))))
+    starts = list(40 + np.cumsum([0, *gaps]))
+    y, level, amp = draw(base_trace(starts[-1] + 20))
+    return y, level, [int(s) for s in starts], width
+
+
+@RUNS
+@given(st.floats(0, 0.2).flatmap(periodic_trace), st.floats(1.0, 3.0), st.integers(0, 99))
+def test_periodic_spikes_are_reported_with_their_period_for_any_jitter_up_to_20_percent(trace, times_x, seed):
+    y, level, starts, width = trace
+    y = y.copy()
+    for s in starts:
+        y[s:s + width] += times_x * big(level)
+    (f,) = memory_alerts(judged(y, seed))
+    assert f.kind == "vram_periodic_spikes" and f.times == [T0 + s for s in starts]
+    reported = float(re.search(r"every ([0-9.]+) s", f.message).group(1))
+    actual = (starts[-1] - starts[0]) / (len(starts) - 1)
+    assert abs(reported - actual) <= 0.1 * actual, (reported, actual)
+
+
+@RUNS
+@given(st.integers(6, 20), st.floats(2.0, 3.0), st.integers(5, 12), st.integers(0, 99), st.data())
+def test_spikes_at_alternating_intervals_are_not_periodic(short, ratio, pairs, seed, data):
+    """Gaps that alternate between g and 2g or more: no period describes them."""
+    gaps = [short, int(round(ratio * short))] * pairs
+    starts = [int(s) for s in 40 + np.cumsum([0, *gaps])]
+    y, level, amp = data.draw(base_trace(starts[-1] + 20))
+    y = y.copy()
+    for s in starts:
+        y[s] += 2 * big(level)
+    (f,) = memory_alerts(judged(y, seed))
+    assert f.kind == "vram_spike" and f.times == [T0 + s for s in starts]
