@@ -318,24 +318,24 @@ class Gpu:
         n = self.n
         if n < 12:
             return []
-        blocks = self.blocks + ([self._cur] if self._cur else [])
+        b = np.array(self.blocks + ([self._cur] if self._cur else []), dtype=np.float64)
+        i0, size = b[:, 0], b[:, 3]
         warm = max(5, n // 10)
-        after = [b for b in blocks if b[0] >= warm] or blocks[-1:]
-        level = float(np.median([b[6] / b[3] for b in after]))
-        sigma = float(np.median([b[7] / b[3] for b in after]))  # sample noise, robust
+        after = b[i0 >= warm] if np.any(i0 >= warm) else b[-1:]
+        level = float(np.median(after[:, 6] / after[:, 3]))
+        sigma = float(np.median(after[:, 7] / after[:, 3]))  # sample noise, robust
         total = self.total or None
         band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2, 4 * sigma)
-        first = blocks[-1]
-        lo, hi = first[4], first[5]
-        if hi - lo > band:
+        # The trailing stretch: blocks from the newest back while their range stays within the band.
+        lo, hi = np.minimum.accumulate(b[::-1, 4]), np.maximum.accumulate(b[::-1, 5])
+        fits = (hi - lo <= band) & ((i0[::-1] >= warm) | (np.arange(len(b)) == 0))
+        k = int(np.argmin(fits)) if not fits.all() else len(b)  # blocks in the stretch
+        if k == 0:
             return []
-        for b in reversed(blocks[:-1]):
-            if b[0] < warm or max(hi, b[5]) - min(lo, b[4]) > band:
-                break
-            lo, hi, first = min(lo, b[4]), max(hi, b[5]), b
-        w = next(b for b in blocks if b[0] + b[3] > warm)
-        t_warm = w[1] + (warm - w[0]) * (w[2] - w[1]) / max(1, w[3] - 1)
-        start, end = first[1], self.t_last
+        first, lo, hi = b[len(b) - k], float(lo[k - 1]), float(hi[k - 1])
+        w = b[int(np.argmax(i0 + size > warm))]
+        t_warm = w[1] + (warm - w[0]) * (w[2] - w[1]) / max(1.0, w[3] - 1)
+        start, end = float(first[1]), self.t_last
         if n - first[0] < 10 or end - start < 0.5 * (end - t_warm):
             return []
         share = f" ({100 * level / total:.0f}% of {gib(total)})" if total else ""

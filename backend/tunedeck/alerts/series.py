@@ -105,16 +105,20 @@ class Steps:
     def __init__(self) -> None:
         self.t: deque[float] = deque(maxlen=STEPS)
         self.step: deque[int] = deque(maxlen=STEPS)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def add(self, t: float, step: int) -> None:
         self.t.append(t)
         self.step.append(step)
+        self._arrays = None
 
     def at(self, times: list[float]) -> list[float] | None:
         """The step at each time, interpolated; None with fewer than two points."""
         if len(self.t) < 2:
             return None
-        return [float(x) for x in np.interp(times, self.t, self.step)]
+        if self._arrays is None:
+            self._arrays = (np.fromiter(self.t, np.float64, len(self.t)), np.fromiter(self.step, np.float64, len(self.t)))
+        return [float(x) for x in np.interp(times, *self._arrays)]
 
     def before(self, t: float) -> int | None:
         """The step of the last point at or before t."""

@@ -195,7 +195,11 @@ class Tracker:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now."""
         self.pull()
         with Session(self.engine) as session:
-            job = get_job(session, job_id)
+            try:
+                job = get_job(session, job_id)
+            except Exception:  # deleted: nothing more to follow
+                self.jobs.pop(job_id, None)
+                raise
             st = self.jobs.get(job_id) or self.build(job)
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
