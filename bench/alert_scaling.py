@@ -8,6 +8,9 @@ grow with the series. The one-off rebuild of the state from the stored series (w
 costs, and what every pass cost before the detectors streamed) is printed beside it.
 
     python bench/alert_scaling.py [--sizes 10000,100000,1000000,10000000] [--batches 40]
+
+10M is not in the default sizes: storing 10M rows and the one-off rebuild take about a quarter of an
+hour on a loaded 2-core machine (measured: 189 µs per new point at 10M against 196 at 1M).
 """
 
 from __future__ import annotations
