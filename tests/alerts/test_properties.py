@@ -186,7 +186,7 @@ def test_the_width_gap_the_sweep_found():
     tail, 8 or more raised nothing. Every width up to a minute is one spike at its start; a rise that
     lasts longer, or never comes back, is a level change (the plateau and near-OOM judge levels)."""
     rng = np.random.default_rng(7)
-    for width in [*range(1, 13), 30, 59, 60, 61, 90, 200]:
+    for width in [*range(1, 13), 30, 59, 60, 61, 90, 200, 300]:  # 300: up to the end of the trace
         y = 50 * GiB + rng.normal(0, 0.05 * GiB, 400)
         y[100:100 + width] += 30 * GiB
         spikes = [f for f in judged(y, width) if f.kind in ("vram_spike", "vram_periodic_spikes")]
@@ -196,3 +196,15 @@ def test_the_width_gap_the_sweep_found():
             assert ("the longest lasted" in f.message) == (width > 3)
         else:
             assert spikes == [], width
+
+
+def test_a_rise_that_ends_in_memory_freed_is_not_a_spike():
+    """The end of a run: memory rises for a final evaluation, then the process frees it all. It came
+    down, but not to the level it rose from."""
+    y = np.full(300, 50.0 * GiB)
+    y[200:220] += 30 * GiB
+    y[220:] = 1 * GiB
+    assert [f.kind for f in judged(y, 0) if f.kind in ("vram_spike", "vram_periodic_spikes")] == []
+    y[220:] = 50 * GiB  # back to where it rose from: a spike
+    (f,) = [f for f in judged(y, 0) if f.kind == "vram_spike"]
+    assert f.times == [T0 + 200] and "the longest lasted 20 s" in f.message
