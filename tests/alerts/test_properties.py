@@ -25,7 +25,8 @@ TOTAL = 192 * GiB
 T0 = 1_800_000_000.0
 MEMORY_KINDS = ("vram_spike", "vram_periodic_spikes", "vram_near_oom")
 MINUTE = 60  # samples: the widest excursion that must still count as one spike
-RUNS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+RUNS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def floor(level: float) -> float:
