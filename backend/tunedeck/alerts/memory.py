@@ -46,25 +46,28 @@ def _mad(w: np.ndarray) -> float:
     return float(np.median(np.abs(w - np.median(w)))) * NOISE if len(w) else 0.0
 
 
-def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each sample of full[h:], from the samples before it: the level (median of the last LEVEL),
-    the noise (MAD of the last WINDOW step-to-step differences, which a warm-up ramp or a level change
-    does not inflate); and the plateau's smoothed value (median of the last SMOOTH, itself included).
+def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each sample of full[h:], from the samples before it: the level (median of the last LEVEL)
+    and their spread (max - min), the noise (MAD of the last WINDOW step-to-step differences, which a
+    warm-up ramp or a level change does not inflate); and the plateau's smoothed value (median of the
+    last SMOOTH, itself included).
     full[:h] holds the WINDOW + 1 samples before, or every one when the run is shorter (then full[0] is
     the run's first sample, which pads the smoothing window as if it had been there before)."""
     m = len(full) - h
-    base, noise, smooth = np.empty(m), np.empty(m), np.empty(m)
+    base, spread, noise, smooth = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
     d = np.diff(full)  # d[r] = full[r + 1] - full[r]
     # Windows cut short by the start of the run (only ever in its first WINDOW + 1 samples).
     for p in range(h, min(h + m, WINDOW + 1)):
         noise[p - h] = _mad(d[max(0, p - 1 - WINDOW):max(0, p - 1)])
         if p < LEVEL:
             base[p - h] = float(np.median(full[:p])) if p else math.nan
+            spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
         if p < SMOOTH - 1:
             smooth[p - h] = float(np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[:p + 1]])))
     lo = max(h, LEVEL)
     if lo < h + m:
-        base[lo - h:] = np.median(sliding_window_view(full[:-1], LEVEL)[lo - LEVEL:], axis=1)
+        w = sliding_window_view(full[:-1], LEVEL)[lo - LEVEL:]
+        base[lo - h:], spread[lo - h:] = np.median(w, axis=1), np.ptp(w, axis=1)
     lo = max(h, WINDOW + 1)
     if lo < h + m:
         w = sliding_window_view(d[:-1], WINDOW)[lo - 1 - WINDOW:]
@@ -72,7 +75,7 @@ def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     lo = max(h, SMOOTH - 1)
     if lo < h + m:
         smooth[lo - h:] = np.median(sliding_window_view(full, SMOOTH)[lo - SMOOTH + 1:], axis=1)
-    return base, noise, smooth
+    return base, spread, noise, smooth
 
 
 def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, int, float]], int]:
@@ -123,16 +126,17 @@ def periodic(times: list[float]) -> float | None:
 class _Up:
     """An excursion still above the level it rose from."""
 
-    __slots__ = ("base", "n", "peak", "recent", "t0", "thr")
+    __slots__ = ("base", "n", "peak", "recent", "settled", "t0", "thr")
 
-    def __init__(self, t: float, y: float, base: float, thr: float):
-        self.t0, self.base, self.thr, self.peak, self.n = t, base, thr, y, 1
+    def __init__(self, t: float, y: float, base: float, thr: float, settled: bool):
+        self.t0, self.base, self.thr, self.peak, self.n, self.settled = t, base, thr, y, 1, settled
         self.recent: deque[float] = deque([y], maxlen=LEVEL)  # the samples while it was the top one
 
-    def level(self) -> float:
+    def level(self) -> tuple[float, float, int]:
+        """The median of the recent samples, their spread and how many there are."""
         s = sorted(self.recent)
         k = len(s) // 2
-        return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
+        return (s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2), s[-1] - s[0], len(s)
 
 
 class Gpu:
@@ -144,7 +148,7 @@ class Gpu:
         self.t_first = self.t_last = 0.0
         self.total = 0.0  # the largest capacity reported; 0: unknown
         self._hist = np.empty(0)
-        self._early: list[tuple[float, float, float, float, float]] | None = []  # until EARLY samples came
+        self._early: list[tuple[float, ...]] | None = []  # the first samples, until EARLY of them came
         self._up: list[_Up] = []
         self.spikes = Occurrences()
         self.largest: tuple[float, float, bool] = (0.0, 0.0, False)  # peak, level, while starting
@@ -164,7 +168,7 @@ class Gpu:
         if (self.n and t[0] < self.t_last) or (len(t) > 1 and np.any(np.diff(t) < 0)):
             raise OutOfOrder(f"GPU {self.gpu}: a sample at {float(np.min(t))} after one at {self.t_last}")
         full = np.concatenate([self._hist, y])
-        base, noise, smooth = levels(full, len(self._hist))
+        base, spread, noise, smooth = levels(full, len(self._hist))
         tot = np.maximum.accumulate(np.concatenate([[self.total], total]))[1:]
         if not self.n:
             self.t_first = float(t[0])
@@ -174,9 +178,9 @@ class Gpu:
             self._near(ti, yi, tk)
             self._plateau(g, ti, float(smooth[k]), nk)
             if self._early is None:
-                self._step(ti, yi, float(base[k]), nk, tk)
+                self._step(ti, yi, float(base[k]), float(spread[k]), nk, tk)
                 continue
-            self._early.append((ti, yi, float(base[k]), nk, tk))
+            self._early.append((ti, yi, float(base[k]), float(spread[k]), nk, tk))
             if self.n == EARLY:
                 self._settle()
         self.t_last, self.total = float(t[-1]), float(tot[-1])
@@ -186,19 +190,19 @@ class Gpu:
         """Judge the first samples (the early rule), then go on judging each against the level before it."""
         early, self._early = self._early or [], None
         y = np.array([e[1] for e in early])
-        found, resume = early_spikes(y, early[-1][4] or None)
+        found, resume = early_spikes(y, early[-1][-1] or None)
         for start, peak, ref in found:
             self._spike(early[start][0], float(y[peak]), ref, early=True)
-        for ti, yi, base, noise, tot in early[max(HISTORY, resume):]:
-            self._step(ti, yi, base, noise, tot)
+        for sample in early[max(HISTORY, resume):]:
+            self._step(*sample)
 
-    def _step(self, t: float, y: float, base: float, noise: float, total: float) -> None:
+    def _step(self, t: float, y: float, base: float, spread: float, noise: float, total: float) -> None:
         up = self._up
         for i, e in enumerate(up):
             if y <= e.base + e.thr / 2:  # back down from e: e ends, and so does what rose on top of it
-                # A wide one must come back to its level: falling far below it (memory freed at the end
-                # of a run) is another change, not the end of a spike.
-                if e.n <= MAX_SPIKE or y >= e.base - e.thr / 2:
+                # A wide one must have risen from a settled level and come back to it: falling far below
+                # (memory freed at the end of a run) is another change, and a climb has no level to leave.
+                if e.n <= MAX_SPIKE or (e.settled and y >= e.base - e.thr / 2):
                     self._spike(e.t0, max(x.peak for x in up[i:]), e.base, lasted=t - e.t0 if e.n > MAX_SPIKE else 0.0)
                 del up[i:]
                 break
@@ -207,10 +211,10 @@ class Gpu:
         for e in up:
             e.peak, e.n = max(e.peak, y), e.n + 1
         # Judged against the level it stands on: the top excursion's own, or the run's.
-        level = up[-1].level() if up else base
+        level, spread, behind = up[-1].level() if up else (base, spread, LEVEL)
         thr = threshold(level, noise, total or None)
         if y > level + thr:
-            up.append(_Up(t, y, level, thr))
+            up.append(_Up(t, y, level, thr, behind >= LEVEL // 2 and spread <= thr))
             if len(up) > DEPTH:
                 up.pop(0)
         elif up:
