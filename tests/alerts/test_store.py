@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import numpy as np
 from sqlmodel import Session, select
@@ -138,7 +139,7 @@ def test_downsampling_keeps_every_peak(tmp_path):
 
 
 class Hook(BaseHTTPRequestHandler):
-    got: list = []
+    got: ClassVar[list] = []
     fail_first = True
 
     def do_POST(self) -> None:
