@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import numpy as np
 from sqlmodel import Session, select
@@ -58,12 +59,12 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
     trace = next(t for t in generate(0) if t.name == "periodic-ga4-0")
     writer = IngestWriter(engine)
     writer.start()
-    lim = alerts.Limits()
+    tracker = alerts.Tracker(engine, alerts.Limits())
     counts = []
     for t_end, batch in batches(trace):
         writer.submit(job_id, batch).result(timeout=10)
         writer.submit(job_id, batch).result(timeout=10)  # a resent batch changes nothing
-        alerts.evaluate(engine, job_id, limits=lim, now=t_end)
+        tracker.evaluate(job_id, now=t_end)
         rows = [a for a in open_alerts(engine, job_id) if a.kind == "vram_periodic_spikes"]
         assert len(rows) <= 1
         counts += [r.count for r in rows]
@@ -79,7 +80,7 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
     # The job ends: nothing holds any more.
     with JobState(engine).begin() as conn:
         finish(conn, job_id, status=JobStatus.succeeded, exit_code=0, error=None)
-    alerts.evaluate(engine, job_id, limits=lim)
+    tracker.evaluate(job_id)
     assert open_alerts(engine, job_id) == []
     writer.stop()
 
@@ -95,13 +96,13 @@ def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
     t0 = 1_800_000_000.0
     rows = [{"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
             for i, v in enumerate(y)]
-    lim = alerts.Limits(hold_s=300)
+    tracker = alerts.Tracker(engine, alerts.Limits(hold_s=300))
 
     def upto(i: int):
         with engine.begin() as conn:
             conn.execute(MemorySample.__table__.insert(), [r for r in rows if r["line"] <= i and r["line"] > upto.done])
         upto.done = i
-        alerts.evaluate(engine, job_id, limits=lim, now=t0 + i)
+        tracker.evaluate(job_id, now=t0 + i)
         with Session(engine) as s:
             return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
     upto.done = -1
@@ -140,7 +141,7 @@ def test_downsampling_keeps_every_peak(tmp_path):
 
 
 class Hook(BaseHTTPRequestHandler):
-    got: list = []
+    got: ClassVar[list] = []
     fail_first = True
 
     def do_POST(self) -> None:

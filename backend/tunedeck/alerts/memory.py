@@ -1,54 +1,91 @@
-"""Detectors over one device's memory series: spikes, periodic spikes, near-OOM, plateau."""
+"""Detectors over one device's memory series: spikes, periodic spikes, near-OOM, plateau.
+
+A `Gpu` consumes its device's samples in time order, in chunks of any size, and keeps bounded state:
+the last samples of the level and noise windows, the excursions still up, running counts, and a
+fixed number of blocks that summarise the whole run for the plateau. What it reports does not depend
+on how the samples were chunked: a run fed whole (an import) and fed batch by batch (live) agree.
+"""
 
 from __future__ import annotations
 
-import warnings
+import copy
+import math
+from collections import deque
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import Finding, Limits, Series, gib
+from tunedeck.alerts.series import Finding, Limits, Occurrences, Series, Steps, gib
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
 WINDOW = 30  # samples in the noise estimate
-MAX_SPIKE = 3  # an excursion longer than this is a level change, not a spike
+MAX_SPIKE = 3  # the widest excursion the first samples' rule accepts
 AFTER = 5  # samples after an early excursion that show the level it fell back to
+EARLY = HISTORY - 1 + MAX_SPIKE + AFTER  # samples that settle the first samples' rule
+EXCURSION_S = 60.0  # a rise that has not come back down within this is a level change, not a spike
+DEPTH = 8  # excursions up on top of one another at once
+SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
+BLOCKS = 512  # the plateau's summary of a run of any length
+PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 MIB64 = 64 * 1024**2
+NOISE = 1.4826 / math.sqrt(2)  # a MAD of step-to-step differences as the sample noise
 
 
-def baseline(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each sample, from the samples before it only: the level (median of the last LEVEL) and
-    the noise (MAD of the step-to-step differences over the last WINDOW, which a warm-up ramp or a
-    level change does not inflate)."""
-    n = len(y)
-    med, noise = np.full(n, np.nan), np.full(n, np.nan)
-    if n <= HISTORY:
-        return med, noise
-    pad = np.concatenate([np.full(LEVEL - 1, np.nan), y])
-    med[1:] = np.nanmedian(sliding_window_view(pad, LEVEL)[: n - 1], axis=1)
-    d = np.concatenate([np.full(WINDOW, np.nan), np.diff(y)])  # d[WINDOW + k] = y[k+1] - y[k]
-    win = sliding_window_view(d, WINDOW)[: n - 1]  # for sample i: the diffs up to y[i-1] - y[i-2]
-    with warnings.catch_warnings():  # the first windows hold no difference yet
-        warnings.simplefilter("ignore", RuntimeWarning)
-        c = np.nanmedian(win, axis=1)
-        noise[1:] = np.nanmedian(np.abs(win - c[:, None]), axis=1) * 1.4826 / np.sqrt(2)
-    med[:HISTORY] = np.nan  # too little history
-    return med, np.nan_to_num(noise)
+class OutOfOrder(ValueError):
+    """A sample older than one already consumed: the state has to be rebuilt from the stored series."""
 
 
-def _threshold(base: float, noise: float, total: float | None) -> float:
-    return max(6 * noise, 0.05 * base, 0.02 * total if total else 0.0, MIB64)
+def threshold(level: float, noise: float, total: float | None) -> float:
+    """The detector's floor: how far above its level a sample must stand to start an excursion."""
+    return max(6 * noise, 0.05 * level, 0.02 * total if total else 0.0, MIB64)
 
 
-def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, float]], int]:
+def _mad(w: np.ndarray) -> float:
+    return float(np.median(np.abs(w - np.median(w)))) * NOISE if len(w) else 0.0
+
+
+def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each sample of full[h:], from the samples before it: the level (median of the last LEVEL)
+    and their spread (max - min), the noise (MAD of the last WINDOW step-to-step differences, which a
+    warm-up ramp or a level change does not inflate); and the plateau's smoothed value (median of the
+    last SMOOTH, itself included).
+    full[:h] holds the WINDOW + 1 samples before, or every one when the run is shorter (then full[0] is
+    the run's first sample, which pads the smoothing window as if it had been there before)."""
+    m = len(full) - h
+    base, spread, noise, smooth = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+    d = np.diff(full)  # d[r] = full[r + 1] - full[r]
+    # Windows cut short by the start of the run (only ever in its first WINDOW + 1 samples).
+    for p in range(h, min(h + m, WINDOW + 1)):
+        noise[p - h] = _mad(d[max(0, p - 1 - WINDOW):max(0, p - 1)])
+        if p < LEVEL:
+            base[p - h] = float(np.median(full[:p])) if p else math.nan
+            spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
+        if p < SMOOTH - 1:
+            smooth[p - h] = float(np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[:p + 1]])))
+    lo = max(h, LEVEL)
+    if lo < h + m:
+        w = sliding_window_view(full[:-1], LEVEL)[lo - LEVEL:]
+        base[lo - h:], spread[lo - h:] = np.median(w, axis=1), np.ptp(w, axis=1)
+    lo = max(h, WINDOW + 1)
+    if lo < h + m:
+        w = sliding_window_view(d[:-1], WINDOW)[lo - 1 - WINDOW:]
+        noise[lo - h:] = np.median(np.abs(w - np.median(w, axis=1)[:, None]), axis=1) * NOISE
+    lo = max(h, SMOOTH - 1)
+    if lo < h + m:
+        smooth[lo - h:] = np.median(sliding_window_view(full, SMOOTH)[lo - SMOOTH + 1:], axis=1)
+    return base, spread, noise, smooth
+
+
+def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, int, float]], int]:
     """Spikes among the first samples, which have too little history for a baseline before them:
     an excursion of at most MAX_SPIKE samples that rose from the sample before it and fell back to
     the level the run then held (the median of the AFTER samples that follow it) is judged against
     that level. A loading peak above the working level is such a spike; a warm-up climb is not (it
     never stands above what follows), nor is a high first sample (nothing shows it rose). Judged
-    once AFTER samples follow the excursion. Returns the spikes and the index judging goes on from."""
+    once AFTER samples follow the excursion. Returns (start, peak, level) of each spike and the index
+    judging goes on from."""
     out, resume, n = [], 0, len(y)
     i = 1
     while i < min(n, HISTORY):
@@ -57,7 +94,7 @@ def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, fl
             if j + AFTER > n:
                 break
             ref = float(np.median(y[j:j + AFTER]))
-            thr = _threshold(ref, 0.0, total)
+            thr = threshold(ref, 0.0, total)
             if (y[i - 1] <= ref + thr / 2 and y[i:j].min() > ref + thr / 2 and y[i:j].max() > ref + thr
                     and y[j] <= ref + thr / 2):
                 hit = j, ref
@@ -66,164 +103,250 @@ def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, fl
             i += 1
             continue
         j, ref = hit
-        out.append((i + int(np.argmax(y[i:j])), ref))
+        out.append((i, i + int(np.argmax(y[i:j])), ref))
         i = resume = j
     return out, resume
 
 
-def spikes(t: np.ndarray, y: np.ndarray, total: float | None) -> list[tuple[int, float]]:
-    """(index of the peak, baseline) of every transient excursion that has returned to baseline: the
-    first samples by `early_spikes`, every later one against the level of the samples before it."""
-    med, mad = baseline(y)
-    out, resume = early_spikes(y, total)
-    i, n = max(HISTORY, resume), len(y)
-    while i < n:
-        base = med[i]
-        if np.isnan(base):
-            i += 1
-            continue
-        thr = _threshold(base, mad[i], total)
-        if y[i] <= base + thr:
-            i += 1
-            continue
-        j = i
-        while j < n and j - i <= MAX_SPIKE and y[j] > base + thr / 2:
-            j += 1
-        if j < n and j - i <= MAX_SPIKE:  # back near the baseline: a transient spike
-            out.append((i + int(np.argmax(y[i:j])), float(base)))
-        i = j  # a level change: the baseline catches up within LEVEL samples
-    return out
-
-
-def _steps_at(s: Series, times: list[float]) -> list[float] | None:
-    pts = [(p.t, p.step) for p in s.points if p.step is not None]
-    if len(pts) < 2:
-        return None
-    pt, ps = zip(*pts)
-    return list(np.interp(times, pt, ps))
-
-
-def step_at(s: Series, t: float) -> int | None:
-    v = _steps_at(s, [t])
-    if v is None:
-        prior = [p.step for p in s.points if p.step is not None and p.t <= t]
-        return prior[-1] if prior else None
-    return int(round(v[0]))
-
-
 def periodic(times: list[float]) -> float | None:
-    """The period when at least 4 spikes recur at a regular interval (3 in 4 gaps within 25 %)."""
+    """The period when at least 4 spikes recur at a regular interval: 3 in 4 gaps within
+    PERIOD_SPREAD of the mean gap (the mean of those near the median gap, so that one missed or extra
+    spike does not move it)."""
     if len(times) < 4:
         return None
     d = np.diff(times)
-    p = float(np.median(d))
-    return p if p > 0 and np.mean(np.abs(d - p) <= 0.25 * p) >= 0.75 else None
+    mid = float(np.median(d))
+    if mid <= 0:
+        return None
+    p = float(np.mean(d[(d >= mid / 1.6) & (d <= mid * 1.6)]))
+    regular = (d >= p / PERIOD_SPREAD) & (d <= p * PERIOD_SPREAD)
+    return p if np.mean(regular) >= 0.75 else None
 
 
-def spike_findings(s: Series, gpu: int, t: np.ndarray, y: np.ndarray, total: float | None, lim: Limits,
-                   now: float) -> list[Finding]:
-    found = spikes(t, y, total)
-    if not found:
-        return []
-    times = [float(t[i]) for i, _ in found]
-    peak_i, base = max(found, key=lambda f: y[f[0]] - f[1])
-    delta = y[peak_i] - base
-    recent = s.running and now - times[-1] <= lim.hold_s
-    period = periodic(times)
-    if period is None:
-        msg = (f"GPU {gpu}: {len(found)} transient VRAM spike(s); the largest reached {gib(y[peak_i])}, "
-               f"+{gib(delta)} above the {gib(base)} baseline"
-               + (f" ({100 * y[peak_i] / total:.0f}% of {gib(total)})" if total else ""))
-        if peak_i < HISTORY:  # no batch to blame yet: the job was starting (loading, first batches)
-            sug = "a peak while the job started, above the level it then held; if it nears capacity, "
-        else:
-            sug = f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); if it recurs, "
-        sug += advice.memory_relief(s)
-        return [Finding("vram_spike", "warning", gpu, times, step_at(s, times[-1]), msg, sug, recent)]
-    g = advice.ga(s)
-    steps = _steps_at(s, times)
-    every = ""
-    sug_parts = []
-    if steps is not None:
-        sp = float(np.median(np.diff(steps)))
-        mb = sp * g
-        every = f" (≈{sp:.1f} optimizer steps = {mb:.0f} micro-batches)"
-        if g > 1:
-            sug_parts.append(f"gradient_accumulation_steps is {g} and the spikes recur every {mb:.0f} micro-batches: "
-                             f"try {max(1, g // 2)}")
-    elif g > 1:
-        sug_parts.append(f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {g // 2}")
-    rb = advice.reduce_bucket(s)
-    if rb:
-        sug_parts.append(rb)
-    if not sug_parts:
-        sug_parts.append("spikes at the optimizer step: " + advice.memory_relief(s))
-    msg = (f"GPU {gpu}: VRAM spikes by up to +{gib(delta)} (to {gib(y[peak_i])}) every {period:.1f} s{every}; "
-           f"{len(found)} spikes")
-    return [Finding("vram_periodic_spikes", "warning", gpu, times, step_at(s, times[-1]), msg,
-                    ", or ".join(sug_parts), recent)]
+class _Up:
+    """An excursion still above the level it rose from."""
+
+    __slots__ = ("base", "n", "peak", "recent", "settled", "t0", "thr")
+
+    def __init__(self, t: float, y: float, base: float, thr: float, settled: bool):
+        self.t0, self.base, self.thr, self.peak, self.n, self.settled = t, base, thr, y, 1, settled
+        self.recent: deque[float] = deque([y], maxlen=LEVEL)  # the samples while it was the top one
+
+    def level(self) -> tuple[float, float, int]:
+        """The median of the recent samples, their spread and how many there are."""
+        s = sorted(self.recent)
+        k = len(s) // 2
+        return (s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2), s[-1] - s[0], len(s)
 
 
-def near_oom(s: Series, gpu: int, t: np.ndarray, y: np.ndarray, total: float | None, lim: Limits) -> list[Finding]:
-    if not total:
-        return []
-    above = y >= lim.near_oom_share * total
-    times, run, longest = [], 0, 0
-    for i, a in enumerate(above):
-        run = run + 1 if a else 0
-        longest = max(longest, run)
-        if run >= 3:  # sustained: three samples in a row
-            times.append(float(t[i]))
-    if not times:
-        return []
-    peak = float(y[above].max())
-    msg = (f"GPU {gpu}: {gib(peak)} of {gib(total)} in use ({100 * peak / total:.1f}%, over "
-           f"{100 * lim.near_oom_share:.0f}% for {longest} samples)")
-    return [Finding("vram_near_oom", "critical", gpu, times, step_at(s, times[-1]), msg,
-                    "close to out-of-memory: " + advice.memory_relief(s), s.running and bool(above[-1]) and run >= 3)]
+class Gpu:
+    """One device's detector state."""
 
+    def __init__(self, gpu: int, lim: Limits):
+        self.gpu, self.share = gpu, lim.near_oom_share
+        self.n = 0
+        self.t_first = self.t_last = 0.0
+        self.total = 0.0  # the largest capacity reported; 0: unknown
+        self._hist = np.empty(0)
+        self._early: list[tuple[float, ...]] | None = []  # the first samples, until EARLY of them came
+        self._up: list[_Up] = []
+        self.spikes = Occurrences()
+        self.largest: tuple[float, float, bool] = (0.0, 0.0, False)  # peak, level, while starting
+        self.widest = 0.0  # seconds, of the excursions wider than MAX_SPIKE samples
+        self.run = self.longest = 0  # samples in a row over the near-OOM share
+        self.near = Occurrences()
+        self.near_peak = 0.0
+        # The plateau's blocks: [first index, t0, t1, samples, min, max, sum of smoothed, sum of noise].
+        self.blocks: list[list] = []
+        self.block = 1
+        self._cur: list | None = None
 
-def plateau(s: Series, gpu: int, t: np.ndarray, y: np.ndarray, total: float | None) -> list[Finding]:
-    """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
-    least half of the run after warm-up."""
-    n = len(y)
-    if n < 12:
-        return []
-    k = 9  # a median this wide ignores spikes up to 4 samples long
-    smooth = np.median(sliding_window_view(np.concatenate([y[:1].repeat(k - 1), y]), k), axis=1)
-    warm = max(5, n // 10)
-    level = float(np.median(smooth[warm:]))
-    d = np.diff(y[warm:])
-    sigma = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / np.sqrt(2)  # sample noise, robust
-    band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2, 4 * sigma)
-    lo = hi = smooth[-1]
-    start = n - 1
-    while start > warm and max(hi, smooth[start - 1]) - min(lo, smooth[start - 1]) <= band:
-        start -= 1
-        lo, hi = min(lo, smooth[start]), max(hi, smooth[start])
-    if n - start < 10 or t[-1] - t[start] < 0.5 * (t[-1] - t[warm]):
-        return []
-    share = f" ({100 * level / total:.0f}% of {gib(total)})" if total else ""
-    msg = (f"GPU {gpu}: memory settled at {gib(level)}{share} after {t[start] - t[0]:.0f} s and stayed within "
-           f"{gib(hi - lo)} for {t[-1] - t[start]:.0f} s: the healthy flat line")
-    sug = None
-    if total and level < 0.5 * total:
-        bs = advice.batch(s)
-        sug = f"{gib(total - level)} headroom: per_device_train_batch_size {bs} could go to {bs * 2} for throughput"
-    return [Finding("vram_plateau", "info", gpu, [float(t[start]), float(t[-1])], step_at(s, float(t[-1])), msg, sug,
-                    s.running)]
+    def feed(self, t: np.ndarray, y: np.ndarray, total: np.ndarray) -> None:
+        """Consume samples in time order (total 0 where unknown)."""
+        if not len(t):
+            return
+        if (self.n and t[0] < self.t_last) or (len(t) > 1 and np.any(np.diff(t) < 0)):
+            raise OutOfOrder(f"GPU {self.gpu}: a sample at {float(np.min(t))} after one at {self.t_last}")
+        full = np.concatenate([self._hist, y])
+        base, spread, noise, smooth = levels(full, len(self._hist))
+        tot = np.maximum.accumulate(np.concatenate([[self.total], total]))[1:]
+        if not self.n:
+            self.t_first = float(t[0])
+        for k in range(len(t)):
+            ti, yi, nk, tk = float(t[k]), float(y[k]), float(noise[k]), float(tot[k])
+            g, self.n = self.n, self.n + 1
+            self._near(ti, yi, tk)
+            self._plateau(g, ti, float(smooth[k]), nk)
+            if self._early is None:
+                self._step(ti, yi, float(base[k]), float(spread[k]), nk, tk)
+                continue
+            self._early.append((ti, yi, float(base[k]), float(spread[k]), nk, tk))
+            if self.n == EARLY:
+                self._settle()
+        self.t_last, self.total = float(t[-1]), float(tot[-1])
+        self._hist = full[-(WINDOW + 1):]
 
+    def _settle(self) -> None:
+        """Judge the first samples (the early rule), then go on judging each against the level before it."""
+        early, self._early = self._early or [], None
+        y = np.array([e[1] for e in early])
+        found, resume = early_spikes(y, early[-1][-1] or None)
+        for start, peak, ref in found:
+            self._spike(early[start][0], float(y[peak]), ref, early=True)
+        for sample in early[max(HISTORY, resume):]:
+            self._step(*sample)
 
-def detect(s: Series, lim: Limits, now: float) -> list[Finding]:
-    out: list[Finding] = []
-    for gpu, samples in sorted(s.memory.items()):
-        if not samples:
-            continue
-        t = np.fromiter((x[0] for x in samples), dtype=np.float64, count=len(samples))
-        y = np.fromiter((x[1] for x in samples), dtype=np.float64, count=len(samples))
-        totals = [x[2] for x in samples if x[2]]
-        total = float(max(totals)) if totals else None
-        out += spike_findings(s, gpu, t, y, total, lim, now)
-        out += near_oom(s, gpu, t, y, total, lim)
-        out += plateau(s, gpu, t, y, total)
-    return out
+    def _step(self, t: float, y: float, base: float, spread: float, noise: float, total: float) -> None:
+        up = self._up
+        for i, e in enumerate(up):
+            if y <= e.base + e.thr / 2:  # back down from e: e ends, and so does what rose on top of it
+                # A wide one must have risen from a settled level and come back to it: falling far below
+                # (memory freed at the end of a run) is another change, and a climb has no level to leave.
+                if e.n <= MAX_SPIKE or (e.settled and y >= e.base - e.thr / 2):
+                    self._spike(e.t0, max(x.peak for x in up[i:]), e.base, lasted=t - e.t0 if e.n > MAX_SPIKE else 0.0)
+                del up[i:]
+                break
+        while up and t - up[0].t0 >= EXCURSION_S:  # still up after that long: the level changed
+            up.pop(0)
+        for e in up:
+            e.peak, e.n = max(e.peak, y), e.n + 1
+        # Judged against the level it stands on: the top excursion's own, or the run's.
+        level, spread, behind = up[-1].level() if up else (base, spread, LEVEL)
+        thr = threshold(level, noise, total or None)
+        if y > level + thr:
+            up.append(_Up(t, y, level, thr, behind >= LEVEL // 2 and spread <= thr))
+            if len(up) > DEPTH:
+                up.pop(0)
+        elif up:
+            up[-1].recent.append(y)
+
+    def _spike(self, t0: float, peak: float, base: float, *, early: bool = False, lasted: float = 0.0) -> None:
+        self.spikes.add(t0)
+        if peak - base > self.largest[0] - self.largest[1]:
+            self.largest = (peak, base, early)
+        self.widest = max(self.widest, lasted)
+
+    def _near(self, t: float, y: float, total: float) -> None:
+        above = total > 0 and y >= self.share * total
+        self.run = self.run + 1 if above else 0
+        self.longest = max(self.longest, self.run)
+        if above:
+            self.near_peak = max(self.near_peak, y)
+        if self.run >= 3:  # sustained: three samples in a row
+            self.near.add(t)
+
+    def _plateau(self, g: int, t: float, s: float, noise: float) -> None:
+        b = self._cur
+        if b is None:
+            b = self._cur = [g, t, t, 0, s, s, 0.0, 0.0]
+        b[2], b[3], b[4], b[5], b[6], b[7] = t, b[3] + 1, min(b[4], s), max(b[5], s), b[6] + s, b[7] + noise
+        if b[3] < self.block:
+            return
+        self.blocks.append(b)
+        self._cur = None
+        if len(self.blocks) == BLOCKS:  # twice as coarse: the summary stays this size however long the run
+            self.blocks = [[a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
+                           for a, c in zip(self.blocks[::2], self.blocks[1::2])]
+            self.block *= 2
+
+    # ------------------------------------------------------------------ findings
+
+    def findings(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
+        if not self.n:
+            return []
+        judged = self
+        if self._early is not None:  # the first samples, judged on what there is so far
+            judged = copy.deepcopy(self)
+            judged._settle()
+        return [*judged._spike_findings(s, steps, lim, now, running), *self._near_findings(s, steps, lim, running),
+                *self._plateau_findings(s, steps, running)]
+
+    def _spike_findings(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
+        occ, gpu, total = self.spikes, self.gpu, self.total or None
+        if not occ.n:
+            return []
+        times = occ.times()
+        peak, base, early = self.largest
+        recent = running and now - times[-1] <= lim.hold_s
+        period = periodic(times)
+        if period is None:
+            msg = (f"GPU {gpu}: {occ.n} transient VRAM spike(s); the largest reached {gib(peak)}, "
+                   f"+{gib(peak - base)} above the {gib(base)} baseline"
+                   + (f" ({100 * peak / total:.0f}% of {gib(total)})" if total else "")
+                   + (f"; the longest lasted {self.widest:.0f} s" if self.widest else ""))
+            if early:  # no batch to blame yet: the job was starting (loading, first batches)
+                sug = "a peak while the job started, above the level it then held; if it nears capacity, "
+            else:
+                sug = (f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); "
+                       "if it recurs, ")
+            sug += advice.memory_relief(s)
+            return [Finding("vram_spike", "warning", gpu, times, steps.step_at(times[-1]), msg, sug, recent,
+                            occ.n, occ.first)]
+        g = advice.ga(s)
+        at = steps.at(times)
+        every = ""
+        sug_parts = []
+        if at is not None:
+            sp = float(np.median(np.diff(at)))
+            mb = sp * g
+            every = f" (≈{sp:.1f} optimizer steps = {mb:.0f} micro-batches)"
+            if g > 1:
+                sug_parts.append(f"gradient_accumulation_steps is {g} and the spikes recur every {mb:.0f} "
+                                 f"micro-batches: try {max(1, g // 2)}")
+        elif g > 1:
+            sug_parts.append(f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {g // 2}")
+        rb = advice.reduce_bucket(s)
+        if rb:
+            sug_parts.append(rb)
+        if not sug_parts:
+            sug_parts.append("spikes at the optimizer step: " + advice.memory_relief(s))
+        msg = (f"GPU {gpu}: VRAM spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
+               f"{occ.n} spikes")
+        return [Finding("vram_periodic_spikes", "warning", gpu, times, steps.step_at(times[-1]), msg,
+                        ", or ".join(sug_parts), recent, occ.n, occ.first)]
+
+    def _near_findings(self, s: Series, steps: Steps, lim: Limits, running: bool) -> list[Finding]:
+        total = self.total
+        if not total or not self.near.n:
+            return []
+        times, peak = self.near.times(), self.near_peak
+        msg = (f"GPU {self.gpu}: {gib(peak)} of {gib(total)} in use ({100 * peak / total:.1f}%, over "
+               f"{100 * lim.near_oom_share:.0f}% for {self.longest} samples)")
+        return [Finding("vram_near_oom", "critical", self.gpu, times, steps.step_at(times[-1]), msg,
+                        "close to out-of-memory: " + advice.memory_relief(s), running and self.run >= 3,
+                        self.near.n, self.near.first)]
+
+    def _plateau_findings(self, s: Series, steps: Steps, running: bool) -> list[Finding]:
+        """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
+        least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run)."""
+        n = self.n
+        if n < 12:
+            return []
+        b = np.array(self.blocks + ([self._cur] if self._cur else []), dtype=np.float64)
+        i0, size = b[:, 0], b[:, 3]
+        warm = max(5, n // 10)
+        after = b[i0 >= warm] if np.any(i0 >= warm) else b[-1:]
+        level = float(np.median(after[:, 6] / after[:, 3]))
+        sigma = float(np.median(after[:, 7] / after[:, 3]))  # sample noise, robust
+        total = self.total or None
+        band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2, 4 * sigma)
+        # The trailing stretch: blocks from the newest back while their range stays within the band.
+        lo, hi = np.minimum.accumulate(b[::-1, 4]), np.maximum.accumulate(b[::-1, 5])
+        fits = (hi - lo <= band) & ((i0[::-1] >= warm) | (np.arange(len(b)) == 0))
+        k = int(np.argmin(fits)) if not fits.all() else len(b)  # blocks in the stretch
+        if k == 0:
+            return []
+        first, lo, hi = b[len(b) - k], float(lo[k - 1]), float(hi[k - 1])
+        w = b[int(np.argmax(i0 + size > warm))]
+        t_warm = w[1] + (warm - w[0]) * (w[2] - w[1]) / max(1.0, w[3] - 1)
+        start, end = float(first[1]), self.t_last
+        if n - first[0] < 10 or end - start < 0.5 * (end - t_warm):
+            return []
+        share = f" ({100 * level / total:.0f}% of {gib(total)})" if total else ""
+        msg = (f"GPU {self.gpu}: memory settled at {gib(level)}{share} after {start - self.t_first:.0f} s and stayed "
+               f"within {gib(hi - lo)} for {end - start:.0f} s: the healthy flat line")
+        sug = None
+        if total and level < 0.5 * total:
+            bs = advice.batch(s)
+            sug = f"{gib(total - level)} headroom: per_device_train_batch_size {bs} could go to {bs * 2} for throughput"
+        return [Finding("vram_plateau", "info", self.gpu, [start, end], steps.step_at(end), msg, sug, running)]

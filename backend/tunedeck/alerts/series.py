@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 GiB = 1024**3
+KEEP = 512  # occurrences of a condition kept with their times; older ones are only counted
 
 
 @dataclass
@@ -34,19 +38,51 @@ class Finding:
     kind: str
     severity: str  # info | warning | critical
     gpu: int | None
-    times: list[float]  # every occurrence, oldest first
+    times: list[float]  # the occurrences, oldest first (the KEEP most recent of `count`)
     step: int | None
     message: str
     suggestion: str | None
     open: bool
+    count: int = 0  # every occurrence, when `times` holds only the most recent (0: len(times))
+    first: float | None = None  # the first occurrence, when `times` no longer holds it
+
+    def __post_init__(self) -> None:
+        self.count = self.count or len(self.times)
+        self.first = self.times[0] if self.first is None else self.first
 
     @property
     def t(self) -> float:
         return self.times[-1]
 
+    @property
+    def complete(self) -> bool:
+        """Whether `times` holds every occurrence."""
+        return self.count == len(self.times)
+
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "severity": self.severity, "gpu": self.gpu, "t": self.t, "step": self.step,
                 "message": self.message, "suggestion": self.suggestion}
+
+
+class Occurrences:
+    """The times a condition was seen, in order: how many, the first, and the KEEP most recent."""
+
+    __slots__ = ("first", "n", "recent")
+
+    def __init__(self) -> None:
+        self.n, self.first, self.recent = 0, None, deque(maxlen=KEEP)
+
+    def add(self, t: float) -> None:
+        if not self.n:
+            self.first = t
+        self.n += 1
+        self.recent.append(t)
+
+    def times(self) -> list[float]:
+        return list(self.recent)
+
+    def __len__(self) -> int:
+        return self.n
 
 
 @dataclass
@@ -58,3 +94,36 @@ class Limits:
 
 def gib(b: float) -> str:
     return f"{b / GiB:.1f} GiB" if b >= GiB / 10 else f"{b / 1024**2:.0f} MiB"
+
+
+STEPS = 4096  # points kept to place a time in training (hours of a run at one point every few seconds)
+
+
+class Steps:
+    """(t, step) of the most recent points that carry a step: where in training a time falls."""
+
+    def __init__(self) -> None:
+        self.t: deque[float] = deque(maxlen=STEPS)
+        self.step: deque[int] = deque(maxlen=STEPS)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def add(self, t: float, step: int) -> None:
+        self.t.append(t)
+        self.step.append(step)
+        self._arrays = None
+
+    def at(self, times: list[float]) -> list[float] | None:
+        """The step at each time, interpolated; None with fewer than two points."""
+        if len(self.t) < 2:
+            return None
+        if self._arrays is None:
+            self._arrays = (np.fromiter(self.t, np.float64, len(self.t)), np.fromiter(self.step, np.float64, len(self.t)))
+        return [float(x) for x in np.interp(times, *self._arrays)]
+
+    def before(self, t: float) -> int | None:
+        """The step of the last point at or before t."""
+        return next((s for ts, s in zip(reversed(self.t), reversed(self.step)) if ts <= t), None)
+
+    def step_at(self, t: float) -> int | None:
+        v = self.at([t])
+        return self.before(t) if v is None else round(v[0])

@@ -1,14 +1,19 @@
-"""Detectors over the loss curve, the output lines and step progress."""
+"""Detectors over the loss curve, the output lines and step progress.
+
+`Training` consumes a job's points and output lines in order and keeps bounded state (the last
+points of the smoothing windows, the loss minimum so far, running counts); what it reports does
+not depend on how the points were chunked."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections import deque
 
 import numpy as np
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import Finding, Limits, Series
+from tunedeck.alerts.series import Finding, Limits, Occurrences, Point, Series, Steps
 
 # CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS.
 OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|^\s*MemoryError\b|"
@@ -17,140 +22,217 @@ OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
 FLUSH = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 
 
+SMOOTH = 10  # points in the divergence's trailing mean: an fp16 loss flipping every step averages out
+RECENT = 60  # points the oscillation is judged on
+INTERVALS = 256  # step intervals a step's usual duration is the median of
+SETTLE = 8  # intervals seen before each new one is judged on arrival
+
+
 def _median(x: list[float], k: int) -> np.ndarray:
     a = np.asarray(x, dtype=np.float64)
     h = k // 2
     return np.array([np.median(a[max(0, i - h): i + h + 1]) for i in range(len(a))])
 
 
-def losses(s: Series) -> list[tuple[float, int | None, float]]:
-    return [(p.t, p.step, p.loss) for p in s.points if p.loss is not None]
+class Training:
+    """A job's loss curve, step progress and output lines."""
 
+    def __init__(self, lim: Limits):
+        self.stall_min_s = lim.stall_min_s
+        self.last: Point | None = None
+        self.bad = Occurrences()  # points with a NaN/inf loss or eval loss
+        self.bad_first: tuple[int | None, str] = (None, "loss")
+        self.finite = 0
+        self.recent: deque[tuple[float, int | None, float]] = deque(maxlen=RECENT)
+        self._ten: deque[float] = deque(maxlen=SMOOTH)
+        self.sm = self.lo = self.bar = math.nan  # smoothed loss: now, its minimum so far, diverging above
+        self.lo_step: int | None = None
+        self.tail = self.ups = 0  # smoothed values since the minimum, and how many of them rose
+        self.over = Occurrences()  # points since the minimum with the smoothed loss over the bar
+        self.over_step: int | None = None
+        self.steps = 0  # points with a step
+        self.t_step, self.last_step = math.nan, None
+        self.intervals: deque[float] = deque(maxlen=INTERVALS)
+        self.pending: list[tuple[float, float, int | None]] | None = []  # intervals before SETTLE came
+        self.stalls = Occurrences()
+        self.last_gap: tuple[float, float, int | None] | None = None
+        self.oom, self.flush = Occurrences(), Occurrences()
+        self.oom_line, self.oom_gpu, self.flush_worst = "", None, 0
 
-def loss_nan(s: Series) -> list[Finding]:
-    bad = [(p.t, p.step, "loss" if p.loss is not None and not math.isfinite(p.loss) else "eval_loss")
-           for p in s.points
-           if (p.loss is not None and not math.isfinite(p.loss)) or (p.eval_loss is not None and not math.isfinite(p.eval_loss))]
-    if not bad:
-        return []
-    _, step0, what = bad[0]
-    last = s.points[-1]
-    still = last.loss is not None and not math.isfinite(last.loss)
-    tips = [x for x in (advice.precision(s), advice.learning_rate(s, 10),
-                        "set max_grad_norm: 1.0" if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "") if x]
-    return [Finding("loss_nan", "critical", None, [t for t, _, _ in bad], step0,
-                    f"{what} became NaN/inf at step {step0} ({len(bad)} point(s))",
-                    "; ".join(tips) + "; gradient blow-ups want AMP off (fp16: false)" if not advice.fp16(s) else "; ".join(tips),
-                    s.running and still)]
+    def feed_point(self, p: Point) -> None:
+        self.last = p
+        bad_loss = p.loss is not None and not math.isfinite(p.loss)
+        if bad_loss or (p.eval_loss is not None and not math.isfinite(p.eval_loss)):
+            if not self.bad.n:
+                self.bad_first = (p.step, "loss" if bad_loss else "eval_loss")
+            self.bad.add(p.t)
+        if p.loss is not None and math.isfinite(p.loss):
+            self._loss(p.t, p.step, p.loss)
+        if p.step is not None:
+            self._progress(p.t, p.step)
 
+    def feed_log(self, t: float, line: str) -> None:
+        if OOM.search(line):
+            if not self.oom.n:
+                self.oom_line = line
+            self.oom.add(t)
+            m = OOM_GPU.search(line)
+            if self.oom_gpu is None and m:
+                self.oom_gpu = int(m.group(1))
+        m = FLUSH.search(line)
+        if m:
+            self.flush.add(t)
+            self.flush_worst = max(self.flush_worst, int(m.group(1)))
 
-def divergence(s: Series) -> list[Finding]:
-    pts = [x for x in losses(s) if math.isfinite(x[2])]
-    if len(pts) < 15:
-        return []
-    # A trailing mean over an even window: an fp16 loss that flips up and down every step averages out.
-    sm = np.convolve([x[2] for x in pts], np.ones(10) / 10, mode="valid")
-    pts = pts[9:]
-    i_min = int(np.argmin(sm))
-    lo = sm[i_min]
-    tail = sm[i_min:]
-    if len(tail) < 5:
-        return []
-    over = [i_min + i for i, v in enumerate(tail) if v >= max(1.5 * lo, lo + 0.3)]
-    if not over or np.mean(np.diff(tail) > 0) < 0.5:
-        return []
-    first = over[0]
-    msg = (f"loss diverging: smoothed {sm[-1]:.3g} against a minimum of {lo:.3g} at step {pts[i_min][1]} "
-           f"(×{sm[-1] / lo:.1f})" if lo > 0 else f"loss diverging: {sm[-1]:.3g} from {lo:.3g}")
-    tips = [advice.learning_rate(s, 4), "add warmup_ratio: 0.1" if not (s.config.get("warmup_ratio") or s.config.get("warmup_steps")) else "",
-            advice.precision(s) or "gradient blow-ups want AMP off (fp16/bf16 false) to check"]
-    return [Finding("loss_divergence", "critical", None, [pts[i][0] for i in over], pts[first][1], msg,
-                    "; ".join(x for x in tips if x), s.running and sm[-1] >= max(1.5 * lo, lo + 0.3))]
+    def _loss(self, t: float, step: int | None, loss: float) -> None:
+        self.finite += 1
+        self.recent.append((t, step, loss))
+        self._ten.append(loss)
+        if len(self._ten) < SMOOTH:
+            return
+        sm = sum(self._ten) / SMOOTH
+        if not sm >= self.lo:  # a new minimum (or the first value): divergence is measured from here
+            self.lo, self.lo_step, self.tail, self.ups = sm, step, 1, 0
+            self.bar = max(1.5 * sm, sm + 0.3)
+            self.over, self.over_step = Occurrences(), None
+        else:
+            self.tail += 1
+            self.ups += sm > self.sm
+            if sm >= self.bar:
+                if not self.over.n:
+                    self.over_step = step
+                self.over.add(t)
+        self.sm = sm
 
+    def _progress(self, t: float, step: int) -> None:
+        self.steps += 1
+        if self.steps > 1:
+            gap = (self.t_step, t, self.last_step)
+            self.intervals.append(t - self.t_step)
+            if self.pending is None:
+                self._judge(gap)
+            else:
+                self.pending.append(gap)
+                if len(self.intervals) >= SETTLE:  # enough intervals to know a usual step
+                    for g in self.pending:
+                        self._judge(g)
+                    self.pending = None
+        self.t_step, self.last_step = t, step
 
-def oscillation(s: Series) -> list[Finding]:
-    pts = [x for x in losses(s) if math.isfinite(x[2])]
-    if len(pts) < 20:
-        return []
-    pts = pts[-60:]
-    y = np.array([x[2] for x in pts])
-    resid = y - _median(list(y), 7)
-    level = float(np.median(np.abs(y)))
-    rel = float(np.std(resid) / level) if level > 0 else 0.0
-    d = np.diff(y)
-    alt = float(np.mean(d[1:] * d[:-1] < 0)) if len(d) > 2 else 0.0
-    if rel < 0.15 or alt < 0.6:
-        return []
-    msg = (f"loss oscillates: step-to-step swings of ±{100 * rel:.0f}% around {level:.3g}, the direction "
-           f"flipping on {100 * alt:.0f}% of the last {len(pts)} points")
-    sug = advice.precision(s) or (f"{advice.learning_rate(s, 2)}, or raise gradient_accumulation_steps from "
-                                  f"{advice.ga(s)} to {advice.ga(s) * 2} for a steadier gradient")
-    return [Finding("loss_oscillation", "warning", None, [x[0] for x in pts], pts[-1][1], msg, sug, s.running)]
+    def usual(self) -> float:
+        return float(np.median(self.intervals))
 
+    def _bar(self) -> float:
+        return max(10 * self.usual(), self.stall_min_s)
 
-def _step_before(s: Series, t: float) -> int | None:
-    prior = [p.step for p in s.points if p.step is not None and p.t <= t]
-    return prior[-1] if prior else None
+    def _judge(self, gap: tuple[float, float, int | None]) -> None:
+        bar = self._bar()
+        if gap[1] - gap[0] > bar:
+            self.stalls.add(gap[0] + bar)
+            self.last_gap = gap
 
+    def findings(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool,
+                 alive_until: float | None, host_memory: bool) -> list[Finding]:
+        return [*self._nan(s, running), *self._divergence(s, running), *self._oscillation(s, running),
+                *self._oom(s, steps, running, host_memory), *self._alloc_flush(s, steps, lim, now, running),
+                *self._stall(s, now, running, alive_until)]
 
-def oom(s: Series) -> list[Finding]:
-    hits = [(t, line) for t, line in s.logs if OOM.search(line)]
-    if not hits:
-        return []
-    t, line = hits[0]
-    gpu = None
-    m = next((OOM_GPU.search(x) for _, x in hits if OOM_GPU.search(x)), None)
-    if m:
-        local = int(m.group(1))
-        gpu = s.devices[local] if local < len(s.devices) else local
-    elif not s.devices:
-        gpu = -1 if s.memory.get(-1) else None
-    return [Finding("oom", "critical", gpu, [x[0] for x in hits], _step_before(s, t),
-                    f"out of memory in the trainer output: {line.strip()[:300]}",
-                    advice.memory_relief(s), s.running)]
+    def _nan(self, s: Series, running: bool) -> list[Finding]:
+        if not self.bad.n:
+            return []
+        step0, what = self.bad_first
+        still = self.last is not None and self.last.loss is not None and not math.isfinite(self.last.loss)
+        tips = [x for x in (advice.precision(s), advice.learning_rate(s, 10),
+                            "set max_grad_norm: 1.0" if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "") if x]
+        sug = "; ".join(tips)
+        if not advice.fp16(s):
+            sug += "; gradient blow-ups want AMP off (fp16: false)"
+        return [Finding("loss_nan", "critical", None, self.bad.times(), step0,
+                        f"{what} became NaN/inf at step {step0} ({self.bad.n} point(s))", sug, running and still,
+                        self.bad.n, self.bad.first)]
 
+    def _divergence(self, s: Series, running: bool) -> list[Finding]:
+        if self.finite < 15 or self.tail < 5 or not self.over.n or self.ups / (self.tail - 1) < 0.5:
+            return []
+        lo, sm = self.lo, self.sm
+        msg = (f"loss diverging: smoothed {sm:.3g} against a minimum of {lo:.3g} at step {self.lo_step} "
+               f"(×{sm / lo:.1f})" if lo > 0 else f"loss diverging: {sm:.3g} from {lo:.3g}")
+        tips = [advice.learning_rate(s, 4),
+                "add warmup_ratio: 0.1" if not (s.config.get("warmup_ratio") or s.config.get("warmup_steps")) else "",
+                advice.precision(s) or "gradient blow-ups want AMP off (fp16/bf16 false) to check"]
+        return [Finding("loss_divergence", "critical", None, self.over.times(), self.over_step, msg,
+                        "; ".join(x for x in tips if x), running and sm >= self.bar, self.over.n, self.over.first)]
 
-def alloc_flush(s: Series, lim: Limits, now: float) -> list[Finding]:
-    hits = [(t, int(m.group(1))) for t, line in s.logs if (m := FLUSH.search(line))]
-    if not hits:
-        return []
-    worst = max(n for _, n in hits)
-    tips = [x for x in (advice.prefetch_bucket(s), advice.reduce_bucket(s)) if x]
-    tips.append(advice.smaller_batch(s))
-    return [Finding("alloc_flush", "warning", s.devices[0] if s.devices else None, [t for t, _ in hits], _step_before(s, hits[-1][0]),
-                    f"DeepSpeed flushed the PyTorch allocator cache {len(hits)} time(s), up to {worst} per step: "
-                    "memory is fragmented at the limit and every flush stalls the step",
-                    "; ".join(tips), s.running and now - hits[-1][0] <= lim.hold_s)]
+    def _oscillation(self, s: Series, running: bool) -> list[Finding]:
+        if self.finite < 20:
+            return []
+        pts = list(self.recent)
+        y = np.array([x[2] for x in pts])
+        resid = y - _median(list(y), 7)
+        level = float(np.median(np.abs(y)))
+        rel = float(np.std(resid) / level) if level > 0 else 0.0
+        d = np.diff(y)
+        alt = float(np.mean(d[1:] * d[:-1] < 0)) if len(d) > 2 else 0.0
+        if rel < 0.15 or alt < 0.6:
+            return []
+        msg = (f"loss oscillates: step-to-step swings of ±{100 * rel:.0f}% around {level:.3g}, the direction "
+               f"flipping on {100 * alt:.0f}% of the last {len(pts)} points")
+        sug = advice.precision(s) or (f"{advice.learning_rate(s, 2)}, or raise gradient_accumulation_steps from "
+                                      f"{advice.ga(s)} to {advice.ga(s) * 2} for a steadier gradient")
+        return [Finding("loss_oscillation", "warning", None, [x[0] for x in pts], pts[-1][1], msg, sug, running)]
 
+    def _oom(self, s: Series, steps: Steps, running: bool, host_memory: bool) -> list[Finding]:
+        if not self.oom.n:
+            return []
+        gpu = None
+        if self.oom_gpu is not None:
+            local = self.oom_gpu
+            gpu = s.devices[local] if local < len(s.devices) else local
+        elif not s.devices:
+            gpu = -1 if host_memory else None
+        return [Finding("oom", "critical", gpu, self.oom.times(), steps.before(self.oom.first),
+                        f"out of memory in the trainer output: {self.oom_line.strip()[:300]}",
+                        advice.memory_relief(s), running, self.oom.n, self.oom.first)]
 
-def stall(s: Series, lim: Limits, now: float) -> list[Finding]:
-    pts = [p for p in s.points if p.step is not None]
-    if len(pts) < 3:
-        return []
-    t = np.array([p.t for p in pts])
-    usual = float(np.median(np.diff(t)))
-    thr = max(10 * usual, lim.stall_min_s)
-    # The process lived as long as the memory sampler kept reporting (or, live, until now).
-    alive_until = max((xs[-1][0] for xs in s.memory.values() if xs), default=t[-1])
-    if s.running:
-        alive_until = max(alive_until, now)
-    gaps = [(t[i], t[i + 1]) for i in range(len(t) - 1) if t[i + 1] - t[i] > thr]
-    ongoing = alive_until - t[-1] > thr
-    if ongoing:
-        gaps.append((t[-1], alive_until))
-    if not gaps:
-        return []
-    a, b = gaps[-1]
-    z = advice.zero(s)
-    if z.get("overlap_comm") is True or z.get("contiguous_gradients") is False:
-        sug = ("possible RCCL/NCCL deadlock: set zero_optimization.overlap_comm: false and contiguous_gradients: true, "
-               "then rerun with NCCL_DEBUG=INFO to see the stuck collective")
-    else:
-        sug = "possible collective-communication hang: rerun with NCCL_DEBUG=INFO and py-spy dump the workers"
-    return [Finding("stall", "critical", None, [x[0] + thr for x in gaps], _step_before(s, a),
-                    f"no step progress for {b - a:.0f} s after step {_step_before(s, a)} "
-                    f"(a step usually takes {usual:.1f} s) while the process lived", sug, s.running and ongoing)]
+    def _alloc_flush(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
+        if not self.flush.n:
+            return []
+        tips = [x for x in (advice.prefetch_bucket(s), advice.reduce_bucket(s)) if x]
+        tips.append(advice.smaller_batch(s))
+        last = self.flush.recent[-1]
+        return [Finding("alloc_flush", "warning", s.devices[0] if s.devices else None, self.flush.times(),
+                        steps.before(last),
+                        f"DeepSpeed flushed the PyTorch allocator cache {self.flush.n} time(s), up to "
+                        f"{self.flush_worst} per step: memory is fragmented at the limit and every flush stalls the step",
+                        "; ".join(tips), running and now - last <= lim.hold_s, self.flush.n, self.flush.first)]
 
-
-def detect(s: Series, lim: Limits, now: float) -> list[Finding]:
-    return [*loss_nan(s), *divergence(s), *oscillation(s), *oom(s), *alloc_flush(s, lim, now), *stall(s, lim, now)]
+    def _stall(self, s: Series, now: float, running: bool, alive_until: float | None) -> list[Finding]:
+        if self.steps < 3:
+            return []
+        bar, usual = self._bar(), self.usual()
+        times, count, last = self.stalls.times(), self.stalls.n, self.last_gap
+        for a, b, step in self.pending or ():  # too few steps yet to judge for good: judged on what there is
+            if b - a > bar:
+                times.append(a + bar)
+                count, last = count + 1, (a, b, step)
+        # The process lived as long as the memory sampler kept reporting (or, live, until now).
+        alive = self.t_step if alive_until is None else alive_until
+        if running:
+            alive = max(alive, now)
+        ongoing = alive - self.t_step > bar
+        if ongoing:
+            times.append(self.t_step + bar)
+            count, last = count + 1, (self.t_step, alive, self.last_step)
+        if last is None:
+            return []
+        a, b, step = last
+        z = advice.zero(s)
+        if z.get("overlap_comm") is True or z.get("contiguous_gradients") is False:
+            sug = ("possible RCCL/NCCL deadlock: set zero_optimization.overlap_comm: false and contiguous_gradients: "
+                   "true, then rerun with NCCL_DEBUG=INFO to see the stuck collective")
+        else:
+            sug = "possible collective-communication hang: rerun with NCCL_DEBUG=INFO and py-spy dump the workers"
+        return [Finding("stall", "critical", None, times, step,
+                        f"no step progress for {b - a:.0f} s after step {step} "
+                        f"(a step usually takes {usual:.1f} s) while the process lived", sug, running and ongoing,
+                        count, self.stalls.first if self.stalls.n else times[0])]

@@ -1,5 +1,6 @@
-"""Alerts in the database: load a job's series, run the pure engine, keep one open alert per
-(job, kind, gpu) up to date; and the background evaluator fed by the ingest writer."""
+"""Alerts in the database: each followed job's detector state, fed only the rows stored since the
+last pass (read by id); one open alert per (job, kind, gpu) kept up to date; and the background
+evaluator fed by the ingest writer."""
 
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from sqlalchemy import Engine, or_
+from sqlalchemy import Connection, Engine, Select, func, or_
 from sqlmodel import Session, col, select
 
-from tunedeck.alerts import SEVERITIES, Finding, Limits, Point, Series, analyze
+from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.config import Settings
 from tunedeck.models import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.services.jobs import get_job
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
-LIVE_WINDOW_S = 3 * 3600  # a running job is judged on its recent past; a finished one on all of it
 LOG_PATTERNS = ("%out of memory%", "%OutOfMemoryError%", "%allocate memory%", "%MemoryError%",
                 "%memory allocation of%", "%allocator cache flushes%")  # a cheap prefilter of OOM/FLUSH
+MEMORY, METRICS, LOGS = MemorySample.__table__, MetricPoint.__table__, LogLine.__table__
+TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
+CHUNK = 65536  # rows read and fed at a time
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -43,36 +46,179 @@ def job_config(job: Job) -> tuple[dict[str, Any], dict[str, Any] | None]:
     return (cfg if isinstance(cfg, dict) else {}), ds
 
 
-def _loss(p: MetricPoint) -> tuple[float | None, float | None]:
+def _loss(nonfinite: str | None, loss: float | None, eval_loss: float | None) -> tuple[float | None, float | None]:
     # The columns hold finite numbers only; `nonfinite` names an inf or NaN ("inf" reads back as a float).
-    bad = json.loads(p.nonfinite) if p.nonfinite else {}
-    return (float(bad["loss"]) if "loss" in bad else p.loss,
-            float(bad["eval_loss"]) if "eval_loss" in bad else p.eval_loss)
+    bad = json.loads(nonfinite) if nonfinite else {}
+    return (float(bad["loss"]) if "loss" in bad else loss, float(bad["eval_loss"]) if "eval_loss" in bad else eval_loss)
 
 
-def load_series(session: Session, job: Job, *, now: float | None = None) -> Series:
-    running = job.status == JobStatus.running
-    since = (now or time.time()) - LIVE_WINDOW_S if running else None
-    mq = select(MemorySample).where(MemorySample.job_id == job.id).order_by(col(MemorySample.t))
-    pq = select(MetricPoint).where(MetricPoint.job_id == job.id).order_by(col(MetricPoint.line))
-    if since is not None:
-        mq, pq = mq.where(MemorySample.t >= since), pq.where(MetricPoint.t >= since)
-    memory: dict[int, list[tuple[float, int, int | None]]] = {}
-    names: dict[int, str] = {}
-    for m in session.exec(mq):
-        memory.setdefault(m.gpu, []).append((m.t, m.used_bytes, m.total_bytes))
-        if m.name:
-            names[m.gpu] = m.name
-    points = []
-    for p in session.exec(pq):
-        loss, eval_loss = _loss(p)
-        points.append(Point(t=p.t, step=p.step, loss=loss, eval_loss=eval_loss))
-    lq = (select(LogLine.t, LogLine.text).where(LogLine.job_id == job.id)
-          .where(or_(*(col(LogLine.text).like(x) for x in LOG_PATTERNS))).order_by(col(LogLine.line)))
+def meta_of(job: Job) -> Series:
     cfg, ds = job_config(job)
-    return Series(memory=memory, points=points, logs=[(t, x) for t, x in session.exec(lq)], config=cfg, ds=ds,
-                  gpu_names=names, devices=[int(d) for d in job.devices.split(",")] if job.devices else [],
-                  running=running, now=now if running else None)
+    return Series(config=cfg, ds=ds, devices=[int(d) for d in job.devices.split(",")] if job.devices else [])
+
+
+def _memory_rows(q: Select) -> Select:
+    return q.add_columns(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, MEMORY.c.total_bytes, MEMORY.c.name)
+
+
+def _metric_rows(q: Select) -> Select:
+    return q.add_columns(METRICS.c.line, METRICS.c.t, METRICS.c.step, METRICS.c.loss, METRICS.c.eval_loss,
+                         METRICS.c.nonfinite)
+
+
+def _log_rows(q: Select) -> Select:
+    return (q.add_columns(LOGS.c.line, LOGS.c.t, LOGS.c.text)
+            .where(or_(*(LOGS.c.text.like(x) for x in LOG_PATTERNS))))
+
+
+class _Followed:
+    """A job's detector state and where in its stored series it stands."""
+
+    __slots__ = ("line", "log_line", "run", "upto")
+
+    def __init__(self, run: Run, upto: dict[str, int]):
+        self.run, self.upto = run, upto  # upto: the last id of each table already fed
+        self.line = self.log_line = -1  # the last metric and log line fed
+
+
+class Tracker:
+    """The detector state of the jobs under watch. A job's state is built from its stored series
+    the first time it is evaluated (after a server start, or when it was dropped); from then on each
+    pass reads only the rows stored since the last one, by id over all jobs, and feeds them."""
+
+    def __init__(self, engine: Engine, limits: Limits):
+        self.engine, self.limits = engine, limits
+        self.jobs: dict[int, _Followed] = {}
+        self.seen: dict[str, int] | None = None  # the last id of each table read
+        self.rows = 0  # series rows read so far (for the scaling benchmark and tests)
+
+    @staticmethod
+    def _top(conn: Connection) -> dict[str, int]:
+        return {k: conn.execute(select(func.max(t.c.id))).scalar() or 0 for k, t in TABLES.items()}
+
+    def pull(self) -> None:
+        """Feed the followed jobs the rows stored since the last pass."""
+        with self.engine.connect() as conn:
+            top = self._top(conn)
+            if self.seen is not None and self.jobs:
+                self._feed(conn, self.seen, top)
+        # Never past the newest id: when the newest rows were deleted (retention) their ids are handed out again.
+        self.seen = top
+
+    def _rows(self, conn: Connection, q: Select):
+        for part in conn.execution_options(yield_per=CHUNK).execute(q).partitions():
+            self.rows += len(part)
+            yield part
+
+    def _feed(self, conn: Connection, lo: dict[str, int], hi: dict[str, int]) -> None:
+        def new(name: str) -> Select:
+            t = TABLES[name]
+            return select(t.c.id, t.c.job_id).where(t.c.id > lo[name], t.c.id <= hi[name]).order_by(t.c.id)
+
+        for part in self._rows(conn, _memory_rows(new("memory"))):
+            by: dict[tuple[int, int], list] = {}
+            for r in part:
+                st = self.jobs.get(r[1])
+                if st is not None and r[0] > st.upto["memory"]:
+                    by.setdefault((r[1], r[2]), []).append(r)
+            for (job_id, gpu), rows in by.items():
+                self._memory(job_id, gpu, rows)
+        for part in self._rows(conn, _metric_rows(new("metrics"))):
+            for job_id, rows in _by_job(part, self.jobs, "metrics").items():
+                self._points(job_id, rows)
+        for part in self._rows(conn, _log_rows(new("logs"))):
+            for job_id, rows in _by_job(part, self.jobs, "logs").items():
+                self._logs(job_id, rows)
+        for st in self.jobs.values():
+            st.upto = dict(hi)
+
+    def _memory(self, job_id: int, gpu: int, rows: list) -> None:
+        st = self.jobs.get(job_id)
+        if st is None:
+            return
+        try:
+            st.run.feed_memory(gpu, [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows])
+        except OutOfOrder:  # a replayed batch stored late: built again from the stored series
+            log.info("alerts: job %s got memory samples out of order; rebuilding its state", job_id)
+            del self.jobs[job_id]
+            return
+        name = rows[-1][6]
+        if name:
+            st.run.meta.gpu_names[gpu] = name
+
+    def _points(self, job_id: int, rows: list) -> None:
+        st = self.jobs.get(job_id)
+        if st is None:
+            return
+        if rows[0][2] <= st.line:
+            del self.jobs[job_id]
+            return
+        st.line = rows[-1][2]
+        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6])) for r in rows)
+
+    def _logs(self, job_id: int, rows: list) -> None:
+        st = self.jobs.get(job_id)
+        if st is None:
+            return
+        if rows[0][2] <= st.log_line:
+            del self.jobs[job_id]
+            return
+        st.log_line = rows[-1][2]
+        st.run.feed_logs((r[3], r[4]) for r in rows)
+
+    def build(self, job: Job) -> _Followed:
+        """A job's state from all of its stored series."""
+        with self.engine.connect() as conn:
+            top = self._top(conn)
+            st = self.jobs[job.id] = _Followed(Run(meta_of(job), self.limits), top)
+
+            def of(name: str) -> Select:
+                t = TABLES[name]
+                return select(t.c.id).where(t.c.job_id == job.id, t.c.id <= top[name])
+
+            q = _memory_rows(of("memory")).order_by(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id)
+            for part in self._rows(conn, q):
+                i = 0
+                while i < len(part):
+                    j = i
+                    while j < len(part) and part[j][1] == part[i][1]:
+                        j += 1
+                    self._memory(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]])
+                    i = j
+            for part in self._rows(conn, _metric_rows(of("metrics")).order_by(METRICS.c.line)):
+                self._points(job.id, [(None, None, *r[1:]) for r in part])
+            for part in self._rows(conn, _log_rows(of("logs")).order_by(LOGS.c.line)):
+                self._logs(job.id, [(None, None, *r[1:]) for r in part])
+        return st
+
+    def evaluate(self, job_id: int, *, now: float | None = None,
+                 on_new: Callable[[Job, list[Alert]], None] | None = None) -> list[Alert]:
+        """Bring the job's state up to date and store what it finds; returns the alerts opened now."""
+        self.pull()
+        with Session(self.engine) as session:
+            try:
+                job = get_job(session, job_id)
+            except Exception:  # deleted: nothing more to follow
+                self.jobs.pop(job_id, None)
+                raise
+            st = self.jobs.get(job_id) or self.build(job)
+            running = job.status == JobStatus.running
+            findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
+            new = reconcile(session, job_id, findings, finished=job.status.finished)
+            if job.status.finished:  # nothing more comes; a late row builds it again
+                self.jobs.pop(job_id, None)
+            if new and on_new:
+                on_new(job, new)
+            return new
+
+
+def _by_job(part, jobs: dict[int, _Followed], table: str) -> dict[int, list]:
+    by: dict[int, list] = {}
+    for r in part:
+        st = jobs.get(r[1])
+        if st is not None and r[0] > st.upto[table]:
+            by.setdefault(r[1], []).append(r)
+    return by
 
 
 def reconcile(session: Session, job_id: int, findings: list[Finding], *, finished: bool) -> list[Alert]:
@@ -91,13 +237,19 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
         fields = {"severity": f.severity, "t": f.t, "step": f.step, "message": f.message, "suggestion": f.suggestion,
                   "open": is_open, "last_t": f.t}
         if row is None or (not row.open and f.t > row.last_t and any(t > row.last_t for t in f.times)):
-            times = [t for t in f.times if row is None or t > row.last_t]
-            row = Alert(job_id=job_id, kind=f.kind, gpu=f.gpu, first_t=times[0], count=len(times), **fields)
+            # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
+            times = f.times if row is None else [t for t in f.times if t > row.last_t]
+            first, count = (f.first, f.count) if row is None else (times[0], len(times))
+            row = Alert(job_id=job_id, kind=f.kind, gpu=f.gpu, first_t=first, count=count, **fields)
             new.append(row)
         elif row.open or f.t > row.last_t:
+            if f.complete or f.times[0] < row.first_t:  # the kept times reach back to the episode's start
+                count = sum(1 for t in f.times if t >= row.first_t)
+            else:  # it began before them: add the occurrences since the last update
+                count = row.count + sum(1 for t in f.times if t > row.last_t)
             for k, v in fields.items():
                 setattr(row, k, v)
-            row.count = max(1, sum(1 for t in f.times if t >= row.first_t))
+            row.count = max(1, count)
         else:
             continue
         session.add(row)
@@ -109,18 +261,6 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
     for row in new:
         session.refresh(row)
     return new
-
-
-def evaluate(engine: Engine, job_id: int, *, limits: Limits, now: float | None = None,
-             on_new: Callable[[Job, list[Alert]], None] | None = None) -> list[Alert]:
-    with Session(engine) as session:
-        job = get_job(session, job_id)
-        series = load_series(session, job, now=now or time.time())
-        findings = analyze(series, limits)
-        new = reconcile(session, job_id, findings, finished=job.status.finished)
-        if new and on_new:
-            on_new(job, new)
-        return new
 
 
 def list_alerts(session: Session, *, job_id: int | None = None, open_only: bool | None = None,
@@ -154,6 +294,7 @@ class AlertEngine(Worker):
         self.engine, self.settings, self.on_new, self.sweep_s = engine, settings, on_new, sweep_s
         self.interval_s = settings.alert_interval_s
         self.limits = limits_of(settings)
+        self.tracker = Tracker(engine, self.limits)  # used by this engine's thread only
         self._dirty: set[int] = set()
         self._last: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -187,9 +328,11 @@ class AlertEngine(Worker):
         for job_id in sorted(due):
             self._last[job_id] = time.monotonic()
             try:
-                evaluate(self.engine, job_id, limits=self.limits, on_new=self.on_new)
+                self.tracker.evaluate(job_id, on_new=self.on_new)
             except Exception:
                 log.exception("alert evaluation of job %s failed", job_id)
         if self._dirty:  # jobs evaluated too recently: look again shortly, not a whole interval later
             self.wake()
             time.sleep(0.05)
+
+

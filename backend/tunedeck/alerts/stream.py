@@ -1,0 +1,72 @@
+"""A job's detector state: fed its new samples, points and output lines as they come, in chunks of
+any size, in bounded memory; the findings are read off it at any time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from tunedeck.alerts.memory import Gpu, OutOfOrder
+from tunedeck.alerts.series import Finding, Limits, Point, Series, Steps
+from tunedeck.alerts.training import Training
+
+__all__ = ["OutOfOrder", "Run"]
+
+
+class Run:
+    """`meta` carries the job's config, devices and GPU names (its sample lists are not read)."""
+
+    def __init__(self, meta: Series, limits: Limits | None = None):
+        self.meta, self.limits = meta, limits or Limits()
+        self.gpus: dict[int, Gpu] = {}
+        self.steps = Steps()
+        self.training = Training(self.limits)
+        self.last_point_t: float | None = None
+        self.last_log_t: float | None = None
+
+    def feed_memory(self, gpu: int, t: Sequence[float], used: Sequence[float],
+                    total: Sequence[float | None] | None = None) -> None:
+        """One device's samples, in time order; OutOfOrder when older than what it has."""
+        state = self.gpus.get(gpu)
+        if state is None:
+            state = self.gpus[gpu] = Gpu(gpu, self.limits)
+        tot = np.zeros(len(t)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
+        state.feed(np.asarray(t, dtype=np.float64), np.asarray(used, dtype=np.float64), tot)
+
+    def feed_points(self, points: Iterable[Point]) -> None:
+        for p in points:
+            self.training.feed_point(p)
+            if p.step is not None:
+                self.steps.add(p.t, p.step)
+            self.last_point_t = p.t
+
+    def feed_logs(self, logs: Iterable[tuple[float, str]]) -> None:
+        for t, line in logs:
+            self.training.feed_log(t, line)
+            self.last_log_t = t
+
+    def end(self) -> float:
+        ends = [g.t_last for g in self.gpus.values() if g.n] + [self.last_point_t, self.last_log_t]
+        return max((x for x in ends if x is not None), default=0.0)
+
+    def findings(self, *, running: bool, now: float | None = None) -> list[Finding]:
+        """Every condition the series show so far, one finding per (kind, gpu)."""
+        now = self.end() if now is None else now
+        out: list[Finding] = []
+        for gpu in sorted(self.gpus):
+            out += self.gpus[gpu].findings(self.meta, self.steps, self.limits, now, running)
+        alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
+        host = bool(self.gpus.get(-1) and self.gpus[-1].n)
+        return out + self.training.findings(self.meta, self.steps, self.limits, now, running, alive, host)
+
+
+def feed_series(run: Run, s: Series) -> Run:
+    """All of a Series into a Run, as one chunk per stream."""
+    for gpu, xs in s.memory.items():
+        if xs:
+            xs = sorted(xs, key=lambda x: x[0])
+            run.feed_memory(gpu, [x[0] for x in xs], [x[1] for x in xs], [x[2] for x in xs])
+    run.feed_points(s.points)
+    run.feed_logs(s.logs)
+    return run
