@@ -24,9 +24,9 @@ from tunedeck.db import RESTORE_HINT, check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
 from tunedeck.services.alerts import AlertEngine
+from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
-from tunedeck.services.jobs import Conflict, NotFound
 from tunedeck.services.jobstate import JobState
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.services.notify import Notifier

@@ -14,7 +14,13 @@ KINDS = ("vram_spike", "vram_periodic_spikes", "vram_near_oom", "oom", "alloc_fl
          "loss_divergence", "loss_oscillation", "vram_plateau")
 SEVERITIES = ("info", "warning", "critical")
 
-__all__ = ["KINDS", "SEVERITIES", "Finding", "Limits", "OutOfOrder", "Point", "Run", "Series", "analyze"]
+
+def at_least(severity: str, floor: str) -> bool:
+    """Whether `severity` is `floor` or worse."""
+    return SEVERITIES.index(severity) >= SEVERITIES.index(floor)
+
+
+__all__ = ["KINDS", "SEVERITIES", "at_least", "Finding", "Limits", "OutOfOrder", "Point", "Run", "Series", "analyze"]
 
 
 def analyze(s: Series, limits: Limits | None = None) -> list[Finding]:

@@ -15,10 +15,10 @@ import yaml
 from sqlalchemy import Connection, Engine, Select, func, or_
 from sqlmodel import Session, col, select
 
-from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run, Series
+from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.config import Settings
 from tunedeck.models import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
-from tunedeck.services.jobs import get_job
+from tunedeck.services.errors import NotFound
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
@@ -196,11 +196,10 @@ class Tracker:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now."""
         self.pull()
         with Session(self.engine) as session:
-            try:
-                job = get_job(session, job_id)
-            except Exception:  # deleted: nothing more to follow
+            job = session.get(Job, job_id)
+            if job is None:  # deleted: nothing more to follow
                 self.jobs.pop(job_id, None)
-                raise
+                raise NotFound(f"job {job_id} not found")
             st = self.jobs.get(job_id) or self.build(job)
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
@@ -265,8 +264,8 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
 
 def list_alerts(session: Session, *, job_id: int | None = None, open_only: bool | None = None,
                 after: int | None = None, limit: int = 1000) -> list[Alert]:
-    if job_id is not None:
-        get_job(session, job_id)
+    if job_id is not None and session.get(Job, job_id) is None:
+        raise NotFound(f"job {job_id} not found")
     q = select(Alert).order_by(col(Alert.id)).limit(limit)
     if job_id is not None:
         q = q.where(Alert.job_id == job_id)
@@ -275,10 +274,6 @@ def list_alerts(session: Session, *, job_id: int | None = None, open_only: bool 
     if after is not None:
         q = q.where(col(Alert.id) > after)
     return list(session.exec(q))
-
-
-def at_least(severity: str, floor: str) -> bool:
-    return SEVERITIES.index(severity) >= SEVERITIES.index(floor)
 
 
 class AlertEngine(Worker):

@@ -10,16 +10,9 @@ from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
 from tunedeck.models import Job, JobSpec, JobStatus, LogLine, MetricPoint, utcnow
+from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.services.jobstate import JobState, move
 from tunedeck.submission import Node, Submission, resolve
-
-
-class NotFound(Exception):
-    pass
-
-
-class Conflict(Exception):
-    pass
 
 
 def slug(name: str) -> str:

@@ -15,6 +15,7 @@ import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
+from tunedeck.alerts import at_least
 from tunedeck.config import Settings
 from tunedeck.models import Alert, Job
 from tunedeck.workers import Worker
@@ -52,8 +53,6 @@ class Notifier(Worker):
 
     def alerts_opened(self, job: Job, alerts: list[Alert]) -> None:
         """The alert engine's hook: one message per new alert of the chosen severity or worse."""
-        from tunedeck.services.alerts import at_least
-
         for a in alerts:
             if not at_least(a.severity, self.min_severity):
                 continue
