@@ -18,12 +18,22 @@ from typing import Any
 import httpx
 
 OUTBOX = "outbox.jsonl"
+MEMORY_REQUIRED = ("line", "t", "gpu", "used_bytes")
+
+
+def columns(rows: list[dict[str, Any]]) -> dict[str, list]:
+    """Memory samples as one array per field (models.MemoryColumns): half the bytes of the row form,
+    and the server validates and stores them without an object per sample. A field no sample has
+    is left out."""
+    keys = dict.fromkeys(k for r in rows for k in r)
+    cols = {k: [r.get(k) for r in rows] for k in keys}
+    return {k: v for k, v in cols.items() if k in MEMORY_REQUIRED or any(x is not None for x in v)}
 
 
 class Reporter:
     def __init__(self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float):
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
-        self.headers = {"Authorization": f"Bearer {token}"}
+        self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
         self.outbox = run_dir / OUTBOX
         self.retry_max_s = retry_max_s
         self.seq = 0
@@ -39,7 +49,7 @@ class Reporter:
             return
         batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
         if memory:  # issue 3: the sampler's VRAM / host-memory samples
-            batch["memory"] = list(memory)
+            batch["memory"] = columns(list(memory))
         self.seq += 1
         with open(self.outbox, "a", encoding="utf-8") as f:
             f.write(json.dumps(batch) + "\n")
