@@ -72,7 +72,7 @@ class Runner:
         self.cfg: dict[str, Any] = json.loads((run_dir / "runner.json").read_text())
         self.reporter = Reporter(
             url=self.cfg["server_url"], job_id=self.cfg["job_id"], token=token,
-            run_dir=run_dir, retry_max_s=self.cfg["retry_max_s"],
+            run_dir=run_dir, retry_max_s=self.cfg["retry_max_s"], merge_items=self.cfg["batch_max"],
         )
         self.tail = JsonlTail(Path(self.cfg["output_dir"]) / TRAINER_LOG)
         self.cancel = threading.Event()
