@@ -8,19 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Request
 
 from tunedeck.db import SessionDep
-from tunedeck.models import MemoryColumns, TelemetryBatch
+from tunedeck.models import TelemetryBatch
 from tunedeck.scheduler import token_hash
 from tunedeck.services import jobs as service
+from tunedeck.services.ingest import plain
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
-
-
-def _plain(batch: TelemetryBatch) -> dict:
-    # Memory columns go on as the validated lists: no dict per sample on the way to the disk.
-    out = batch.model_dump(exclude={"memory"})
-    mem = batch.memory
-    out["memory"] = (dict(mem) if isinstance(mem, MemoryColumns) else [m.model_dump() for m in mem])
-    return out
 
 
 @router.post("/{job_id}/telemetry")
@@ -32,5 +25,5 @@ def ingest(job_id: int, batch: TelemetryBatch, request: Request, session: Sessio
     if not job.runner_token_hash or not hmac.compare_digest(token_hash(token), job.runner_token_hash):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
     session.close()  # the writer thread does the writing
-    request.app.state.writer.submit(job_id, _plain(batch)).result(timeout=60)
+    request.app.state.writer.submit(job_id, plain(batch)).result(timeout=60)
     return {"stored": batch.seq}

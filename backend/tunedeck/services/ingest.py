@@ -25,7 +25,16 @@ from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects.sqlite import insert
 
 from tunedeck import strictjson
-from tunedeck.models import Job, JobStatus, LogLine, MemorySample, MetricPoint, utcnow
+from tunedeck.models import (
+    Job,
+    JobStatus,
+    LogLine,
+    MemoryColumns,
+    MemorySample,
+    MetricPoint,
+    TelemetryBatch,
+    utcnow,
+)
 
 METRICS = MetricPoint.__table__
 LOGS = LogLine.__table__
@@ -83,6 +92,15 @@ def parse_point(raw: str) -> dict[str, Any]:
     out["percentage"] = num("percentage")
     out["eta_seconds"] = seconds(d.get("remaining_time"))
     out["nonfinite"] = json.dumps(bad) if bad else None
+    return out
+
+
+def plain(batch: TelemetryBatch) -> dict[str, Any]:
+    """A validated batch as the writer takes it; memory columns go on as the validated lists (no
+    dict per sample on the way to the disk)."""
+    out = batch.model_dump(exclude={"memory"})
+    mem = batch.memory
+    out["memory"] = dict(mem) if isinstance(mem, MemoryColumns) else [m.model_dump() for m in mem]
     return out
 
 
