@@ -7,8 +7,7 @@ import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, WrapValidator, field_validator
 from pydantic import Field as PField
 from pydantic_core import PydanticCustomError
 from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
@@ -270,7 +269,7 @@ class TelemetryBatch(Strict):
     metrics: list[MetricIn] = PField([], max_length=20000)
     logs: list[LogIn] = PField([], max_length=20000)
     states: list[RunnerState] = PField([], max_length=10)
-    memory: Annotated[list[MemoryIn] | MemoryColumns, pydantic.WrapValidator(_memory_form)] = PField(
+    memory: Annotated[list[MemoryIn] | MemoryColumns, WrapValidator(_memory_form)] = PField(
         [], description="memory samples: a list of rows, or one array per field (`MemoryColumns`, what runners send)")
 
 
@@ -366,7 +365,7 @@ class MemoryColumns(Strict):
     name: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
 
 
-_MEMORY_ROWS = pydantic.TypeAdapter(list[MemoryIn])
+_MEMORY_ROWS = TypeAdapter(list[MemoryIn])
 
 
 def _memory_form(value: Any, _handler: Any) -> list[MemoryIn] | MemoryColumns:
@@ -378,7 +377,7 @@ def _memory_form(value: Any, _handler: Any) -> list[MemoryIn] | MemoryColumns:
     n = len(cols.line)
     short = [(k, len(v)) for k, v in cols if v is not None and len(v) != n]
     if short:
-        raise pydantic.ValidationError.from_exception_data("MemoryColumns", [
+        raise ValidationError.from_exception_data("MemoryColumns", [
             {"type": PydanticCustomError("column_length", "`{field}` has {got} values where `line` has {want}: one per sample",
                                          {"field": k, "got": got, "want": n}),
              "loc": (k,), "input": got} for k, got in short])
