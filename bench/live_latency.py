@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 from _common import ARGS, CHROMIUM, Server, assets, demo_config, summary
 from tests.sseclient import events
-from tests.utils.standin import stand_in_trainer
+from tests.utils.standin import training_env
 
 
 def follow_sse(url: str, job_id: int, arrived: dict[int, float], ready: threading.Event,
@@ -59,11 +59,11 @@ def main() -> None:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        server = Server(tmp / "ws", a, TUNEDECK_TRAIN_PYTHON=str(stand_in_trainer(tmp / "train-env")),
+        server = Server(tmp / "ws", a, TUNEDECK_TRAIN_PYTHON=str(training_env(tmp / "train-env")),
                         TUNEDECK_RUNNER_WATCH=args.watch).start()
         page = browser = pw = None
         try:
-            job = server.submit({"name": "live", "gpus": 0, "config": demo_config(a)})
+            job = server.submit({"name": "held", "gpus": 0, "config": demo_config(a)})  # runs until released
             until(lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job")
             out = Path(job["output_dir"])
             out.mkdir(parents=True, exist_ok=True)  # a runner that does not make it: LLaMA-Factory would
@@ -103,7 +103,7 @@ def main() -> None:
             if shown:
                 br_ms = [1000 * (shown[s] - written[s]) for s in written if s in shown]
                 print(f"trainer_log line -> browser    : {summary(br_ms)}")
-            (Path(job["run_dir"]) / "stop").touch()
+            (Path(job["run_dir"]) / "release").touch()
             server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)
         finally:
             if browser is not None:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import demo_config
 from tests.sseclient import events
-from tests.utils.standin import stand_in_trainer
+from tests.utils.standin import training_env
 from tunedeck.runner.report import columns
 from tunedeck.runner.watch import FileWatch
 
@@ -103,11 +103,11 @@ def stream_steps(server, job_id: int, want: int) -> list[int]:
 def test_runner_delivers_every_appended_line_once(server_factory, assets, tmp_path, watch):
     # Only the watch under test can deliver a line: the flush timer and the memory sampler never fire,
     # and a polling runner polls only in the poll case.
-    server = server_factory(TUNEDECK_TRAIN_PYTHON=str(stand_in_trainer(tmp_path / "train-env")),
+    server = server_factory(TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "train-env")),
                             TUNEDECK_RUNNER_WATCH=watch, TUNEDECK_TELEMETRY_FLUSH_S=NEVER,
                             TUNEDECK_MEMORY_SAMPLE_S=NEVER,
                             TUNEDECK_RUNNER_POLL_S="0.05" if watch == "poll" else NEVER)
-    job = server.submit({"name": "follow", "gpus": 0, "config": demo_config(assets)})
+    job = server.submit({"name": "held", "gpus": 0, "config": demo_config(assets)})  # runs until released
     wait_for(lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job")
     out = Path(job["output_dir"])
     wait_for(out.is_dir, "output folder made by the runner")
@@ -122,7 +122,7 @@ def test_runner_delivers_every_appended_line_once(server_factory, assets, tmp_pa
     points = server.all(job["id"], "metrics")
     assert [(p["step"], p["loss"]) for p in points] == [(s, 1.0 + 1 / s) for s in range(1, n + 1)]  # whole lines
 
-    (Path(job["run_dir"]) / "stop").touch()
+    (Path(job["run_dir"]) / "release").touch()
     done = server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)
     assert done["status"] == "succeeded", done
     assert [p["step"] for p in server.all(job["id"], "metrics")] == list(range(1, n + 1))  # nothing twice

@@ -1,23 +1,51 @@
-"""A training environment whose trainer only waits: for tests and benchmarks of the runner itself.
+"""A training environment whose `llamafactory-cli` is a stand-in: the real runner, a trainer we steer.
 
-The runner starts `llamafactory-cli` from the training python's folder; here that is a script that
-waits for a `stop` file in its run folder and exits 0, and the test (or benchmark) writes the
-trainer_log.jsonl lines LLaMA-Factory would. The python is the real one, so the runner is real.
+The runner starts `<dir of TUNEDECK_TRAIN_PYTHON>/llamafactory-cli train train.yaml`, so a folder with a
+`python` that is this interpreter and a stand-in `llamafactory-cli` beside it runs every part of
+tunedeck for real except the training. The stand-in writes the environment it was given to
+`trainer-env.json` in its run folder and then acts by the job's name (its run folder's name):
+- `stubborn`: ignores SIGABRT and SIGTERM, says so, and waits for a SIGKILL;
+- `held`: prints `first line`, waits until the file `release` appears in its run folder, prints
+  `last line` and exits 0;
+- anything else: prints `stand-in step 1..3` and exits 0.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+TRAINER = '''#!{python}
+import json, os, signal, sys, time
+from pathlib import Path
 
-def stand_in_trainer(folder: Path) -> Path:
-    """The training python to set as TUNEDECK_TRAIN_PYTHON."""
+Path("trainer-env.json").write_text(json.dumps(dict(os.environ)))
+name = Path.cwd().name
+if "stubborn" in name:
+    signal.signal(signal.SIGABRT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("stand-in ignores SIGABRT and SIGTERM", flush=True)
+    while True:
+        signal.pause()
+if "held" in name:
+    print("first line", flush=True)
+    while not Path("release").exists():
+        time.sleep(0.1)
+    print("last line", flush=True)
+    sys.exit(0)
+for i in range(1, 4):
+    print(f"stand-in step {{i}}", flush=True)
+'''
+
+
+def training_env(folder: Path) -> Path:
+    """The stand-in environment in `folder`; returns its python, for TUNEDECK_TRAIN_PYTHON."""
     folder.mkdir(parents=True, exist_ok=True)
     python = folder / "python"
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.write_text(f"#!/bin/sh\nexec {json.dumps(sys.executable)} \"$@\"\n")
     cli = folder / "llamafactory-cli"
-    cli.write_text("#!/bin/sh\necho stand-in trainer: waiting for ./stop\nwhile [ ! -e stop ]; do sleep 0.1; done\n")
+    cli.write_text(TRAINER.format(python=sys.executable))
     for f in (python, cli):
         f.chmod(0o755)
     return python
