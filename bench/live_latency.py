@@ -3,9 +3,8 @@
     .venv/bin/python bench/live_latency.py [--lines 200] [--interval 0.25] [--watch auto|poll] [--browser]
 
 A real server and a real runner process. The trainer the runner starts is a stand-in that only
-waits (tests/utils/standin.py), and this script
-plays LLaMA-Factory's logging: it appends one trainer_log.jsonl line at a time, as LLaMA-Factory
-does (open, write, close), at jittered intervals (so no poll period can line up with them), and
+waits (tests/utils/standin.py), and this script plays LLaMA-Factory's logging: it appends one
+trainer_log.jsonl line at a time, as LLaMA-Factory does (open, write, close), at jittered intervals (so no poll period can line up with them), and
 notes the time of each write. An SSE client on the job's stream notes when each step arrives.
 Same machine, same clock. Prints p50/p95/p99/max per path.
 """
