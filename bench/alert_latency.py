@@ -5,9 +5,9 @@
 A real server and a real LLaMA-Factory run (CPU) on "GPU 0" of the stand-in amdsmi, which replays
 a flat 40 GiB line with 0.5 s spikes of +30 GiB at known wall-clock times. The script polls
 GET /api/jobs/{id}/alerts every 50 ms and prints, per spike, the seconds from the spike's start
-to the moment the API shows it. The path: sampler interval (max of 4 polls), runner flush
-(TUNEDECK_TELEMETRY_FLUSH_S), ingest commit, alert engine (TUNEDECK_ALERT_INTERVAL_S), and the
-one sample after the peak that confirms it came back down.
+to the moment the API shows it, and when the sample holding the spike was stored. The path: sampler
+interval (max of 4 polls; the runner sends each sample as it is taken), ingest commit, alert engine
+(TUNEDECK_ALERT_INTERVAL_S), and the one sample after the peak that confirms it came back down.
 """
 
 from __future__ import annotations
@@ -51,20 +51,28 @@ def main() -> None:
             job = server.submit({"name": "latency", "config": demo_config(assets, max_steps=400, save_steps=1000,
                                                                             eval_steps=1000), "gpus": 1})
             seen: dict[int, float] = {}
+            stored: dict[int, float] = {}  # the first sample holding the spike, visible in the API
             last = (None, 0)
             while len(seen) < len(spikes) and time.time() < start + spikes[-1] + 30:
                 rows = [a for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json() if a["kind"] == "vram_spike"]
                 now = time.time()
+                high = [m["t"] for m in server.api.get(f"/api/jobs/{job['id']}/memory",
+                                                       params={"t0": start, "limit": 20000}).json()["samples"]
+                        if m["used_bytes"] >= 60 * GiB]
+                for t in high:
+                    stored.setdefault(min(range(len(spikes)), key=lambda i: abs(start + spikes[i] - t)), now)
                 if rows and (rows[-1]["t"], rows[-1]["count"]) != last:
                     last = (rows[-1]["t"], rows[-1]["count"])
                     k = min(range(len(spikes)), key=lambda i: abs(start + spikes[i] - rows[-1]["t"]))
                     seen.setdefault(k, now)
                 time.sleep(0.05)
             server.api.post(f"/api/jobs/{job['id']}/cancel")
-            print(f"sample interval {sample_s:g} s (max of 4 polls), flush 0.5 s, alert interval 1 s")
+            print(f"sample interval {sample_s:g} s (max of 4 polls), alert interval 1 s")
             for k, s in enumerate(spikes):
-                got = seen.get(k)
-                print(f"spike {k + 1} at +{s:.0f} s: " + (f"alert after {got - (start + s):.2f} s" if got else "missed"))
+                got, kept = seen.get(k), stored.get(k)
+                print(f"spike {k + 1} at +{s:.0f} s: "
+                      + (f"its sample stored after {kept - (start + s):.2f} s, " if kept else "no sample stored, ")
+                      + (f"alert after {got - (start + s):.2f} s" if got else "missed"))
             server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)
         finally:
             server.stop()

@@ -1,11 +1,17 @@
 """Load: N ingesting runners and M open SSE viewers against one real server, on loopback only.
 
     .venv/bin/python bench/load.py --runners 8 --viewers 50 --seconds 20
+    .venv/bin/python bench/load.py --shape memory --runners 8 --viewers 0 --batch 2000 --encoding columns
 
 Starts `tunedeck serve` in a temporary workspace (launches paused: the runners here are this
 script, posting real telemetry batches with real per-job tokens), runs for a bounded time, and
-prints ingest throughput and latency, SSE delivery latency (point written → event received) and
-errors. Nothing but 127.0.0.1 is contacted.
+prints ingest throughput and latency, the server's CPU per ingested value, SSE delivery latency
+(point written → event received) and errors. Nothing but 127.0.0.1 is contacted.
+
+Shapes: `lines` is an ordinary runner (5 trainer_log lines and 20 log lines every 0.5 s); `memory`
+is one value a row (memory samples of 8 GPUs), posted back to back as fast as the server acks,
+as `rows` (a list of objects) or `columns` (one array per field, what the runner sends). For
+`memory`, a reader polls the SQLite file and reports how long after its ack a batch is stored.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 
 def pct(values: list[float], q: float) -> float:
@@ -66,6 +74,70 @@ async def runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float
         await asyncio.sleep(0.5)
 
 
+def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes:
+    """One batch of `n` samples of 8 GPUs, built from strings: the bench must stay cheap next to the server."""
+    lines = range(first, first + n)
+    if encoding == "columns":
+        cols = {"line": ",".join(map(str, lines)),
+                "t": ",".join(f"{t0 + i / 8:.3f}" for i in lines),
+                "gpu": ",".join(str(i % 8) for i in lines),
+                "used_bytes": ",".join(str(40_000_000_000 + (i * 7919) % 1_000_000_000) for i in lines),
+                "total_bytes": ",".join(["206158430208"] * n)}
+        inner = ",".join(f'"{k}":[{v}]' for k, v in cols.items())
+        return f'{{"seq":{seq},"memory":{{{inner}}}}}'.encode()
+    rows = ",".join(f'{{"line":{i},"t":{t0 + i / 8:.3f},"gpu":{i % 8},'
+                    f'"used_bytes":{40_000_000_000 + (i * 7919) % 1_000_000_000},"total_bytes":206158430208}}'
+                    for i in lines)
+    return f'{{"seq":{seq},"memory":[{rows}]}}'.encode()
+
+
+async def memory_runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float, stats: dict,
+                        batch: int, encoding: str) -> None:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    seq, line, t0 = 0, 0, time.time()
+    while time.time() < stop:
+        body = memory_body(seq, line, batch, t0, encoding)
+        start = time.perf_counter()
+        try:
+            r = await client.post(f"/api/jobs/{job_id}/telemetry", content=body, headers=headers)
+            ok = r.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        stats["post_ms"].append((time.perf_counter() - start) * 1000)
+        if ok:
+            stats["items"] += batch
+            stats["acks"].append((job_id, line + batch - 1, time.time()))
+            seq, line = seq + 1, line + batch
+        else:
+            stats["errors"] += 1
+            if stats["errors"] < 3:
+                print(f"refused: {r.status_code} {r.text[:300]}" if not isinstance(r, Exception) else r)
+
+
+def watch_stored(db: Path, jobs: list[int], stored: dict, stop: threading.Event) -> None:
+    """Polls the newest stored sample of each job: (job, line) -> first time seen stored."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    while not stop.is_set():
+        now = time.time()
+        for job in jobs:
+            top = conn.execute("SELECT max(line) FROM memory_samples WHERE job_id=?", (job,)).fetchone()[0]
+            if top is not None:
+                stored[job].append((top, now))
+        stop.wait(0.05)
+    conn.close()
+
+
+def ack_lag(acks: list[tuple[int, int, float]], stored: dict) -> list[float]:
+    """For each acked batch, seconds from its ack to the first poll that saw its last line stored
+    (negative: stored before the ack reached the client)."""
+    out = []
+    for job, last, t_ack in acks:
+        seen = next((t for top, t in stored[job] if top >= last), None)
+        if seen is not None:
+            out.append(seen - t_ack)
+    return out
+
+
 async def viewer(url: str, job_id: int, stop: float, stats: dict) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=None) as client:
         try:
@@ -90,6 +162,9 @@ async def main() -> None:
     ap.add_argument("--runners", type=int, default=8)
     ap.add_argument("--viewers", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--shape", choices=("lines", "memory"), default="lines")
+    ap.add_argument("--batch", type=int, default=2000, help="samples a batch (shape memory)")
+    ap.add_argument("--encoding", choices=("rows", "columns"), default="columns", help="memory batch form")
     args = ap.parse_args()
     ws = Path(tempfile.mkdtemp(prefix="tunedeck-load-"))
     port = free_port()
@@ -97,6 +172,7 @@ async def main() -> None:
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(ws), "TUNEDECK_PORT": str(port), "TUNEDECK_LAUNCH_PAUSED": "true"}
     server = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "serve"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = psutil.Process(server.pid)
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=200),
                                      headers={"X-Tunedeck": "1"}) as client:
@@ -119,23 +195,48 @@ async def main() -> None:
                 for j, tok in tokens.items():
                     db.execute("UPDATE jobs SET runner_token_hash=? WHERE id=?", (hashlib.sha256(tok.encode()).hexdigest(), j))
             stats = {"post_ms": [], "items": 0, "errors": 0, "delivery_ms": [], "viewers_connected": 0,
-                     "viewer_errors": 0}
+                     "viewer_errors": 0, "acks": []}
+            stored: dict[int, list] = {j: [] for j in jobs}
+            done = threading.Event()
+            watcher = threading.Thread(target=watch_stored, args=(ws / "tunedeck.db", jobs, stored, done), daemon=True)
             stop = time.time() + args.seconds
             viewers = [asyncio.create_task(viewer(url, jobs[i % len(jobs)], stop + 1, stats))
                        for i in range(args.viewers)]
             await asyncio.sleep(1)
-            await asyncio.gather(*(runner(client, j, tokens[j], stop, stats) for j in jobs))
+            if args.shape == "memory":
+                watcher.start()
+            cpu0, wall0, me0 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
+            if args.shape == "memory":
+                await asyncio.gather(*(memory_runner(client, j, tokens[j], stop, stats, args.batch, args.encoding)
+                                       for j in jobs))
+            else:
+                await asyncio.gather(*(runner(client, j, tokens[j], stop, stats) for j in jobs))
+            cpu1, wall1, me1 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
             await asyncio.sleep(1.5)
+            done.set()
             for v in viewers:
                 v.cancel()
             await asyncio.gather(*viewers, return_exceptions=True)
         post, dl = stats["post_ms"], stats["delivery_ms"]
-        print(f"runners={args.runners} viewers={args.viewers} ({stats['viewers_connected']} connected) "
-              f"seconds={args.seconds:g}")
-        print(f"ingest: {len(post)} batches, {stats['items'] / args.seconds:.0f} items/s, "
-              f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}")
-        print(f"sse: {len(dl)} point deliveries, p50 {pct(dl, 50):.0f} ms, p99 {pct(dl, 99):.0f} ms, "
-              f"viewer errors {stats['viewer_errors']}")
+        wall, items = wall1 - wall0, stats["items"]
+        print(f"shape={args.shape}" + (f" batch={args.batch} encoding={args.encoding}" if args.shape == "memory" else "")
+              + f" runners={args.runners} viewers={args.viewers} ({stats['viewers_connected']} connected) "
+              f"seconds={wall:.1f}")
+        print(f"ingest: {len(post)} batches, {items / wall:.0f} values/s, "
+              f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core), "
+              f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}; "
+              f"this client {(me1 - me0) / wall:.0%} of a core, load average {os.getloadavg()[0]:.1f}")
+        if args.shape == "memory":
+            watcher.join(timeout=10)
+            lag = ack_lag(stats["acks"], stored)
+            with sqlite3.connect(ws / "tunedeck.db") as db:
+                rows = db.execute("SELECT count(*) FROM memory_samples").fetchone()[0]
+            print(f"ack -> stored (polled every 50 ms): p50 {pct(lag, 50):+.3f} s, p99 {pct(lag, 99):+.3f} s, "
+                  f"max {max(lag, default=float('nan')):+.3f} s; {len(lag)}/{len(stats['acks'])} acked batches seen; "
+                  f"rows stored {rows}, values acked {items}")
+        if args.viewers:
+            print(f"sse: {len(dl)} point deliveries, p50 {pct(dl, 50):.0f} ms, p99 {pct(dl, 99):.0f} ms, "
+                  f"viewer errors {stats['viewer_errors']}")
     finally:
         server.terminate()
         server.wait(timeout=15)

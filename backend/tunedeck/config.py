@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -70,13 +71,20 @@ class Settings(BaseSettings):
         15.0, ge=0, description="After SIGTERM how long to wait before SIGKILL."
     )
     telemetry_flush_s: float = Field(
-        0.5, gt=0, description="How often a runner sends its telemetry batch to the server."
+        0.5, gt=0, description="How long a runner holds output lines before sending them (trainer_log lines "
+        "and memory samples go at once, and take waiting output lines along)."
     )
     telemetry_batch_max: int = Field(
         2000, ge=1, description="Most items (metric points + log lines) a runner puts in one batch."
     )
     runner_poll_s: float = Field(
-        0.2, gt=0, description="How often a runner reads new trainer_log.jsonl lines and output."
+        0.2, gt=0, description="How often a runner that polls (see `runner_watch`) looks for new trainer_log.jsonl lines."
+    )
+    runner_watch: Literal["auto", "poll"] = Field(
+        "auto",
+        description="How a runner notices new trainer_log.jsonl lines: `auto` is inotify (each line is sent as it "
+        "is written), polling every `runner_poll_s` where inotify cannot be had; `poll` always polls (a network "
+        "file system written from another host).",
     )
     runner_retry_max_s: float = Field(
         10.0, gt=0, description="Longest wait between a runner's retries while the server is away."

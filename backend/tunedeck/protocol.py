@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +30,7 @@ class RunnerConfig(BaseModel):
     flush_s: float
     batch_max: int
     poll_s: float
+    watch: Literal["auto", "poll"] = Field("auto", description="how the runner follows trainer_log.jsonl")
     retry_max_s: float
     give_up_s: float
     memory_sample_s: float = 1.0

@@ -1,4 +1,4 @@
-"""Telemetry from runners: batches of metric points, log lines and process states."""
+"""Telemetry from runners: batches of metric points, log lines, memory samples and process states."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tunedeck.db import SessionDep
 from tunedeck.models import TelemetryBatch
 from tunedeck.scheduler import token_hash
 from tunedeck.services import jobs as service
+from tunedeck.services.ingest import plain
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 
@@ -27,5 +28,5 @@ def ingest(job_id: int, batch: TelemetryBatch, request: Request, session: Sessio
     if not job.runner_token_hash or not hmac.compare_digest(token_hash(token), job.runner_token_hash):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
     session.close()  # the writer thread does the writing
-    request.app.state.writer.submit(job_id, batch.model_dump()).result(timeout=60)
+    request.app.state.writer.submit(job_id, plain(batch)).result(timeout=60)
     return {"stored": batch.seq}

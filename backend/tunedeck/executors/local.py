@@ -42,6 +42,7 @@ class LocalExecutor:
             flush_s=s.telemetry_flush_s,
             batch_max=s.telemetry_batch_max,
             poll_s=s.runner_poll_s,
+            watch=s.runner_watch,
             retry_max_s=s.runner_retry_max_s,
             give_up_s=s.runner_give_up_s,
             memory_sample_s=s.memory_sample_s,

@@ -1,7 +1,9 @@
 """One runner per job: `python -m tunedeck.runner RUN_DIR`.
 
 Starts `llamafactory-cli train train.yaml` in a session of its own (no shell), follows
-trainer_log.jsonl and the output, and reports everything to the server in batches. SIGTERM or
+trainer_log.jsonl and the output, and reports everything to the server in batches: a trainer_log
+line or a memory sample as soon as it exists (runner/watch.py), output lines every `flush_s`
+(or sooner, with either). SIGTERM or
 SIGINT to the runner means "cancel": SIGABRT to the trainer tree (LLaMA-Factory stops after the
 step and saves), then SIGTERM, then SIGKILL, each after a grace period.
 """
@@ -25,6 +27,7 @@ from tunedeck.alerts.training import OOM  # issue 3: one definition of an out-of
 from tunedeck.protocol import RunnerConfig
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
+from tunedeck.runner.watch import FileWatch
 from tunedeck.telemetry.sampler import Sampler
 
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
@@ -67,10 +70,12 @@ class Runner:
         self.cfg = RunnerConfig.read(run_dir)
         self.reporter = Reporter(
             url=self.cfg.server_url, job_id=self.cfg.job_id, token=token,
-            run_dir=run_dir, retry_max_s=self.cfg.retry_max_s,
+            run_dir=run_dir, retry_max_s=self.cfg.retry_max_s, merge_items=self.cfg.batch_max,
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.cancel = threading.Event()
+        self.wake = threading.Event()  # set by the trainer_log watch, the sampler, cancel and the trainer's exit
+        self.watch: FileWatch | None = None
         self.cancelled = False
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
         self._lock = threading.Lock()
@@ -99,10 +104,15 @@ class Runner:
         with self._lock:
             self._lines.append(("runner", time.time(), text))
 
-    def _collect(self) -> None:
+    def _collect(self, *, flush: bool = True) -> bool:
+        """Send what is new: trainer_log lines and memory samples always, output lines with them or
+        when `flush`. True when something was sent."""
         now = time.time()
         first = self.tail.line
         metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(self.tail.read())]
+        memory = self._sampler_drain()
+        if not (metrics or memory or flush):
+            return False
         logs = []
         with self._lock:
             while self._lines:
@@ -111,7 +121,7 @@ class Runner:
                 self._log_line += 1
                 if stream != "runner":
                     self._recent.append(text)
-        memory = self._sampler_drain()
+        sent = bool(metrics or logs or memory)
         limit = self.cfg.batch_max
         while metrics or logs or memory:
             take_m = metrics[:limit]
@@ -119,6 +129,7 @@ class Runner:
             take_s = memory[: max(0, limit - len(take_m) - len(take_l))]
             metrics, logs, memory = metrics[len(take_m):], logs[len(take_l):], memory[len(take_s):]
             self.reporter.add(metrics=take_m, logs=take_l, memory=take_s)
+        return sent
 
     # ---------------------------------------------------------------- stopping
     def _stop_sequence(self, trainer: subprocess.Popen) -> None:
@@ -157,22 +168,14 @@ class Runner:
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
         (self.run_dir / runfiles.TRAINER_PID).write_text(str(trainer.pid))
+        self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
         self.sampler = self._start_sampler(trainer.pid)
         self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
         readers = [threading.Thread(target=self._reader, args=(name, fd), daemon=True)
                    for name, fd in (("stdout", trainer.stdout), ("stderr", trainer.stderr))]
         for r in readers:
             r.start()
-        stopper = None
-        last_flush = 0.0
-        while trainer.poll() is None:
-            if self.cancel.is_set() and stopper is None:
-                stopper = threading.Thread(target=self._stop_sequence, args=(trainer,), daemon=True)
-                stopper.start()
-            if time.monotonic() - last_flush >= self.cfg.flush_s:
-                self._collect()
-                last_flush = time.monotonic()
-            time.sleep(self.cfg.poll_s)
+        self._follow(trainer)
         for r in readers:
             r.join(timeout=10)
         # No process of the job may outlive it (torchrun workers, dataloader workers, ...).
@@ -182,6 +185,35 @@ class Runner:
         code = trainer.returncode
         cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
         return self._finish(exit_code=code, cause=cause)
+
+    def _start_watch(self) -> FileWatch:
+        out = Path(self.cfg.output_dir)
+        try:  # made now so it can be watched; LLaMA-Factory runs with overwrite_output_dir
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # the watch falls back to polling and says why
+        watch = FileWatch(out, runfiles.TRAINER_LOG, self.wake, mode=self.cfg.watch)
+        self.note(watch.describe(self.cfg.poll_s))
+        self.wake.set()  # lines written before the watch began are read at once, later ones wake it
+        return watch
+
+    def _follow(self, trainer: subprocess.Popen) -> None:
+        """Until the trainer exits: wake on a trainer_log write, a memory sample or cancel (or each
+        `poll_s` when polling) and send what is new; output lines alone wait up to `flush_s`."""
+        stopper = None
+        threading.Thread(target=lambda: (trainer.wait(), self.wake.set()), name="trainer-exit", daemon=True).start()
+        flush_s = self.cfg.flush_s
+        next_flush = time.monotonic() + flush_s
+        while trainer.poll() is None:
+            if self.cancel.is_set() and stopper is None:
+                stopper = threading.Thread(target=self._stop_sequence, args=(trainer,), daemon=True)
+                stopper.start()
+            wait = self.cfg.poll_s if self.watch.mode == "poll" else flush_s
+            self.wake.wait(max(0.0, min(wait, next_flush - time.monotonic())))
+            self.wake.clear()  # before reading: a write after this point wakes the next wait
+            due = time.monotonic() >= next_flush
+            if self._collect(flush=due) or due:
+                next_flush = time.monotonic() + flush_s
 
     def _sampler_drain(self) -> list[dict]:
         s = self.sampler
@@ -201,7 +233,7 @@ class Runner:
         try:
             return Sampler(interval_s=self.cfg.memory_sample_s, polls=self.cfg.memory_polls,
                            gpus=bool(visible), visible=visible, bus_ids=self.cfg.bus_ids,
-                           root_pid=trainer_pid).start()
+                           root_pid=trainer_pid, on_sample=self.wake.set).start()
         except Exception as e:
             self.note(f"memory sampler not started: {e}")
             return None
@@ -209,6 +241,8 @@ class Runner:
     def _finish(self, *, exit_code: int, cause: str | None) -> int:
         if self.sampler is not None:
             self.sampler.stop()
+        if self.watch is not None:
+            self.watch.close()
         self._collect()
         state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
         # result.json first: a server that never hears from us reads it from the run folder.
@@ -231,6 +265,7 @@ def cli() -> None:
 
     def on_signal(signum, _frame) -> None:
         runner.cancel.set()
+        runner.wake.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -3,6 +3,10 @@
 The outbox file in the run folder is the write-ahead log: every batch is appended there before it
 is sent, so a server that was away (or a runner that died) loses nothing: the server can replay the
 file, and every item has a natural key (its line number), so a replayed batch is stored once.
+
+One request is in flight at a time, at most every MIN_GAP_S; batches that queued meanwhile go
+together in the next one, so a trainer logging faster than the server answers (or a server that
+was away) costs few requests, while a lone line still goes at once.
 """
 
 from __future__ import annotations
@@ -19,15 +23,51 @@ import httpx
 
 from tunedeck import runfiles
 
+MEMORY_REQUIRED = ("line", "t", "gpu", "used_bytes")
+MIN_GAP_S = 0.05  # at most 20 requests a second from one runner
+MERGE_BYTES = 1 << 20  # well under the server's body limit
+LIST_MAX, STATES_MAX = 20000, 10  # the server's longest lists in one batch (models.TelemetryBatch)
+
+
+def columns(rows: list[dict[str, Any]]) -> dict[str, list]:
+    """Memory samples as one array per field (models.MemoryColumns): half the bytes of the row form,
+    and the server validates and stores them without an object per sample. A field no sample has
+    is left out."""
+    keys = dict.fromkeys(k for r in rows for k in r)
+    cols = {k: [r.get(k) for r in rows] for k in keys}
+    return {k: v for k, v in cols.items() if k in MEMORY_REQUIRED or any(x is not None for x in v)}
+
+
+def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Consecutive batches as one, numbered as the last: every item keeps its line number, so the
+    server stores the same rows either way."""
+    if len(batches) == 1:
+        return batches[0]
+    out: dict[str, Any] = {"seq": batches[-1]["seq"], "metrics": [], "logs": [], "states": []}
+    for b in batches:
+        for k in ("metrics", "logs", "states"):
+            out[k] += b.get(k, [])
+    parts = [b["memory"] for b in batches if b.get("memory")]
+    if parts:
+        keys = dict.fromkeys(k for p in parts for k in p)
+        out["memory"] = {k: [x for p in parts for x in (p.get(k) or [None] * len(p["line"]))] for k in keys}
+    return out
+
+
+def _items(batch: dict[str, Any]) -> int:
+    return len(batch["metrics"]) + len(batch["logs"]) + len(batch.get("memory", {}).get("line", ()))
+
 
 class Reporter:
-    def __init__(self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float):
+    def __init__(self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float,
+                 merge_items: int = 2000):
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
         self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
         self.outbox = run_dir / runfiles.OUTBOX
         self.retry_max_s = retry_max_s
         self.seq = 0
-        self._pending: deque[dict[str, Any]] = deque()
+        self.merge_items = min(merge_items, LIST_MAX)
+        self._pending: deque[tuple[dict[str, Any], int]] = deque()  # (batch, its size in bytes)
         self._cond = threading.Condition()
         self._stop = False
         self.delivered = 0
@@ -39,13 +79,14 @@ class Reporter:
             return
         batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
         if memory:  # issue 3: the sampler's VRAM / host-memory samples
-            batch["memory"] = list(memory)
+            batch["memory"] = columns(list(memory))
         self.seq += 1
+        line = json.dumps(batch) + "\n"
         with open(self.outbox, "a", encoding="utf-8") as f:
-            f.write(json.dumps(batch) + "\n")
+            f.write(line)
             f.flush()
         with self._cond:
-            self._pending.append(batch)
+            self._pending.append((batch, len(line)))
             self._cond.notify()
 
     @property
@@ -66,8 +107,21 @@ class Reporter:
             self._stop = True
             self._cond.notify_all()
 
+    def _group(self, most: int) -> list[dict[str, Any]]:
+        """The oldest pending batches that fit in one request, `most` of them at most."""
+        group: list[dict[str, Any]] = []
+        size = items = states = 0
+        for batch, n in self._pending:
+            if group and (len(group) >= most or size + n > MERGE_BYTES or items + _items(batch) > self.merge_items
+                          or states + len(batch["states"]) > STATES_MAX):
+                break
+            group.append(batch)
+            size, items, states = size + n, items + _items(batch), states + len(batch["states"])
+        return group
+
     def _send_loop(self) -> None:
-        backoff = 0.2
+        backoff, last = 0.2, 0.0
+        most = LIST_MAX  # halved while a request of several is refused, until the refused batch is found
         with httpx.Client(timeout=30) as client:
             while True:
                 with self._cond:
@@ -75,19 +129,27 @@ class Reporter:
                         self._cond.wait()
                     if self._stop and not self._pending:
                         return
-                    batch = self._pending[0]
+                time.sleep(max(0.0, last + MIN_GAP_S - time.monotonic()))  # what comes meanwhile joins in
+                with self._cond:
+                    group = self._group(most)
+                last = time.monotonic()
                 try:
-                    r = client.post(self.endpoint, json=batch, headers=self.headers)
+                    r = client.post(self.endpoint, json=merge(group), headers=self.headers)
                     ok, permanent = r.status_code < 300, r.status_code in (400, 401, 403, 404, 413, 422)
                 except httpx.HTTPError:
                     ok, permanent, r = False, False, None
+                if permanent and len(group) > 1:  # one of them is refused: find it by halving
+                    most = len(group) // 2
+                    continue
                 if ok or permanent:
                     if permanent:  # the server will never take it; it stays in the outbox file
-                        print(f"[tunedeck runner] batch {batch['seq']} refused: {r.status_code} {r.text[:300]}",
+                        most = LIST_MAX
+                        print(f"[tunedeck runner] batch {group[0]['seq']} refused: {r.status_code} {r.text[:300]}",
                               file=sys.stderr, flush=True)
                     with self._cond:
-                        self._pending.popleft()
-                        self.delivered += 1
+                        for _ in group:
+                            self._pending.popleft()
+                        self.delivered += len(group)
                         self._cond.notify_all()
                     backoff = 0.2
                 else:

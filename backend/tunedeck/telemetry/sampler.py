@@ -19,11 +19,12 @@ from tunedeck.telemetry.base import Reading
 class Sampler:
     def __init__(self, *, interval_s: float = 1.0, polls: int = 4, gpus: bool = True, visible: list[int] | None = None,
                  bus_ids: list[str] | None = None, root_pid: int | None = None,
-                 opener: Callable[..., Any] = open_backend):
+                 opener: Callable[..., Any] = open_backend, on_sample: Callable[[], Any] | None = None):
         self.interval_s = max(0.1, float(interval_s))
         self.polls = max(1, int(polls))
         self.gpus, self.visible, self.bus_ids, self.root_pid = gpus, visible or [], bus_ids, root_pid
         self.opener = opener
+        self.on_sample = on_sample  # the runner sends each sample as it is taken
         self.backend_name: str | None = None
         self.reason: str | None = None
         self.indices: list[int] | None = None
@@ -80,6 +81,8 @@ class Sampler:
                         break
                 if best:
                     self._emit(time.time(), best)
+                    if self.on_sample is not None:
+                        self.on_sample()
         finally:
             self.ready.set()
             backend.close()

@@ -1,0 +1,63 @@
+"""The runner's reporter against a real server: batches that queue up go together, a refused one
+is found and set aside, and every good item is stored once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+
+from tests.conftest import demo_config
+from tests.runner.test_live import wait_for
+from tunedeck.runner.report import Reporter, merge
+
+
+def test_merge_keeps_every_item_and_numbers_as_the_last():
+    a = {"seq": 3, "metrics": [{"line": 0}], "logs": [], "states": [],
+         "memory": {"line": [0, 1], "t": [1.0, 1.0], "gpu": [0, 1], "used_bytes": [5, 6], "name": ["A", "B"]}}
+    b = {"seq": 4, "metrics": [], "logs": [{"line": 0}], "states": [{"event": "exited"}]}
+    c = {"seq": 5, "metrics": [{"line": 1}], "logs": [], "states": [],
+         "memory": {"line": [2], "t": [2.0], "gpu": [0], "used_bytes": [7], "util": [0.5]}}
+    assert merge([a, b, c]) == {
+        "seq": 5, "metrics": [{"line": 0}, {"line": 1}], "logs": [{"line": 0}], "states": [{"event": "exited"}],
+        "memory": {"line": [0, 1, 2], "t": [1.0, 1.0, 2.0], "gpu": [0, 1, 0], "used_bytes": [5, 6, 7],
+                   "name": ["A", "B", None], "util": [None, None, 0.5]}}
+    assert merge([a]) is a
+
+
+def scrape(server, name: str) -> float:
+    for line in server.api.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_queued_batches_go_together_and_a_refused_one_alone(server_factory, assets, tmp_path):
+    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
+    job = server.submit({"name": "reporter", "gpus": 0, "config": demo_config(assets)})
+    token = "runner-secret"
+    with sqlite3.connect(server.workspace / "tunedeck.db") as db:  # what the scheduler does at launch
+        db.execute("UPDATE jobs SET runner_token_hash=? WHERE id=?", (hashlib.sha256(token.encode()).hexdigest(),
+                                                                     job["id"]))
+    reporter = Reporter(url=server.url, job_id=job["id"], token=token, run_dir=tmp_path, retry_max_s=1)
+    good = [n for n in range(40) if n != 25]
+    # The server is stopped while the batches are made: they all wait for one request to end.
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        for n in range(40):
+            sample = {"line": n, "t": 1.0 + n, "gpu": 0, "used_bytes": -1 if n == 25 else 2**30 + n}
+            reporter.add(metrics=[{"line": n, "t": 1.0 + n, "raw": json.dumps({"current_steps": n + 1})}]
+                         if n != 25 else [], memory=[sample])
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert reporter.drain(120), "batches left undelivered"
+    reporter.close()
+    assert [p["step"] for p in server.all(job["id"], "metrics")] == [n + 1 for n in good]
+    mem = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 1000}).json()["samples"]
+    assert [m["used_bytes"] for m in mem] == [2**30 + n for n in good]  # the refused batch alone is left out
+    # Far fewer requests stored than batches made: the 39 good ones went in a handful.
+    stored = wait_for(lambda: scrape(server, "tunedeck_ingest_batches_total"), "ingest counter")
+    assert stored <= 12, stored
+    assert len((tmp_path / "outbox.jsonl").read_text().splitlines()) == 40  # each batch on disk first
