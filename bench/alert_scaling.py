@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunedeck.alerts import Limits
 from tunedeck.db import make_engine, upgrade
-from tunedeck.models import Job, JobStatus, MemorySample, MetricPoint
 from tunedeck.services.alerts import Tracker
+from tunedeck.tables import Job, JobStatus, MemorySample, MetricPoint
 
 GiB = 1024**3
 GPUS = 8

@@ -9,10 +9,11 @@ from sqlmodel import Session
 
 from tunedeck.db import downgrade, make_engine, upgrade
 from tunedeck.lflog import COUNTS, METRICS, parse_point, seconds
-from tunedeck.models import Job, JobStatus, LogLine, MetricOut, MetricPoint
+from tunedeck.schemas import MetricOut
 from tunedeck.services.feed import Cursor, job_events
 from tunedeck.services.ingest import IngestWriter, apply_batch
 from tunedeck.services.series import metric_series
+from tunedeck.tables import Job, JobStatus, LogLine, MetricPoint
 
 # metric_points columns that are not trainer metrics: keys, time, progress, the line as written
 SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite")

@@ -12,8 +12,8 @@ from sqlmodel import Session
 from tests.conftest import demo_config
 from tests.utils.factories import create_job
 from tunedeck.db import make_engine, upgrade
-from tunedeck.models import Job, JobStatus
 from tunedeck.services.ingest import IngestWriter
+from tunedeck.tables import Job, JobStatus
 
 TOKEN = "runner-secret"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "X-Tunedeck": "1", "Content-Type": "application/json"}

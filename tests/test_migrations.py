@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlmodel import SQLModel
 
-import tunedeck.models  # noqa: F401  (the tables compared against)
+import tunedeck.tables  # noqa: F401  (the tables compared against)
 from tunedeck.db import MIGRATIONS_DIR, downgrade, make_engine, upgrade
 from tunedeck.legacy_heads import LINE, LegacyHeadsError
 

@@ -135,9 +135,9 @@ def test_not_finite_losses_and_the_tail_bound(tmp_path):
     from sqlmodel import Session
 
     from tunedeck.db import make_engine, upgrade
-    from tunedeck.models import Job, JobStatus
     from tunedeck.services.ingest import apply_batch
     from tunedeck.services.prometheus import TAIL_LINES, Collector
+    from tunedeck.tables import Job, JobStatus
 
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)

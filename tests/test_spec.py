@@ -10,7 +10,7 @@ import yaml
 
 from tunedeck.config import Settings
 from tunedeck.lint import lf_table as lf_args
-from tunedeck.models import JobSpec
+from tunedeck.schemas import JobSpec
 from tunedeck.spec import SpecError, launch_env, spec_from_yaml
 from tunedeck.submission import Node, Submission, resolve
 

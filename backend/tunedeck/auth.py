@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tunedeck.config import Settings
-from tunedeck.models import ApiToken, utcnow
+from tunedeck.tables import ApiToken, utcnow
 
 PREFIX = "tdk_"
 # Routes that carry their own credentials or must answer anyone.

@@ -19,9 +19,9 @@ from sqlmodel import Session, col, select
 
 from tunedeck import runfiles
 from tunedeck.config import Settings
-from tunedeck.models import Job, JobStatus, utcnow
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState, move
+from tunedeck.tables import Job, JobStatus, utcnow
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.scheduler")

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from tunedeck import tree
-from tunedeck.models import JobSpec
+from tunedeck.schemas import JobSpec
 
 MAX_YAML_BYTES = 1_000_000
 

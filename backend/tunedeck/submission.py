@@ -23,8 +23,8 @@ import yaml
 from tunedeck import estimate as est
 from tunedeck import hubcache, lint, reach, runfiles, tree
 from tunedeck.config import Settings
-from tunedeck.models import JobSpec
 from tunedeck.presets import deepspeed_presets
+from tunedeck.schemas import JobSpec
 from tunedeck.spec import SpecError, detail
 
 # Keys tunedeck owns: the job gets a fresh output folder and a token count (throughput).

@@ -15,11 +15,11 @@ from sqlmodel import Session, select
 from tests.alerts.corpus import generate
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
-from tunedeck.models import Alert, Job, JobStatus, MemorySample
 from tunedeck.services import alerts, memory
 from tunedeck.services.ingest import IngestWriter, finish
 from tunedeck.services.jobstate import JobState
 from tunedeck.services.notify import Notifier
+from tunedeck.tables import Alert, Job, JobStatus, MemorySample
 
 GiB = 1024**3
 

@@ -117,7 +117,7 @@ def exercise(case, headers: dict[str, str]):
 
 
 def follows_name_rules(name: object) -> bool:
-    from tunedeck.models import JobSpec
+    from tunedeck.schemas import JobSpec
 
     try:
         JobSpec.model_validate({"name": name, "config": {}})
@@ -449,7 +449,7 @@ def test_runner_telemetry_conforms(server_factory, assets):
 
 def test_nothing_stored_is_garbage(fuzz_server, seeds):
     """Whatever the fuzzer got accepted is a well-formed row whose files sit inside the workspace."""
-    from tunedeck.models import JobStatus
+    from tunedeck.tables import JobStatus
 
     db = sqlite3.connect(f"file:{fuzz_server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -19,7 +19,7 @@ from tests.conftest import CONFIGS, demo_config
 from tunedeck import reach
 from tunedeck.config import Settings
 from tunedeck.lint import lf_table
-from tunedeck.models import JobSpec
+from tunedeck.schemas import JobSpec
 from tunedeck.spec import SpecError, launch_env, spec_from_yaml
 from tunedeck.submission import Node, Submission, resolve
 

@@ -15,11 +15,12 @@ from sqlmodel import Session
 
 from tunedeck import auth, procs
 from tunedeck.config import Settings
-from tunedeck.models import Job, JobSpec, JobStatus
 from tunedeck.scheduler import token_hash
+from tunedeck.schemas import JobSpec
 from tunedeck.services import imports, jobs
 from tunedeck.services.jobstate import JobState, move
 from tunedeck.submission import Node
+from tunedeck.tables import Job, JobStatus
 
 
 def create_token(engine: Engine, name: str, role: str = "submitter") -> str:

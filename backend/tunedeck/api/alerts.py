@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
-from tunedeck.models import AlertOut
+from tunedeck.schemas import AlertOut
 from tunedeck.services import alerts as service
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]

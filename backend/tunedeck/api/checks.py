@@ -11,7 +11,7 @@ from pydantic import Field
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import Calibration, LintOut, errors
 from tunedeck.db import SessionDep
-from tunedeck.models import JobSpec
+from tunedeck.schemas import JobSpec
 from tunedeck.services import checks as service
 from tunedeck.services.jobs import get_job
 from tunedeck.submission import resolve

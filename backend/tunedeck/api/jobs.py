@@ -11,7 +11,7 @@ from tunedeck import spec as specs
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
-from tunedeck.models import (
+from tunedeck.schemas import (
     NAME_RULES,
     FileOut,
     JobConfigOut,
@@ -19,13 +19,13 @@ from tunedeck.models import (
     JobOut,
     JobPage,
     JobSpec,
-    JobStatus,
     LogOut,
     LogPage,
     MetricOut,
     MetricPage,
 )
 from tunedeck.services import jobs as service
+from tunedeck.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 NOT_FOUND = errors(404)

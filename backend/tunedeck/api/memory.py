@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
-from tunedeck.models import MemoryPage, MemorySampleOut
+from tunedeck.schemas import MemoryPage, MemorySampleOut
 from tunedeck.services import memory as service
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]

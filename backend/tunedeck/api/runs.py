@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from tunedeck.alerts.rundir import BadInput
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
-from tunedeck.models import NAME_RULES, JobOut
+from tunedeck.schemas import NAME_RULES, JobOut
 from tunedeck.services.imports import import_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])

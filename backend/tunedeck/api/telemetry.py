@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, HTTPException, Request
 
 from tunedeck.api.responses import Stored, errors
 from tunedeck.db import SessionDep
-from tunedeck.models import TelemetryBatch
+from tunedeck.protocol import TelemetryBatch
 from tunedeck.scheduler import token_hash
 from tunedeck.services import jobs as service
 from tunedeck.services.ingest import plain

@@ -16,7 +16,7 @@ from tunedeck import runfiles
 from tunedeck import spec as specs
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
-from tunedeck.models import JobSpec
+from tunedeck.schemas import JobSpec
 from tunedeck.submission import resolve
 
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tunedeck import procs, runfiles, spec
 from tunedeck.config import Settings
-from tunedeck.models import Job
 from tunedeck.protocol import RunnerConfig
 from tunedeck.services.nodes import NodeInventory
+from tunedeck.tables import Job
 
 
 class LocalExecutor:

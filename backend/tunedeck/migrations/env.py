@@ -4,7 +4,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
-import tunedeck.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+import tunedeck.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from tunedeck.legacy_heads import fold_version_rows
 
 connection = context.config.attributes.get("connection")

@@ -17,8 +17,8 @@ from sqlmodel import Session, col, select
 
 from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.config import Settings
-from tunedeck.models import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.services.errors import NotFound
+from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")

@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 
 from tunedeck import preflight
 from tunedeck.config import Settings
-from tunedeck.models import EstimateCalibration, Job, MetricPoint
+from tunedeck.tables import EstimateCalibration, Job, MetricPoint
 
 GiB = 2**30
 

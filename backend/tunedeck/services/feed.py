@@ -19,7 +19,8 @@ from sqlmodel import Session, col, select
 
 from tunedeck import strictjson
 from tunedeck.lflog import METRICS
-from tunedeck.models import Job, JobOut
+from tunedeck.schemas import JobOut
+from tunedeck.tables import Job
 
 ROW_TTL_S = 1.0
 _ROWS: dict[tuple, tuple[float, dict]] = {}

@@ -12,11 +12,11 @@ from tunedeck.alerts import analyze
 from tunedeck.alerts.rundir import build
 from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
-from tunedeck.models import Job, JobStatus
 from tunedeck.services import alerts as alert_service
 from tunedeck.services.ingest import apply_batch
 from tunedeck.services.jobs import slug
 from tunedeck.services.jobstate import JobState, after_commit, move
+from tunedeck.tables import Job, JobStatus
 
 
 def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: str, memory_csv: str | None,

@@ -22,9 +22,10 @@ from sqlalchemy.dialects.sqlite import insert
 
 from tunedeck.lflog import METRICS as POINT_KEYS
 from tunedeck.lflog import parse_point
-from tunedeck.models import Job, JobStatus, LogLine, MemoryColumns, MemorySample, MetricPoint, TelemetryBatch
+from tunedeck.protocol import MemoryColumns, TelemetryBatch
 from tunedeck.services import jobstate
 from tunedeck.services.jobstate import JobState
+from tunedeck.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
 
 METRICS = MetricPoint.__table__

@@ -9,10 +9,11 @@ from pathlib import Path
 from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
-from tunedeck.models import Job, JobSpec, JobStatus, LogLine, MetricPoint, utcnow
+from tunedeck.schemas import JobSpec
 from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.services.jobstate import JobState, move
 from tunedeck.submission import Node, Submission, resolve
+from tunedeck.tables import Job, JobStatus, LogLine, MetricPoint, utcnow
 
 
 def slug(name: str) -> str:

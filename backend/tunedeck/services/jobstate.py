@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, update
 
-from tunedeck.models import Job, JobStatus, utcnow
+from tunedeck.tables import Job, JobStatus, utcnow
 
 if TYPE_CHECKING:
     from tunedeck.services.alerts import AlertEngine

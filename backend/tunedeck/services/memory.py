@@ -7,8 +7,9 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 from tsdownsample import MinMaxLTTBDownsampler
 
-from tunedeck.models import MemoryGpu, MemorySample
+from tunedeck.schemas import MemoryGpu
 from tunedeck.services.jobs import get_job
+from tunedeck.tables import MemorySample
 
 
 def downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:

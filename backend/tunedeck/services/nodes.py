@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
-from tunedeck.models import Job, JobStatus
+from tunedeck.tables import Job, JobStatus
 from tunedeck.telemetry import detect_gpus
 
 

@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from tunedeck.alerts import at_least
 from tunedeck.config import Settings
-from tunedeck.models import Alert, Job
+from tunedeck.tables import Alert, Job
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.notify")

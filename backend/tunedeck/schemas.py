@@ -1,0 +1,191 @@
+"""What the REST API takes and answers (pydantic): the job spec, pages of rows, alerts.
+
+Tables are in tables.py; what runners send is in protocol.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import Field as PField
+
+from tunedeck import tree
+from tunedeck.protocol import Strict
+from tunedeck.tables import Job, JobStatus
+
+NonFinite = Literal["inf", "-inf", "nan"]
+
+
+# The one rule for job names, wherever a name comes in (JSON, the YAML route's query, an import's form):
+# names become folder names and appear in pages, so no slashes, markup or other scripts.
+NAME_RULES: dict[str, Any] = {"min_length": 1, "max_length": 100, "pattern": r"^[A-Za-z0-9][A-Za-z0-9 ._+-]*$",
+                              "description": "letters, digits, space and . _ + -; starting with a letter or digit"}
+
+
+class JobSpec(Strict):
+    """What a client submits. `config` holds LLaMA-Factory train keys, as in its YAML files."""
+
+    name: str = PField(**NAME_RULES)
+    config: dict[str, Any]
+    deepspeed: str | dict[str, Any] | None = None
+    gpus: int | None = PField(None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node")
+
+    @field_validator("config", "deepspeed")
+    @classmethod
+    def _plain_text(cls, v: Any, info: ValidationInfo) -> Any:
+        if bad := tree.problems(v, [info.field_name]):
+            raise ValueError("; ".join(reason for _, reason in bad[:5]))
+        return v
+
+
+class Progress(BaseModel):
+    current_steps: int | None = None
+    total_steps: int | None = None
+    percentage: float | None = None
+    eta_seconds: float | None = None
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    owner: str | None
+    status: JobStatus
+    gpus: int
+    devices: list[int] | None
+    exit_code: int | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    progress: Progress
+    run_dir: str
+    output_dir: str
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        return cls(
+            id=job.id,
+            name=job.name,
+            owner=job.owner,
+            status=job.status,
+            gpus=job.gpus,
+            devices=[int(d) for d in job.devices.split(",")] if job.devices else None,
+            exit_code=job.exit_code,
+            error=job.error,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            progress=Progress(
+                current_steps=job.current_steps,
+                total_steps=job.total_steps,
+                percentage=job.percentage,
+                eta_seconds=job.eta_seconds,
+            ),
+            run_dir=job.run_dir,
+            output_dir=job.output_dir,
+        )
+
+
+class JobPage(BaseModel):
+    jobs: list[JobOut]
+    next: int | None
+
+
+class JobCreated(JobOut):
+    warnings: list[str] = []
+    findings: list[dict] = []  # issue 5: lint warnings/info ({code, severity, path, message, fix})
+
+
+class MetricOut(BaseModel):
+    id: int
+    step: int | None
+    t: float
+    loss: float | None
+    eval_loss: float | None
+    lr: float | None
+    epoch: float | None
+    throughput: float | None
+    total_tokens: int | None
+    vram_allocated: float | None
+    vram_reserved: float | None
+    nonfinite: dict[str, NonFinite] | None = PField(
+        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}')
+
+    @field_validator("nonfinite", mode="before")
+    @classmethod
+    def _stored(cls, v: Any) -> Any:
+        return json.loads(v) if isinstance(v, str) else v
+
+
+class MetricPage(BaseModel):
+    points: list[MetricOut]
+    next: int | None
+
+
+class LogOut(BaseModel):
+    id: int
+    t: float
+    stream: str
+    text: str
+
+
+class LogPage(BaseModel):
+    lines: list[LogOut]
+    next: int | None
+
+
+class JobConfigOut(BaseModel):
+    train_yaml: str
+    ds_config: str | None
+    run_dir: str
+    output_dir: str
+
+
+class FileOut(BaseModel):
+    path: str = PField(description="relative to the job's output folder")
+    bytes: int
+
+
+
+class MemorySampleOut(BaseModel):
+    id: int
+    t: float
+    gpu: int
+    used_bytes: int
+    total_bytes: int | None
+    util: float | None
+    power_w: float | None
+    temp_c: float | None
+
+
+class MemoryGpu(BaseModel):
+    gpu: int
+    name: str | None
+    total_bytes: int | None
+
+
+class MemoryPage(BaseModel):
+    samples: list[MemorySampleOut]
+    next: int | None
+    downsampled: bool
+    gpus: list[MemoryGpu]
+
+
+class AlertOut(BaseModel):
+    id: int
+    job_id: int
+    kind: str
+    severity: str
+    gpu: int | None
+    t: float
+    step: int | None
+    message: str
+    suggestion: str | None
+    open: bool
+    first_t: float
+    last_t: float
+    count: int
+

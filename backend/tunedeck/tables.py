@@ -1,0 +1,208 @@
+"""The SQLite tables (SQLModel): jobs and their series, tokens, alerts, calibration, roll-ups.
+
+Alembic's migrations create them; a test holds the two to the same schema (tests/test_migrations.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status", "status"), Index("ix_jobs_finished_at", "finished_at"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    owner: str | None = None
+    status: JobStatus = Field(default=JobStatus.queued)
+    gpus: int = 0
+    spec: str = Field(sa_column=Column(Text, nullable=False))  # the submitted spec, JSON
+    train_yaml: str = Field(sa_column=Column(Text, nullable=False))  # exactly what runs
+    ds_config: str | None = Field(default=None, sa_column=Column(Text))
+    run_dir: str = ""
+    output_dir: str = ""
+    devices: str | None = None  # comma-separated device indices given to the job
+    exit_code: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    # Progress, from the newest trainer_log.jsonl line.
+    current_steps: int | None = None
+    total_steps: int | None = None
+    percentage: float | None = None
+    eta_seconds: float | None = None
+    # The runner process (reattach after a server restart) and its credentials.
+    runner_pid: int | None = None
+    runner_started: float | None = None  # psutil create_time, guards against PID reuse
+    trainer_pid: int | None = None
+    runner_token_hash: str | None = None
+    last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
+    estimate: str | None = Field(default=None, sa_column=Column(Text))  # issue 5: VRAM estimate, JSON
+
+
+class MetricPoint(SQLModel, table=True):
+    """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
+                      Index("ix_metric_job_step", "job_id", "step"),
+                      Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based line number in trainer_log.jsonl
+    t: float  # unix time the runner read the line
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    lr: float | None = None
+    epoch: float | None = None
+    throughput: float | None = None
+    total_tokens: int | None = None
+    vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
+    vram_reserved: float | None = None
+    raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
+    # The columns above hold finite numbers only; an Infinity or NaN of the line is NULL there and
+    # named here, JSON such as {"loss": "inf"} (SQLite cannot store NaN, and JSON cannot carry either).
+    nonfinite: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class LogLine(SQLModel, table=True):
+    __tablename__ = "log_lines"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_log_job_line"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based, over stdout and stderr together, in the order the runner read them
+    t: float
+    stream: str  # stdout | stderr | runner
+    text: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class JobChange(SQLModel, table=True):
+    """The newest change of each job, written only by SQLite triggers on `jobs` (see migration 0004_ui).
+
+    AUTOINCREMENT so a `seq` is never reused: streams page job changes by it."""
+
+    __tablename__ = "job_changes"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    seq: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(unique=True)
+
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token for people and scripts; only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    role: str  # viewer | submitter | admin
+    token_hash: str = Field(unique=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+
+
+
+
+class MemorySample(SQLModel, table=True):
+    """One sampler interval of one device: the MAX seen inside it. (job_id, line) keys a resend."""
+
+    __tablename__ = "memory_samples"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_memory_job_line"),
+                      Index("ix_memory_job_gpu_t", "job_id", "gpu", "t"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # the runner's per-job sample sequence number
+    t: float
+    gpu: int  # device index on the node; -1 = host memory (cpu backend)
+    used_bytes: int = Field(sa_type=BigInteger)
+    total_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    util: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    name: str | None = None
+
+
+class Alert(SQLModel, table=True):
+    """One episode of a detected condition; open while it holds, updated while it recurs."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_job_kind", "job_id", "kind", "gpu"), Index("ix_alerts_open", "open"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    kind: str
+    severity: str  # info | warning | critical
+    gpu: int | None = None
+    t: float  # the newest occurrence
+    step: int | None = None
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    suggestion: str | None = Field(default=None, sa_column=Column(Text))
+    open: bool = True
+    first_t: float
+    last_t: float
+    count: int = 1
+
+
+
+class EstimateCalibration(SQLModel, table=True):
+    """Predicted against measured peak of one finished job, so estimates can be calibrated per GPU kind."""
+
+    __tablename__ = "estimate_calibrations"
+    __table_args__ = (UniqueConstraint("job_id", name="uq_calibration_job"), Index("ix_calibration_kind", "gpu_kind"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    gpu_kind: str  # the device name from the SMI, or "cpu"
+    predicted_bytes: int = Field(sa_type=BigInteger)
+    measured_bytes: int = Field(sa_type=BigInteger)
+    source: str  # memory_samples | vram_reserved
+    ratio: float  # measured / predicted
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+
+
+class MemoryRollup(SQLModel, table=True):
+    """Count, min, max and mean of one GPU's samples over one interval, kept after raw samples go."""
+
+    __tablename__ = "memory_rollups"
+    __table_args__ = (UniqueConstraint("job_id", "gpu", "t0", name="uq_rollup_job_gpu_t0"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    gpu: int
+    t0: float
+    t1: float
+    n: int
+    min_bytes: int = Field(sa_type=BigInteger)
+    max_bytes: int = Field(sa_type=BigInteger)
+    mean_bytes: float
