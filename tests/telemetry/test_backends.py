@@ -50,7 +50,7 @@ def run_sampler(tmp_path: Path, path: Path | list[Path], devices: list[dict], vi
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(ROOT / "backend")]),
            "TUNEDECK_FAKE_SMI_TRACE": str(trace)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -104,7 +104,7 @@ def test_absent_and_broken_libraries_mean_no_gpu(tmp_path):
     code = ("from tunedeck.telemetry import open_backend; b, r = open_backend(); print(b.name); print(r);"
             "print(b.read()[0].used_bytes > 0)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(broken), str(ROOT / "backend")])}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     name, reason, ok = r.stdout.strip().splitlines()
     assert name == "cpu" and ok == "True"
