@@ -45,8 +45,8 @@ def safetensors_params(path) -> tuple[int, int]:
     return sum(sizes), max(sizes)
 
 
-def model_states(model_config: dict, ds: dict, gpus: int) -> int:
-    b = est.estimate(model_config=model_config, config=FULL, ds=ds, gpus=gpus)["breakdown"]
+def model_states(model_config: dict, ds: dict, gpus: int, config: dict = FULL) -> int:
+    b = est.estimate(model_config=model_config, config=config, ds=ds, gpus=gpus)["breakdown"]
     return sum(b.get(k, 0) for k in STATES)
 
 
@@ -127,6 +127,15 @@ def test_model_states_match_deepspeeds_own_estimators(demo_model, tmp_path):
             }
             for case, expected in truth.items():
                 assert abs(ours[case] - expected) <= 3, (config["hidden_size"], gpus, case, ours[case], expected)
+            # With the optimizer offloaded, DeepSpeed's GPU share is the 16-bit weights whatever is trainable:
+            # training the last layer only holds as much as training all of them.
+            freeze = {**FULL, "finetuning_type": "freeze", "freeze_trainable_layers": 1}
+            for case, ds in (
+                ("zero3 offload optimizer", zero(3, offload_optimizer=True)),
+                ("zero3 offload all", zero(3, True, True)),
+                ("zero2 offload optimizer", zero(2, offload_optimizer=True)),
+            ):
+                assert abs(model_states(config, ds, gpus, freeze) - truth[case]) <= 3, (config["hidden_size"], gpus, case)
 
 
 # The ZeRO paper (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
