@@ -69,7 +69,11 @@ def score(session: Path) -> tuple[int, int, int]:
 def keep_sample(session: Path, n: int, seed: int) -> int:
     """Keep a random n of the mutants (a module yields hundreds to thousands); returns how many there were."""
     with sqlite3.connect(session) as db:
-        jobs = [r[0] for r in db.execute("SELECT job_id FROM work_items ORDER BY job_id")]
+        # job ids are random per init: order by what the mutant is, so a seed draws the same mutants.
+        jobs = [r[0] for r in db.execute(
+            "SELECT job_id FROM mutation_specs ORDER BY module_path, operator_name, occurrence, "
+            "start_pos_row, start_pos_col"
+        )]
         keep = set(random.Random(seed).sample(jobs, min(n, len(jobs))))
         drop = [(j,) for j in jobs if j not in keep]
         db.executemany("DELETE FROM mutation_specs WHERE job_id = ?", drop)
