@@ -89,7 +89,10 @@ def estimate(
         typer.echo(f"no config.json for {config.get('model_name_or_path')!r}: give --model-config", err=True)
         raise typer.Exit(2)
     total = int(device_gib * GiB) if device_gib else None
-    result = est.estimate(model_config=mc, config=config, ds=ds, gpus=gpus, device_total_bytes=total)
+    from tunedeck.config import get_settings
+
+    result = est.estimate(model_config=mc, config=config, ds=ds, gpus=gpus, device_total_bytes=total,
+                          cpu_runtime_bytes=get_settings().estimate_cpu_runtime_bytes)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return

@@ -138,6 +138,12 @@ class Settings(BaseSettings):
         description="Address-space limit (RLIMIT_AS) for the trainer on CPU nodes: a run that needs more fails "
         "with an out-of-memory error instead of swapping the host.",
     )
+    estimate_cpu_runtime_bytes: int = Field(
+        475 * 2**20, ge=0,
+        description="Memory a CPU fine-tune holds before any tensor: the RSS of `train_python` after importing "
+        "torch, transformers and LLaMA-Factory's trainer. The default was read with torch 2 (CPU build); "
+        "measure it in your training environment for a closer CPU estimate.",
+    )
     alert_interval_s: float = Field(1.0, gt=0, description="Shortest time between two alert evaluations of a job.")
     alert_near_oom_share: float = Field(
         0.95, gt=0, le=1, description="Share of device memory that, sustained, raises `vram_near_oom`."

@@ -16,8 +16,9 @@ Parts (bytes, per GPU):
 - `buckets`: ZeRO communication buffers; with `overlap_comm` ≈4.5× the reduce + prefetch (ZeRO-3)
   or reduce + allgather (ZeRO-1/2) bucket sizes, "auto" filled as the HF integration does
   (reduce `h²`, prefetch `0.9·h²`).
-- `runtime`: what no tensor counts: the HIP/CUDA context and kernels on a GPU, the interpreter with
-  torch, transformers and LLaMA-Factory imported on the CPU.
+- `runtime`: what no tensor counts: the HIP/CUDA context and kernels on a GPU; on the CPU the
+  interpreter with torch, transformers and LLaMA-Factory imported, which depends on the training
+  environment's versions, so the caller passes it (the `estimate_cpu_runtime_bytes` setting).
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from tunedeck.lint import lf_value, number, truthy
 GiB = 2**30
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RUNTIME_GPU = 512 * 2**20  # HIP/CUDA context + kernel images, seen by the SMI, not by torch
-RUNTIME_CPU = (
-    475 * 2**20
-)  # RSS of python after importing LLaMA-Factory's trainer (torch CPU, measured: 474 MiB)
 OVERLAP_FACTOR = 4.5
 QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")
 
@@ -254,6 +252,7 @@ def estimate(
     ds: dict[str, Any] | None,
     gpus: int,
     device_total_bytes: int | None = None,
+    cpu_runtime_bytes: int = 0,
 ) -> dict[str, Any]:
     """The per-GPU figure, its breakdown (bytes), and warnings; `gpus=0` estimates a CPU run."""
     s = shapes(model_config)
@@ -272,7 +271,7 @@ def estimate(
             "activations": act["activations"],
             "logits": act["logits"],
             "buckets": buckets(z, s),
-            "runtime": RUNTIME_GPU if gpus > 0 else RUNTIME_CPU,
+            "runtime": RUNTIME_GPU if gpus > 0 else cpu_runtime_bytes,
         }
     )
     per_gpu = sum(breakdown.values())

@@ -174,7 +174,7 @@ def _model_config(model: Any, settings: Settings, read: Reader) -> dict[str, Any
 
 
 def _estimate(config: dict[str, Any], ds: dict[str, Any] | None, model_config: dict[str, Any] | None,
-              model: Any, gpus: int, node: Node) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+              model: Any, gpus: int, node: Node, settings: Settings) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The memory estimate, or the 422 item saying why there is none."""
     if model_config is None:
         return None, {"loc": MODEL_LOC, "type": "estimate_error",
@@ -182,7 +182,8 @@ def _estimate(config: dict[str, Any], ds: dict[str, Any] | None, model_config: d
                              "roots, or a hub id already in the HF cache)"}
     try:
         return est.estimate(model_config=model_config, config=config, ds=ds, gpus=gpus,
-                            device_total_bytes=node.device_total_bytes), None
+                            device_total_bytes=node.device_total_bytes,
+                            cpu_runtime_bytes=settings.estimate_cpu_runtime_bytes), None
     except est.EstimateError as e:
         return None, {"loc": MODEL_LOC, "msg": str(e), "type": "estimate_error"}
     except (ArithmeticError, ValueError, TypeError) as e:  # e.g. `cutoff_len: nan`, which lint refuses too
@@ -221,7 +222,7 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     # The server launches without USE_MCA=1: Megatron-Core keys are unknown keys there.
     findings = lint.lint(config, ds_config, gpus=gpus, preflight=node.preflight, model_config=model_config,
                          mca=False)
-    estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node)
+    estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
     # Paths, network keys, hub ids and remote code: what the job may reach beyond its run folder.
     reached = reach.check(config, ds_config, settings, read=read)
     findings = sorted(findings + reached.findings, key=lambda f: lint.SEVERITIES.index(f["severity"]))

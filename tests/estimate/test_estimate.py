@@ -91,19 +91,7 @@ def test_published_qwen2_7b_size():
 
 def test_zero3_breakdown_by_hand():
     e = est.estimate(model_config=TOY, config=TOY_LORA, ds=SEED_DS, gpus=2)
-    b = e["breakdown"]
-    # DeepSpeed's ZeRO-3: 4L + 18T/N for the trainable part, 2F/N for the frozen rest (F = 1736 - 512).
-    assert (
-        b["weights_frozen"],
-        b["weights_trainable"],
-        b["gradients"],
-        b["optimizer"],
-        b["gathered_layer"],
-    ) == (1224, 512, 512, 3584, 1024)
-    assert (
-        b["weights_frozen"] + b["weights_trainable"] + b["gradients"] + b["optimizer"] + b["gathered_layer"]
-        == 4 * 256 + 2 * 1224 // 2 + 18 * 512 // 2
-    )
+    b = e["breakdown"]  # model states: against DeepSpeed itself in test_truth.py
     # Checkpointed: 2 layer inputs 2·s·b·h bytes each + one layer in full 2·s·b·(6h + 16 + 4i) = 1024.
     assert b["activations"] == 2 * 2 * 4 * 8 + 2 * 4 * (6 * 8 + 4 * 4 + 4 * 16)
     assert b["logits"] == 4 * 32 * (2 + 8)
@@ -116,30 +104,8 @@ def test_zero3_breakdown_by_hand():
     assert no_ckpt["breakdown"]["activations"] == 2 * 1024 and no_ckpt["gradient_checkpointing"] is False
 
 
-def test_zero2_offload_and_plain_formulas():
+def test_plain_training_keeps_fp32_adam_states():
     full = {**TOY_LORA, "finetuning_type": "full"}
-    z2 = est.estimate(model_config=TOY, config=full, ds={"zero_optimization": {"stage": 2}}, gpus=4)[
-        "breakdown"
-    ]
-    assert z2["weights_trainable"] + z2["gradients"] + z2["optimizer"] == 2 * 1736 + math.ceil(18 * 1736 / 4)
-    opt_off = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
-    b = est.estimate(model_config=TOY, config=full, ds=opt_off, gpus=4)["breakdown"]
-    assert (
-        sum(b[k] for k in ("weights_frozen", "weights_trainable", "gradients", "optimizer", "gathered_layer"))
-        == 4 * 256 + 2 * 1736 // 4
-    )
-    all_off = {
-        "zero_optimization": {
-            "stage": 3,
-            "offload_optimizer": {"device": "cpu"},
-            "offload_param": {"device": "cpu"},
-        }
-    }
-    b = est.estimate(model_config=TOY, config=full, ds=all_off, gpus=4)["breakdown"]
-    assert (
-        sum(b[k] for k in ("weights_frozen", "weights_trainable", "gradients", "optimizer", "gathered_layer"))
-        == 4 * 256
-    )
     plain = est.estimate(model_config=TOY, config=full, ds=None, gpus=1)["breakdown"]
     assert plain["weights_trainable"] + plain["gradients"] + plain["optimizer"] == 16 * 1736
     assert plain["buckets"] == 0

@@ -1,7 +1,9 @@
 """Hardware-aware lint at submission, from the node's preflight.
 
-This machine has no GPU, so the training environment is a stand-in at the hardware boundary: a
-"python" that answers the probe as a ROCm node with two MI300X (gfx942) would. Launches are held.
+The training environment is a stand-in at the hardware boundary on any host: a "python" that answers
+the probe as a ROCm node with two MI300X (gfx942) would, so the verdicts do not depend on this machine.
+On a GPU host the real probe runs too (test_preflight's test_this_machine_passes_as_what_it_is).
+Launches are held.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ MI250X = {"name": "AMD Instinct MI250X", "bdf": "0000:03:00.0", "total": 64 * Gi
           "temp": 41, "vram": [v * GiB for v in (0, 1, 2, 3, 4, 5, 6, 7, 8)]}
 
 
-def run_sampler(tmp_path: Path, path: Path, devices: list[dict], visible: list[int]) -> dict:
-    """A sampler in a fresh interpreter whose path starts with the stand-in folder."""
+def run_sampler(tmp_path: Path, path: Path | list[Path], devices: list[dict], visible: list[int]) -> dict:
+    """A sampler in a fresh interpreter whose path starts with the stand-in folder(s)."""
+    paths = path if isinstance(path, list) else [path]
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"devices": devices}))
     code = textwrap.dedent(f"""
@@ -47,9 +48,9 @@ def run_sampler(tmp_path: Path, path: Path, devices: list[dict], visible: list[i
         print(json.dumps({{"backend": s.backend_name, "reason": s.reason, "indices": s.indices,
                            "samples": samples + s.drain()}}))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(ROOT / "backend")]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(ROOT / "backend")]),
            "TUNEDECK_FAKE_SMI_TRACE": str(trace)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -82,7 +83,11 @@ def test_job_samples_only_its_own_gpu(tmp_path):
 
 
 def test_nvml_path_over_stand_in_pynvml(tmp_path):
-    out = run_sampler(tmp_path, FAKES / "nvml", [MI300X], visible=[0])
+    # ROCm is tried first: on a ROCm host its real library would answer, so this host has none.
+    no_rocm = tmp_path / "no-rocm"
+    (no_rocm / "amdsmi").mkdir(parents=True)
+    (no_rocm / "amdsmi" / "__init__.py").write_text("raise ImportError('no ROCm on this stand-in NVIDIA host')\n")
+    out = run_sampler(tmp_path, [no_rocm, FAKES / "nvml"], [MI300X], visible=[0])
     assert out["backend"] == "nvidia"
     s = per_gpu(out)[0]
     assert [x["used_bytes"] for x in s[:2]] == [31 * GiB, 12 * GiB]
@@ -99,7 +104,7 @@ def test_absent_and_broken_libraries_mean_no_gpu(tmp_path):
     code = ("from tunedeck.telemetry import open_backend; b, r = open_backend(); print(b.name); print(r);"
             "print(b.read()[0].used_bytes > 0)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(broken), str(ROOT / "backend")])}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     name, reason, ok = r.stdout.strip().splitlines()
     assert name == "cpu" and ok == "True"
