@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunedeck.alerts import Limits
 from tunedeck.db import make_engine, upgrade
-from tunedeck.services.alerts import Tracker
+from tunedeck.services.alert_engine import Tracker
 from tunedeck.tables import Job, JobStatus, MemorySample, MetricPoint
 
 GiB = 1024**3

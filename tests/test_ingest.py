@@ -12,7 +12,7 @@ from tunedeck.lflog import COUNTS, METRICS, parse_point, seconds
 from tunedeck.schemas import MetricOut
 from tunedeck.services.feed import Cursor, job_events
 from tunedeck.services.ingest import IngestWriter, apply_batch
-from tunedeck.services.series import metric_series
+from tunedeck.services.metric_charts import metric_series
 from tunedeck.tables import Job, JobStatus, LogLine, MetricPoint
 
 # metric_points columns that are not trainer metrics: keys, time, progress, the line as written

@@ -22,7 +22,7 @@ from tests.conftest import demo_config
 from tests.utils.factories import create_job, post_telemetry
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
-from tunedeck.services.alerts import AlertEngine
+from tunedeck.services.alert_engine import AlertEngine
 from tunedeck.services.jobstate import ALLOWED, JobState, move
 from tunedeck.services.notify import Notifier
 from tunedeck.tables import Alert, Job, JobStatus

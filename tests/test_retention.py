@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from tunedeck.db import make_engine, upgrade
-from tunedeck.services.memory import memory_page
+from tunedeck.services.memory_charts import memory_page
 from tunedeck.services.retention import rollup
 
 GiB = 1 << 30

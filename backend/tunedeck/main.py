@@ -23,7 +23,7 @@ from tunedeck.config import Settings, get_settings
 from tunedeck.db import RESTORE_HINT, check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
-from tunedeck.services.alerts import AlertEngine
+from tunedeck.services.alert_engine import AlertEngine
 from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
@@ -91,7 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 worker.start()
                 started.append(worker)
             if node_gpus:  # a GPU node warms its preflight so submissions get hardware-aware lint
-                from tunedeck.services.checks import warm_preflight
+                from tunedeck.services.nodes import warm_preflight
 
                 warm_preflight(settings)
             yield

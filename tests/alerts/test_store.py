@@ -15,7 +15,8 @@ from sqlmodel import Session, select
 from tests.alerts.corpus import generate
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
-from tunedeck.services import alerts, memory
+from tunedeck.services import alert_engine as alerts
+from tunedeck.services import memory_charts as memory
 from tunedeck.services.ingest import IngestWriter, finish
 from tunedeck.services.jobstate import JobState
 from tunedeck.services.notify import Notifier

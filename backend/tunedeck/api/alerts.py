@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import AlertOut
-from tunedeck.services import alerts as service
+from tunedeck.services import alert_engine as service
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api", tags=["alerts"])

@@ -12,7 +12,7 @@ from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import Calibration, LintOut, errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import JobSpec
-from tunedeck.services import checks as service
+from tunedeck.services import estimates as service
 from tunedeck.services.jobs import get_job
 from tunedeck.submission import resolve
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from tunedeck.config import Settings
-from tunedeck.services.checks import node_preflight
+from tunedeck.services.nodes import node_preflight
 from tunedeck.submission import Node
 
 

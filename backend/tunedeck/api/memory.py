@@ -10,7 +10,7 @@ from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import MemoryPage, MemorySampleOut
-from tunedeck.services import memory as service
+from tunedeck.services import memory_charts as service
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api/jobs", tags=["memory"])

@@ -10,7 +10,7 @@ from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.services import jobs as jobs_service
-from tunedeck.services import series as service
+from tunedeck.services import metric_charts as service
 
 router = APIRouter(prefix="/api/jobs", tags=["charts"])
 

@@ -12,7 +12,7 @@ from tunedeck.alerts import analyze
 from tunedeck.alerts.rundir import build
 from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
-from tunedeck.services import alerts as alert_service
+from tunedeck.services import alert_engine as alert_service
 from tunedeck.services.ingest import apply_batch
 from tunedeck.services.jobs import slug
 from tunedeck.services.jobstate import JobState, after_commit, move

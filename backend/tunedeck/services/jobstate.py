@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, update
 from tunedeck.tables import Job, JobStatus, utcnow
 
 if TYPE_CHECKING:
-    from tunedeck.services.alerts import AlertEngine
+    from tunedeck.services.alert_engine import AlertEngine
     from tunedeck.services.notify import Notifier
 
 log = logging.getLogger("tunedeck.jobstate")

@@ -10,6 +10,8 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
+from tunedeck import preflight
+from tunedeck.config import Settings
 from tunedeck.tables import Job, JobStatus
 from tunedeck.telemetry import detect_gpus
 
@@ -59,3 +61,19 @@ class NodeInventory:
         gpus = [{"index": r.index, "name": r.name, "bus_id": r.bus_id, "total_bytes": r.total_bytes,
                  "used_bytes": r.used_bytes, "util": r.util, "job_id": holders.get(r.index)} for r in readings]
         return [{"name": platform.node() or "localhost", "backend": name, "reason": reason, "gpus": gpus}]
+
+
+def node_preflight(settings: Settings) -> dict[str, Any] | None:
+    """The node's preflight when one is cached (submission never waits for the probe)."""
+    return preflight.cached(settings.train_python, ttl=settings.preflight_ttl_s)
+
+
+def warm_preflight(settings: Settings) -> None:
+    """Run the node's preflight in the background (a subprocess; the server does not wait)."""
+    threading.Thread(
+        target=preflight.run,
+        args=(settings.train_python,),
+        kwargs={"ttl": settings.preflight_ttl_s},
+        name="preflight",
+        daemon=True,
+    ).start()

@@ -1,36 +1,16 @@
-"""The node's preflight for the checks before launch (tunedeck/submission.py), and the estimate's
-predicted-vs-measured peak after a job ran."""
+"""The estimate's predicted-vs-measured peak after a job ran, and its calibration per GPU kind."""
 
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from sqlalchemy import text
 from sqlmodel import Session, select
 
-from tunedeck import preflight
-from tunedeck.config import Settings
 from tunedeck.tables import EstimateCalibration, Job, MetricPoint
 
 GiB = 2**30
-
-
-def node_preflight(settings: Settings) -> dict[str, Any] | None:
-    """The node's preflight when one is cached (submission never waits for the probe)."""
-    return preflight.cached(settings.train_python, ttl=settings.preflight_ttl_s)
-
-
-def warm_preflight(settings: Settings) -> None:
-    """Run the node's preflight in the background (a subprocess; the server does not wait)."""
-    threading.Thread(
-        target=preflight.run,
-        args=(settings.train_python,),
-        kwargs={"ttl": settings.preflight_ttl_s},
-        name="preflight",
-        daemon=True,
-    ).start()
 
 
 def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
