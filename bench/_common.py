@@ -36,5 +36,7 @@ def pct(values: list[float], p: float) -> float:
 def summary(values: list[float], unit: str = "ms") -> str:
     if not values:
         return "no samples"
-    return (f"n={len(values)} median={statistics.median(values):.0f}{unit} p95={pct(values, 95):.0f}{unit} "
-            f"p99={pct(values, 99):.0f}{unit} max={max(values):.0f}{unit}")
+    return (
+        f"n={len(values)} median={statistics.median(values):.0f}{unit} p95={pct(values, 95):.0f}{unit} "
+        f"p99={pct(values, 99):.0f}{unit} max={max(values):.0f}{unit}"
+    )

@@ -53,7 +53,9 @@ def main() -> None:
                     delays.append(k - k0)
                     break
         tr.series.memory[0] = full
-    print(f"single spikes alerted {Counter(delays)} sample(s) after the peak (1 sample = TUNEDECK_MEMORY_SAMPLE_S)")
+    print(
+        f"single spikes alerted {Counter(delays)} sample(s) after the peak (1 sample = TUNEDECK_MEMORY_SAMPLE_S)"
+    )
 
 
 if __name__ == "__main__":

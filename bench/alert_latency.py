@@ -32,8 +32,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         assets = Path(os.environ.get("TUNEDECK_TEST_ASSETS", tmp / "assets"))
-        subprocess.run([PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(assets)], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(assets)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         dt, start = 0.25, time.time() + 3
         vram = [40 * GiB] * 400
         spikes = [14.0, 22.0, 31.0]  # seconds after the trace start
@@ -41,24 +44,56 @@ def main() -> None:
             for k in range(int(s / dt), int((s + 0.5) / dt)):
                 vram[k] = 70 * GiB
         trace = tmp / "trace.json"
-        trace.write_text(json.dumps({"mode": "time", "start": start, "dt": dt, "devices": [
-            {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "vram": vram}]}))
-        server = Server(tmp / "ws", assets, PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "fakes"),
-                                                                         str(ROOT / "backend")]),
-                        TUNEDECK_FAKE_SMI_TRACE=str(trace), TUNEDECK_MEMORY_SAMPLE_S=str(sample_s)).start()
+        trace.write_text(
+            json.dumps(
+                {
+                    "mode": "time",
+                    "start": start,
+                    "dt": dt,
+                    "devices": [
+                        {
+                            "name": "AMD Instinct MI300X",
+                            "bdf": "0000:0c:00.0",
+                            "total": 192 * GiB,
+                            "vram": vram,
+                        }
+                    ],
+                }
+            )
+        )
+        server = Server(
+            tmp / "ws",
+            assets,
+            PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "fakes"), str(ROOT / "backend")]),
+            TUNEDECK_FAKE_SMI_TRACE=str(trace),
+            TUNEDECK_MEMORY_SAMPLE_S=str(sample_s),
+        ).start()
         try:
             time.sleep(max(0.0, start - time.time()))
-            job = server.submit({"name": "latency", "config": demo_config(assets, max_steps=400, save_steps=1000,
-                                                                            eval_steps=1000), "gpus": 1})
+            job = server.submit(
+                {
+                    "name": "latency",
+                    "config": demo_config(assets, max_steps=400, save_steps=1000, eval_steps=1000),
+                    "gpus": 1,
+                }
+            )
             seen: dict[int, float] = {}
             stored: dict[int, float] = {}  # the first sample holding the spike, visible in the API
             last = (None, 0)
             while len(seen) < len(spikes) and time.time() < start + spikes[-1] + 30:
-                rows = [a for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json() if a["kind"] == "vram_spike"]
+                rows = [
+                    a
+                    for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+                    if a["kind"] == "vram_spike"
+                ]
                 now = time.time()
-                high = [m["t"] for m in server.api.get(f"/api/jobs/{job['id']}/memory",
-                                                       params={"t0": start, "limit": 20000}).json()["samples"]
-                        if m["used_bytes"] >= 60 * GiB]
+                high = [
+                    m["t"]
+                    for m in server.api.get(
+                        f"/api/jobs/{job['id']}/memory", params={"t0": start, "limit": 20000}
+                    ).json()["samples"]
+                    if m["used_bytes"] >= 60 * GiB
+                ]
                 for t in high:
                     stored.setdefault(min(range(len(spikes)), key=lambda i: abs(start + spikes[i] - t)), now)
                 if rows and (rows[-1]["t"], rows[-1]["count"]) != last:
@@ -70,9 +105,15 @@ def main() -> None:
             print(f"sample interval {sample_s:g} s (max of 4 polls), alert interval 1 s")
             for k, s in enumerate(spikes):
                 got, kept = seen.get(k), stored.get(k)
-                print(f"spike {k + 1} at +{s:.0f} s: "
-                      + (f"its sample stored after {kept - (start + s):.2f} s, " if kept else "no sample stored, ")
-                      + (f"alert after {got - (start + s):.2f} s" if got else "missed"))
+                print(
+                    f"spike {k + 1} at +{s:.0f} s: "
+                    + (
+                        f"its sample stored after {kept - (start + s):.2f} s, "
+                        if kept
+                        else "no sample stored, "
+                    )
+                    + (f"alert after {got - (start + s):.2f} s" if got else "missed")
+                )
             server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)
         finally:
             server.stop()

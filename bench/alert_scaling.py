@@ -51,11 +51,30 @@ class Job8:
         for gpu in range(GPUS):
             y = 60 * GiB + self.rng.normal(0, 0.1 * GiB, seconds)
             y[(t - T0) % 16 == 3] += 20 * GiB
-            rows += [{"job_id": self.job_id, "line": int(k) * GPUS + gpu, "t": float(tk), "gpu": gpu,
-                      "used_bytes": int(v), "total_bytes": 192 * GiB} for k, tk, v in zip(t - T0, t, y)]
+            rows += [
+                {
+                    "job_id": self.job_id,
+                    "line": int(k) * GPUS + gpu,
+                    "t": float(tk),
+                    "gpu": gpu,
+                    "used_bytes": int(v),
+                    "total_bytes": 192 * GiB,
+                }
+                for k, tk, v in zip(t - T0, t, y)
+            ]
         rows.sort(key=lambda r: r["line"])
-        pts = [{"job_id": self.job_id, "line": int(k) // 5, "t": float(tk), "step": int(k) // 5,
-                "loss": 1.0 + float(np.exp(-k / 5000)), "raw": "{}"} for k, tk in zip(t - T0, t) if int(k) % 5 == 0]
+        pts = [
+            {
+                "job_id": self.job_id,
+                "line": int(k) // 5,
+                "t": float(tk),
+                "step": int(k) // 5,
+                "loss": 1.0 + float(np.exp(-k / 5000)),
+                "raw": "{}",
+            }
+            for k, tk in zip(t - T0, t)
+            if int(k) % 5 == 0
+        ]
         with self.engine.begin() as conn:
             conn.execute(MemorySample.__table__.insert(), rows)
             if pts:
@@ -66,7 +85,9 @@ class Job8:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10000,100000,1000000", help="stored memory samples at which to measure")
+    ap.add_argument(
+        "--sizes", default="10000,100000,1000000", help="stored memory samples at which to measure"
+    )
     ap.add_argument("--batches", type=int, default=40, help="new batches evaluated at each size")
     args = ap.parse_args()
     sizes = sorted(int(x) for x in args.sizes.split(","))
@@ -74,15 +95,22 @@ def main() -> None:
         engine = make_engine(Path(tmp) / "bench.db")
         upgrade(engine)
         with Session(engine) as s:
-            job = Job(name="bench", spec="{}", status=JobStatus.running, devices=",".join(map(str, range(GPUS))),
-                      train_yaml="gradient_accumulation_steps: 8\nper_device_train_batch_size: 2\n")
+            job = Job(
+                name="bench",
+                spec="{}",
+                status=JobStatus.running,
+                devices=",".join(map(str, range(GPUS))),
+                train_yaml="gradient_accumulation_steps: 8\nper_device_train_batch_size: 2\n",
+            )
             s.add(job)
             s.commit()
             job_id = job.id
         gen = Job8(engine, job_id)
         tracker = Tracker(engine, Limits())
-        print(f"{'stored points':>14} {'alert µs/new point':>19} {'p95 ms/batch':>13} {'rebuild s':>10} "
-              f"{'rebuild µs/point':>17}  findings")
+        print(
+            f"{'stored points':>14} {'alert µs/new point':>19} {'p95 ms/batch':>13} {'rebuild s':>10} "
+            f"{'rebuild µs/point':>17}  findings"
+        )
         results = []
         stored = 0
         for size in sizes:
@@ -108,10 +136,18 @@ def main() -> None:
             kinds = sorted({f.kind for f in tracker.jobs[job_id].run.findings(running=True, now=T0 + gen.s)})
             us = 1e6 * cpu / new
             p95 = 1e3 * sorted(per)[int(0.95 * (len(per) - 1))]
-            print(f"{size:>14,} {us:>19.1f} {p95:>13.1f} {rebuild:>10.2f} {1e6 * rebuild / size:>17.2f}  {','.join(kinds)}",
-                  flush=True)
-            results.append({"stored": size, "alert_us_per_new_point": round(us, 2), "p95_ms_per_batch": round(p95, 2),
-                            "rebuild_s": round(rebuild, 3)})
+            print(
+                f"{size:>14,} {us:>19.1f} {p95:>13.1f} {rebuild:>10.2f} {1e6 * rebuild / size:>17.2f}  {','.join(kinds)}",
+                flush=True,
+            )
+            results.append(
+                {
+                    "stored": size,
+                    "alert_us_per_new_point": round(us, 2),
+                    "p95_ms_per_batch": round(p95, 2),
+                    "rebuild_s": round(rebuild, 3),
+                }
+            )
         print(json.dumps(results))
 
 

@@ -25,9 +25,13 @@ from tests.sseclient import events
 from tests.utils.standin import training_env
 
 
-def follow_sse(url: str, job_id: int, arrived: dict[int, float], ready: threading.Event,
-               stop: threading.Event) -> None:
-    with httpx.Client(base_url=url, timeout=None) as c, c.stream("GET", "/api/stream", params={"job": job_id}) as r:
+def follow_sse(
+    url: str, job_id: int, arrived: dict[int, float], ready: threading.Event, stop: threading.Event
+) -> None:
+    with (
+        httpx.Client(base_url=url, timeout=None) as c,
+        c.stream("GET", "/api/stream", params={"job": job_id}) as r,
+    ):
         for ev in events(r):
             now = time.time()
             ready.set()
@@ -50,7 +54,9 @@ def until(check, what: str, timeout: float = 120.0):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lines", type=int, default=200)
-    ap.add_argument("--interval", type=float, default=0.25, help="mean seconds between lines (jittered ±50%%)")
+    ap.add_argument(
+        "--interval", type=float, default=0.25, help="mean seconds between lines (jittered ±50%%)"
+    )
     ap.add_argument("--watch", choices=("auto", "poll"), default="auto", help="TUNEDECK_RUNNER_WATCH")
     ap.add_argument("--browser", action="store_true", help="also time the job page in headless Chromium")
     args = ap.parse_args()
@@ -58,17 +64,25 @@ def main() -> None:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        server = Server(tmp / "ws", a, TUNEDECK_TRAIN_PYTHON=str(training_env(tmp / "train-env")),
-                        TUNEDECK_RUNNER_WATCH=args.watch).start()
+        server = Server(
+            tmp / "ws",
+            a,
+            TUNEDECK_TRAIN_PYTHON=str(training_env(tmp / "train-env")),
+            TUNEDECK_RUNNER_WATCH=args.watch,
+        ).start()
         page = browser = pw = None
         try:
             job = server.submit({"name": "held", "gpus": 0, "config": demo_config(a)})  # runs until released
-            until(lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job")
+            until(
+                lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job"
+            )
             out = Path(job["output_dir"])
             out.mkdir(parents=True, exist_ok=True)  # a runner that does not make it: LLaMA-Factory would
             sse: dict[int, float] = {}
             ready, stop = threading.Event(), threading.Event()
-            threading.Thread(target=follow_sse, args=(server.url, job["id"], sse, ready, stop), daemon=True).start()
+            threading.Thread(
+                target=follow_sse, args=(server.url, job["id"], sse, ready, stop), daemon=True
+            ).start()
             until(ready.is_set, "SSE connection")
             if args.browser:
                 from playwright.sync_api import sync_playwright
@@ -82,9 +96,18 @@ def main() -> None:
             written: dict[int, float] = {}
             log = out / "trainer_log.jsonl"
             for step in range(1, args.lines + 1):
-                line = json.dumps({"current_steps": step, "total_steps": args.lines, "loss": 2.0 / step ** 0.5,
-                                   "lr": 1e-4, "epoch": step / args.lines, "percentage": 100 * step / args.lines,
-                                   "elapsed_time": "0:00:01", "remaining_time": "0:00:10"})
+                line = json.dumps(
+                    {
+                        "current_steps": step,
+                        "total_steps": args.lines,
+                        "loss": 2.0 / step**0.5,
+                        "lr": 1e-4,
+                        "epoch": step / args.lines,
+                        "percentage": 100 * step / args.lines,
+                        "elapsed_time": "0:00:01",
+                        "remaining_time": "0:00:10",
+                    }
+                )
                 with open(log, "a", encoding="utf-8") as f:  # as LLaMA-Factory's LogCallback writes it
                     f.write(line + "\n")
                 written[step] = time.time()
@@ -92,8 +115,11 @@ def main() -> None:
             until(lambda: len(sse) >= args.lines, "SSE event for every line", timeout=60)
             shown: dict[int, float] = {}
             if page is not None:
-                until(lambda: len(page.evaluate("window.tunedeck.arrivals")) >= args.lines, "every point on the page",
-                      timeout=60)
+                until(
+                    lambda: len(page.evaluate("window.tunedeck.arrivals")) >= args.lines,
+                    "every point on the page",
+                    timeout=60,
+                )
                 shown = {int(s): t / 1000 for s, t in page.evaluate("window.tunedeck.arrivals")}
             stop.set()
             sse_ms = [1000 * (sse[s] - written[s]) for s in written]

@@ -54,14 +54,27 @@ async def runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float
     headers = {"Authorization": f"Bearer {token}"}
     while time.time() < stop:
         now = time.time()
-        metrics = [{"line": line + i, "t": now, "raw": json.dumps({"current_steps": line + i, "total_steps": 10**6,
-                                                                    "loss": 2.0, "lr": 1e-4, "epoch": 0.1})}
-                   for i in range(5)]
-        logs = [{"line": log_line + i, "t": now, "stream": "stdout", "text": f"step {line + i}"} for i in range(20)]
+        metrics = [
+            {
+                "line": line + i,
+                "t": now,
+                "raw": json.dumps(
+                    {"current_steps": line + i, "total_steps": 10**6, "loss": 2.0, "lr": 1e-4, "epoch": 0.1}
+                ),
+            }
+            for i in range(5)
+        ]
+        logs = [
+            {"line": log_line + i, "t": now, "stream": "stdout", "text": f"step {line + i}"}
+            for i in range(20)
+        ]
         t0 = time.perf_counter()
         try:
-            r = await client.post(f"/api/jobs/{job_id}/telemetry", json={"seq": seq, "metrics": metrics, "logs": logs},
-                                  headers=headers)
+            r = await client.post(
+                f"/api/jobs/{job_id}/telemetry",
+                json={"seq": seq, "metrics": metrics, "logs": logs},
+                headers=headers,
+            )
             ok = r.status_code == 200
         except httpx.HTTPError:
             ok = False
@@ -78,21 +91,26 @@ def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes
     """One batch of `n` samples of 8 GPUs, built from strings: the bench must stay cheap next to the server."""
     lines = range(first, first + n)
     if encoding == "columns":
-        cols = {"line": ",".join(map(str, lines)),
-                "t": ",".join(f"{t0 + i / 8:.3f}" for i in lines),
-                "gpu": ",".join(str(i % 8) for i in lines),
-                "used_bytes": ",".join(str(40_000_000_000 + (i * 7919) % 1_000_000_000) for i in lines),
-                "total_bytes": ",".join(["206158430208"] * n)}
+        cols = {
+            "line": ",".join(map(str, lines)),
+            "t": ",".join(f"{t0 + i / 8:.3f}" for i in lines),
+            "gpu": ",".join(str(i % 8) for i in lines),
+            "used_bytes": ",".join(str(40_000_000_000 + (i * 7919) % 1_000_000_000) for i in lines),
+            "total_bytes": ",".join(["206158430208"] * n),
+        }
         inner = ",".join(f'"{k}":[{v}]' for k, v in cols.items())
         return f'{{"seq":{seq},"memory":{{{inner}}}}}'.encode()
-    rows = ",".join(f'{{"line":{i},"t":{t0 + i / 8:.3f},"gpu":{i % 8},'
-                    f'"used_bytes":{40_000_000_000 + (i * 7919) % 1_000_000_000},"total_bytes":206158430208}}'
-                    for i in lines)
+    rows = ",".join(
+        f'{{"line":{i},"t":{t0 + i / 8:.3f},"gpu":{i % 8},'
+        f'"used_bytes":{40_000_000_000 + (i * 7919) % 1_000_000_000},"total_bytes":206158430208}}'
+        for i in lines
+    )
     return f'{{"seq":{seq},"memory":[{rows}]}}'.encode()
 
 
-async def memory_runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float, stats: dict,
-                        batch: int, encoding: str) -> None:
+async def memory_runner(
+    client: httpx.AsyncClient, job_id: int, token: str, stop: float, stats: dict, batch: int, encoding: str
+) -> None:
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     seq, line, t0 = 0, 0, time.time()
     while time.time() < stop:
@@ -169,13 +187,23 @@ async def main() -> None:
     ws = Path(tempfile.mkdtemp(prefix="tunedeck-load-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "TUNEDECK_WORKSPACE": str(ws), "TUNEDECK_PORT": str(port), "TUNEDECK_LAUNCH_PAUSED": "true"}
-    server = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "serve"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "TUNEDECK_WORKSPACE": str(ws),
+        "TUNEDECK_PORT": str(port),
+        "TUNEDECK_LAUNCH_PAUSED": "true",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tunedeck.cli", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     proc = psutil.Process(server.pid)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=200),
-                                     headers={"X-Tunedeck": "1"}) as client:
+        async with httpx.AsyncClient(
+            base_url=url, timeout=30, limits=httpx.Limits(max_connections=200), headers={"X-Tunedeck": "1"}
+        ) as client:
             for _ in range(300):
                 try:
                     if (await client.get("/api/health")).status_code == 200:
@@ -185,30 +213,54 @@ async def main() -> None:
             (ws / "models" / "m").mkdir(parents=True)
             jobs = []
             for i in range(args.runners):
-                r = await client.post("/api/jobs", json={"name": f"load-{i}", "gpus": 0, "config": {
-                    "model_name_or_path": "models/m", "dataset": "d", "template": "qwen"}})
+                r = await client.post(
+                    "/api/jobs",
+                    json={
+                        "name": f"load-{i}",
+                        "gpus": 0,
+                        "config": {"model_name_or_path": "models/m", "dataset": "d", "template": "qwen"},
+                    },
+                )
                 r.raise_for_status()
                 jobs.append(r.json()["id"])
             # The bench plays the runners: give each job a runner token as the scheduler would.
             tokens = {j: secrets.token_urlsafe(16) for j in jobs}
             with sqlite3.connect(ws / "tunedeck.db") as db:
                 for j, tok in tokens.items():
-                    db.execute("UPDATE jobs SET runner_token_hash=? WHERE id=?", (hashlib.sha256(tok.encode()).hexdigest(), j))
-            stats = {"post_ms": [], "items": 0, "errors": 0, "delivery_ms": [], "viewers_connected": 0,
-                     "viewer_errors": 0, "acks": []}
+                    db.execute(
+                        "UPDATE jobs SET runner_token_hash=? WHERE id=?",
+                        (hashlib.sha256(tok.encode()).hexdigest(), j),
+                    )
+            stats = {
+                "post_ms": [],
+                "items": 0,
+                "errors": 0,
+                "delivery_ms": [],
+                "viewers_connected": 0,
+                "viewer_errors": 0,
+                "acks": [],
+            }
             stored: dict[int, list] = {j: [] for j in jobs}
             done = threading.Event()
-            watcher = threading.Thread(target=watch_stored, args=(ws / "tunedeck.db", jobs, stored, done), daemon=True)
+            watcher = threading.Thread(
+                target=watch_stored, args=(ws / "tunedeck.db", jobs, stored, done), daemon=True
+            )
             stop = time.time() + args.seconds
-            viewers = [asyncio.create_task(viewer(url, jobs[i % len(jobs)], stop + 1, stats))
-                       for i in range(args.viewers)]
+            viewers = [
+                asyncio.create_task(viewer(url, jobs[i % len(jobs)], stop + 1, stats))
+                for i in range(args.viewers)
+            ]
             await asyncio.sleep(1)
             if args.shape == "memory":
                 watcher.start()
             cpu0, wall0, me0 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
             if args.shape == "memory":
-                await asyncio.gather(*(memory_runner(client, j, tokens[j], stop, stats, args.batch, args.encoding)
-                                       for j in jobs))
+                await asyncio.gather(
+                    *(
+                        memory_runner(client, j, tokens[j], stop, stats, args.batch, args.encoding)
+                        for j in jobs
+                    )
+                )
             else:
                 await asyncio.gather(*(runner(client, j, tokens[j], stop, stats) for j in jobs))
             cpu1, wall1, me1 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
@@ -219,24 +271,33 @@ async def main() -> None:
             await asyncio.gather(*viewers, return_exceptions=True)
         post, dl = stats["post_ms"], stats["delivery_ms"]
         wall, items = wall1 - wall0, stats["items"]
-        print(f"shape={args.shape}" + (f" batch={args.batch} encoding={args.encoding}" if args.shape == "memory" else "")
-              + f" runners={args.runners} viewers={args.viewers} ({stats['viewers_connected']} connected) "
-              f"seconds={wall:.1f}")
-        print(f"ingest: {len(post)} batches, {items / wall:.0f} values/s, "
-              f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core), "
-              f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}; "
-              f"this client {(me1 - me0) / wall:.0%} of a core, load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"shape={args.shape}"
+            + (f" batch={args.batch} encoding={args.encoding}" if args.shape == "memory" else "")
+            + f" runners={args.runners} viewers={args.viewers} ({stats['viewers_connected']} connected) "
+            f"seconds={wall:.1f}"
+        )
+        print(
+            f"ingest: {len(post)} batches, {items / wall:.0f} values/s, "
+            f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core), "
+            f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}; "
+            f"this client {(me1 - me0) / wall:.0%} of a core, load average {os.getloadavg()[0]:.1f}"
+        )
         if args.shape == "memory":
             watcher.join(timeout=10)
             lag = ack_lag(stats["acks"], stored)
             with sqlite3.connect(ws / "tunedeck.db") as db:
                 rows = db.execute("SELECT count(*) FROM memory_samples").fetchone()[0]
-            print(f"ack -> stored (polled every 50 ms): p50 {pct(lag, 50):+.3f} s, p99 {pct(lag, 99):+.3f} s, "
-                  f"max {max(lag, default=float('nan')):+.3f} s; {len(lag)}/{len(stats['acks'])} acked batches seen; "
-                  f"rows stored {rows}, values acked {items}")
+            print(
+                f"ack -> stored (polled every 50 ms): p50 {pct(lag, 50):+.3f} s, p99 {pct(lag, 99):+.3f} s, "
+                f"max {max(lag, default=float('nan')):+.3f} s; {len(lag)}/{len(stats['acks'])} acked batches seen; "
+                f"rows stored {rows}, values acked {items}"
+            )
         if args.viewers:
-            print(f"sse: {len(dl)} point deliveries, p50 {pct(dl, 50):.0f} ms, p99 {pct(dl, 99):.0f} ms, "
-                  f"viewer errors {stats['viewer_errors']}")
+            print(
+                f"sse: {len(dl)} point deliveries, p50 {pct(dl, 50):.0f} ms, p99 {pct(dl, 99):.0f} ms, "
+                f"viewer errors {stats['viewer_errors']}"
+            )
     finally:
         server.terminate()
         server.wait(timeout=15)

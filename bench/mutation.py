@@ -23,12 +23,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # module name -> (path to mutate, the fast tests that cover it)
 MODULES = {
-    "estimate": ("backend/tunedeck/estimate.py", ["tests/estimate/test_estimate.py", "tests/estimate/test_truth.py"]),
+    "estimate": (
+        "backend/tunedeck/estimate.py",
+        ["tests/estimate/test_estimate.py", "tests/estimate/test_truth.py"],
+    ),
     "auth": ("backend/tunedeck/auth.py", ["tests/security/test_auth.py"]),
     "reach": ("backend/tunedeck/reach.py", ["tests/security/test_reach.py", "tests/test_spec.py"]),
     "alerts": (
         "backend/tunedeck/alerts",
-        ["tests/alerts/test_corpus.py", "tests/alerts/test_early_spikes.py", "tests/alerts/test_outside_runs.py"],
+        [
+            "tests/alerts/test_corpus.py",
+            "tests/alerts/test_early_spikes.py",
+            "tests/alerts/test_outside_runs.py",
+        ],
     ),
 }
 CONFIG = """[cosmic-ray]
@@ -47,7 +54,10 @@ def scratch_copy() -> Path:
     dest = Path(tempfile.mkdtemp(prefix="tunedeck-mutation-"))
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split("\0")
     for name in filter(None, files):
         src = ROOT / name
@@ -70,10 +80,13 @@ def keep_sample(session: Path, n: int, seed: int) -> int:
     """Keep a random n of the mutants (a module yields hundreds to thousands); returns how many there were."""
     with sqlite3.connect(session) as db:
         # job ids are random per init: order by what the mutant is, so a seed draws the same mutants.
-        jobs = [r[0] for r in db.execute(
-            "SELECT job_id FROM mutation_specs ORDER BY module_path, operator_name, occurrence, "
-            "start_pos_row, start_pos_col"
-        )]
+        jobs = [
+            r[0]
+            for r in db.execute(
+                "SELECT job_id FROM mutation_specs ORDER BY module_path, operator_name, occurrence, "
+                "start_pos_row, start_pos_col"
+            )
+        ]
         keep = set(random.Random(seed).sample(jobs, min(n, len(jobs))))
         drop = [(j,) for j in jobs if j not in keep]
         db.executemany("DELETE FROM mutation_specs WHERE job_id = ?", drop)

@@ -45,27 +45,55 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--polls", type=int, default=4)
-    ap.add_argument("--backends", default="cpu,rocm", help="comma-separated: cpu, rocm (stand-in), gpu (this machine's)")
+    ap.add_argument(
+        "--backends", default="cpu,rocm", help="comma-separated: cpu, rocm (stand-in), gpu (this machine's)"
+    )
     args = ap.parse_args()
     GiB = 1024**3
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
-        trace.write_text(json.dumps({"mode": "calls", "devices": [
-            {"name": "AMD Instinct MI300X", "bdf": f"0000:{b:02x}:00.0", "total": 192 * GiB, "vram": [40 * GiB] * 10,
-             "activity": 50, "power": 500, "temp": 60} for b in (0x0C, 0x1C)]}))
+        trace.write_text(
+            json.dumps(
+                {
+                    "mode": "calls",
+                    "devices": [
+                        {
+                            "name": "AMD Instinct MI300X",
+                            "bdf": f"0000:{b:02x}:00.0",
+                            "total": 192 * GiB,
+                            "vram": [40 * GiB] * 10,
+                            "activity": 50,
+                            "power": 500,
+                            "temp": 60,
+                        }
+                        for b in (0x0C, 0x1C)
+                    ],
+                }
+            )
+        )
         print(f"{'backend':<8} {'rate':>6} {'polls/s':>8} {'% of one core':>14} {'samples':>8}")
         for backend in args.backends.split(","):
             for hz in (1, 10):
                 path = [str(ROOT / "tests" / "fakes")] if backend == "rocm" else []
                 inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-                env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "backend"), *inherited]),
-                       "TUNEDECK_FAKE_SMI_TRACE": str(trace)}
-                r = subprocess.run([sys.executable, "-c", CASE, backend, str(1 / hz), str(args.polls), str(args.seconds)],
-                                   env=env, capture_output=True, text=True, check=True)
+                env = {
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "backend"), *inherited]),
+                    "TUNEDECK_FAKE_SMI_TRACE": str(trace),
+                }
+                r = subprocess.run(
+                    [sys.executable, "-c", CASE, backend, str(1 / hz), str(args.polls), str(args.seconds)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 d = json.loads(r.stdout.strip().splitlines()[-1])
                 assert d["backend"] == backend or (backend == "gpu" and d["backend"] != "cpu"), d
-                print(f"{d['backend']:<8} {hz:>4} Hz {hz * args.polls:>8} {100 * d['cpu_s'] / d['wall_s']:>13.2f}% "
-                      f"{d['samples']:>8}")
+                print(
+                    f"{d['backend']:<8} {hz:>4} Hz {hz * args.polls:>8} {100 * d['cpu_s'] / d['wall_s']:>13.2f}% "
+                    f"{d['samples']:>8}"
+                )
 
 
 if __name__ == "__main__":

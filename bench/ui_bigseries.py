@@ -28,7 +28,9 @@ def fill(db: Path, n: int) -> int:
     cur = con.execute(
         "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at, last_batch_seq,"
         " current_steps, total_steps, percentage) VALUES ('big', 'succeeded', 1, '{}', 'stage: sft\n', '', '',"
-        " '2026-01-01 00:00:00', -1, ?, ?, 100.0)", (n, n))
+        " '2026-01-01 00:00:00', -1, ?, ?, 100.0)",
+        (n, n),
+    )
     job = cur.lastrowid
     rnd = random.Random(0)
 
@@ -40,13 +42,20 @@ def fill(db: Path, n: int) -> int:
     def memory():
         total = 64 * 2**30
         for i in range(n):
-            used = int(total * (0.5 + 0.3 * (i / n) + 0.05 * rnd.random())) + (8 * 2**30 if i % 77_777 == 0 else 0)
+            used = int(total * (0.5 + 0.3 * (i / n) + 0.05 * rnd.random())) + (
+                8 * 2**30 if i % 77_777 == 0 else 0
+            )
             yield (job, i, t0 + i, 0, used, total)
 
-    con.executemany("INSERT INTO metric_points (job_id, line, t, step, total_steps, loss, lr, throughput, raw)"
-                    " VALUES (?,?,?,?,?,?,?,?,?)", metrics())
-    con.executemany("INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes) VALUES (?,?,?,?,?,?)",
-                    memory())
+    con.executemany(
+        "INSERT INTO metric_points (job_id, line, t, step, total_steps, loss, lr, throughput, raw)"
+        " VALUES (?,?,?,?,?,?,?,?,?)",
+        metrics(),
+    )
+    con.executemany(
+        "INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes) VALUES (?,?,?,?,?,?)",
+        memory(),
+    )
     con.commit()
     con.close()
     return job
@@ -72,7 +81,9 @@ def main() -> None:
         ws.mkdir()
         t = time.perf_counter()
         job = fill(ws / "tunedeck.db", args.points)
-        print(f"inserted {args.points:,} metric points + {args.points:,} memory samples in {time.perf_counter() - t:.0f}s")
+        print(
+            f"inserted {args.points:,} metric points + {args.points:,} memory samples in {time.perf_counter() - t:.0f}s"
+        )
         server = Server(ws, assets()).start()
         try:
             api = server.api
@@ -91,13 +102,23 @@ def main() -> None:
             t = time.perf_counter()
             s = series()
             print(f"GET series (all {n:,}, 2000 pts), cold : {1000 * (time.perf_counter() - t):.0f}ms")
-            assert s["count"] == n and len(s["series"]["loss"]["y"]) <= 2000 and max(s["series"]["loss"]["y"]) > 4
+            assert (
+                s["count"] == n
+                and len(s["series"]["loss"]["y"]) <= 2000
+                and max(s["series"]["loss"]["y"]) > 4
+            )
             print(f"GET series again (answer cached)      : {summary(timed(series))}")
-            print(f"GET series zoom (10% window)          : {summary(timed(lambda: series(x0=n // 2, x1=n // 2 + n // 10)))}")
+            print(
+                f"GET series zoom (10% window)          : {summary(timed(lambda: series(x0=n // 2, x1=n // 2 + n // 10)))}"
+            )
             m = memory()
-            print(f"GET memory (all {n:,}, max_points 2000): {summary(timed(memory))} -> {len(m['samples'])} samples")
-            print(f"GET memory zoom (10% window)          : "
-                  f"{summary(timed(lambda: memory(t0=m['samples'][0]['t'] + n / 2, t1=m['samples'][0]['t'] + n * 0.6)))}")
+            print(
+                f"GET memory (all {n:,}, max_points 2000): {summary(timed(memory))} -> {len(m['samples'])} samples"
+            )
+            print(
+                f"GET memory zoom (10% window)          : "
+                f"{summary(timed(lambda: memory(t0=m['samples'][0]['t'] + n / 2, t1=m['samples'][0]['t'] + n * 0.6)))}"
+            )
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
                 loss_drawn, loads = [], []
@@ -105,7 +126,9 @@ def main() -> None:
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     t = time.perf_counter()
                     page.goto(f"{server.url}/jobs/{job}")
-                    page.wait_for_function("document.querySelector('#loss-chart .scatterlayer .trace')", timeout=120_000)
+                    page.wait_for_function(
+                        "document.querySelector('#loss-chart .scatterlayer .trace')", timeout=120_000
+                    )
                     loss_drawn.append(1000 * (time.perf_counter() - t))
                     page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
                     loads.append(1000 * (time.perf_counter() - t))
@@ -116,12 +139,20 @@ def main() -> None:
                 page.goto(f"{server.url}/jobs/{job}")
                 page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
                 t = time.perf_counter()
-                page.evaluate(f"Plotly.relayout('loss-chart', {{'xaxis.range': [{n // 2}, {n // 2 + n // 100}]}})")
-                page.wait_for_function("document.querySelector('#loss-n').textContent.includes('zoomed')", timeout=60_000)
+                page.evaluate(
+                    f"Plotly.relayout('loss-chart', {{'xaxis.range': [{n // 2}, {n // 2 + n // 100}]}})"
+                )
+                page.wait_for_function(
+                    "document.querySelector('#loss-n').textContent.includes('zoomed')", timeout=60_000
+                )
                 page.wait_for_function(f"window.tunedeck.metrics.loss.step[0] >= {n // 2}", timeout=60_000)
-                print(f"zoom to a 1% window, finer points drawn: {1000 * (time.perf_counter() - t):.0f}ms "
-                      f"({len(page.evaluate('window.tunedeck.metrics.loss.y'))} points in the window)")
-                page.screenshot(path=str(Path(__file__).resolve().parents[1] / "test-output" / "ui" / "job-1M-zoomed.png"))
+                print(
+                    f"zoom to a 1% window, finer points drawn: {1000 * (time.perf_counter() - t):.0f}ms "
+                    f"({len(page.evaluate('window.tunedeck.metrics.loss.y'))} points in the window)"
+                )
+                page.screenshot(
+                    path=str(Path(__file__).resolve().parents[1] / "test-output" / "ui" / "job-1M-zoomed.png")
+                )
                 browser.close()
         finally:
             server.stop()

@@ -42,7 +42,10 @@ def watch_file(path: Path, written: dict[int, float], stop: threading.Event) -> 
 
 
 def follow_sse(url: str, job_id: int, arrived: dict[int, float], stop: threading.Event) -> None:
-    with httpx.Client(base_url=url, timeout=None) as c, c.stream("GET", "/api/stream", params={"job": job_id}) as r:
+    with (
+        httpx.Client(base_url=url, timeout=None) as c,
+        c.stream("GET", "/api/stream", params={"job": job_id}) as r,
+    ):
         for ev in events(r):
             now = time.time()
             if ev["event"] == "metrics":
@@ -63,14 +66,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp) / "ws", a).start()
         try:
-            job = server.submit({"name": "latency", "gpus": 0, "config": demo_config(
-                a, max_steps=args.steps, logging_steps=1, eval_steps=10_000, save_steps=10_000)})
+            job = server.submit(
+                {
+                    "name": "latency",
+                    "gpus": 0,
+                    "config": demo_config(
+                        a, max_steps=args.steps, logging_steps=1, eval_steps=10_000, save_steps=10_000
+                    ),
+                }
+            )
             written: dict[int, float] = {}
             sse: dict[int, float] = {}
             stop = threading.Event()
             log = Path(job["output_dir"]) / "trainer_log.jsonl"
-            threads = [threading.Thread(target=watch_file, args=(log, written, stop), daemon=True),
-                       threading.Thread(target=follow_sse, args=(server.url, job["id"], sse, stop), daemon=True)]
+            threads = [
+                threading.Thread(target=watch_file, args=(log, written, stop), daemon=True),
+                threading.Thread(target=follow_sse, args=(server.url, job["id"], sse, stop), daemon=True),
+            ]
             for t in threads:
                 t.start()
             with sync_playwright() as p:
@@ -85,8 +97,10 @@ def main() -> None:
             stop.set()
             sse_lat = [1000 * (sse[s] - written[s]) for s in written if s in sse]
             br_lat = [1000 * (shown[s] - written[s]) for s in written if s in shown]
-            print(f"job {final['status']}, {len(written)} loss lines written "
-                  f"(runner poll {server.env.get('TUNEDECK_RUNNER_POLL_S', '0.2')} s, flush 0.5 s defaults)")
+            print(
+                f"job {final['status']}, {len(written)} loss lines written "
+                f"(runner poll {server.env.get('TUNEDECK_RUNNER_POLL_S', '0.2')} s, flush 0.5 s defaults)"
+            )
             print(f"trainer_log line -> SSE client : {summary(sse_lat)}")
             print(f"trainer_log line -> browser    : {summary(br_lat)}")
         finally:

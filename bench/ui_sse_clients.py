@@ -37,15 +37,28 @@ def make_job(ws: Path, token: str) -> int:
     cur = con.execute(
         "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at, last_batch_seq,"
         " runner_token_hash) VALUES ('sse', 'succeeded', 0, '{}', 'stage: sft\n', '/tmp', '/tmp',"
-        " '2026-01-01 00:00:00', -1, ?)", (hashlib.sha256(token.encode()).hexdigest(),))
+        " '2026-01-01 00:00:00', -1, ?)",
+        (hashlib.sha256(token.encode()).hexdigest(),),
+    )
     con.commit()
     return cur.lastrowid
 
 
-async def client(port: int, job: int, cursor: str, sent: dict[int, float], lat: list[float],
-                 ready: asyncio.Event, counter: list[int], need: int, stop: asyncio.Event) -> None:
+async def client(
+    port: int,
+    job: int,
+    cursor: str,
+    sent: dict[int, float],
+    lat: list[float],
+    ready: asyncio.Event,
+    counter: list[int],
+    need: int,
+    stop: asyncio.Event,
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /api/stream?job={job}&cursor={cursor} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
+    writer.write(
+        f"GET /api/stream?job={job}&cursor={cursor} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode()
+    )
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
     assert b" 200 " in head.split(b"\r\n", 1)[0], head
@@ -69,13 +82,18 @@ async def client(port: int, job: int, cursor: str, sent: dict[int, float], lat: 
         writer.close()
 
 
-async def level(server: Server, job: int, token: str, n: int, seconds: float, step0: int) -> tuple[list[float], int, int]:
+async def level(
+    server: Server, job: int, token: str, n: int, seconds: float, step0: int
+) -> tuple[list[float], int, int]:
     async with httpx.AsyncClient(base_url=server.url) as api:
         cursor = (await api.get("/api/stream/cursor")).json()["cursor"]
     sent: dict[int, float] = {}
     lat: list[float] = []
     ready, stop, counter = asyncio.Event(), asyncio.Event(), [0]
-    tasks = [asyncio.create_task(client(server.port, job, cursor, sent, lat, ready, counter, n, stop)) for _ in range(n)]
+    tasks = [
+        asyncio.create_task(client(server.port, job, cursor, sent, lat, ready, counter, n, stop))
+        for _ in range(n)
+    ]
     try:
         await asyncio.wait_for(ready.wait(), 120)
     except asyncio.TimeoutError:
@@ -89,8 +107,11 @@ async def level(server: Server, job: int, token: str, n: int, seconds: float, st
             t = time.time()
             sent[step] = t
             raw = json.dumps({"current_steps": step, "total_steps": 10**9, "loss": 1.0, "sent": t})
-            r = await api.post(f"/api/jobs/{job}/telemetry", headers={"Authorization": f"Bearer {token}"},
-                               json={"seq": step, "metrics": [{"line": step, "t": t, "raw": raw}]})
+            r = await api.post(
+                f"/api/jobs/{job}/telemetry",
+                headers={"Authorization": f"Bearer {token}"},
+                json={"seq": step, "metrics": [{"line": step, "t": t, "raw": raw}]},
+            )
             r.raise_for_status()
             steps += 1
             await asyncio.sleep(max(0.0, 0.5 - (time.time() - t)))
@@ -123,9 +144,11 @@ async def main() -> None:
                 expected = connected * steps
                 p99 = pct(lat, 99)
                 ok = connected == n and len(lat) >= 0.99 * expected and p99 < 1000
-                print(f"{n:5d} clients: connected {connected}, deliveries {len(lat)}/{expected}, "
-                      f"median {pct(lat, 50):.0f} ms, p95 {pct(lat, 95):.0f} ms, p99 {p99:.0f} ms  {'OK' if ok else 'OVER'}",
-                      flush=True)
+                print(
+                    f"{n:5d} clients: connected {connected}, deliveries {len(lat)}/{expected}, "
+                    f"median {pct(lat, 50):.0f} ms, p95 {pct(lat, 95):.0f} ms, p99 {p99:.0f} ms  {'OK' if ok else 'OVER'}",
+                    flush=True,
+                )
                 if not ok:
                     break
                 best = n

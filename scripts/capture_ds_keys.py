@@ -101,8 +101,14 @@ def constant_fields(module, section: str) -> dict:
             continue
         default = _json(consts[default_name])
         kind = {bool: "bool", int: "int", float: "float", str: "str"}.get(type(default), "any")
-        out[key] = {"alias": None, "type": kind, "choices": None, "default": default,
-                    "deprecated": False, "new_param": None}
+        out[key] = {
+            "alias": None,
+            "type": kind,
+            "choices": None,
+            "default": default,
+            "deprecated": False,
+            "new_param": None,
+        }
     return dict(sorted(out.items()))
 
 
@@ -131,10 +137,16 @@ def main() -> None:
         "autotuning": constant_fields(autotuning, "AUTOTUNING"),
     }
     locations = {m: m for m in models}
-    locations.update(offload_param="zero_optimization.offload_param",
-                     offload_optimizer="zero_optimization.offload_optimizer")
-    table = {"deepspeed_version": deepspeed.__version__, "models": models, "locations": locations,
-             "monitors": monitors}
+    locations.update(
+        offload_param="zero_optimization.offload_param",
+        offload_optimizer="zero_optimization.offload_optimizer",
+    )
+    table = {
+        "deepspeed_version": deepspeed.__version__,
+        "models": models,
+        "locations": locations,
+        "monitors": monitors,
+    }
     args.output.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n")
     n = sum(len(m) for m in table["models"].values())
     print(f"wrote {n} keys of deepspeed {deepspeed.__version__} to {args.output}")

@@ -26,7 +26,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
-CPU_ONLY_KEYS = ("use_cpu", "no_cuda", "use_mps_device")  # the demo preset must not pin the GPU run to the CPU
+CPU_ONLY_KEYS = (
+    "use_cpu",
+    "no_cuda",
+    "use_mps_device",
+)  # the demo preset must not pin the GPU run to the CPU
 
 
 class Failed(Exception):
@@ -44,18 +48,30 @@ class Server:
 
     def __init__(self, workspace: Path, *, rate: float, gpu: bool):
         self.workspace, self.port = workspace, free_port()
-        self.env = {**os.environ, "TUNEDECK_WORKSPACE": str(workspace), "TUNEDECK_PORT": str(self.port),
-                    "TUNEDECK_HOST": "127.0.0.1", "TUNEDECK_MEMORY_SAMPLE_S": str(rate),
-                    "TUNEDECK_TRAIN_PYTHON": sys.executable, "TUNEDECK_GPU_SLOTS": "1" if gpu else "0",
-                    "TUNEDECK_SCHEDULER_INTERVAL_S": "0.3", "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            "TUNEDECK_WORKSPACE": str(workspace),
+            "TUNEDECK_PORT": str(self.port),
+            "TUNEDECK_HOST": "127.0.0.1",
+            "TUNEDECK_MEMORY_SAMPLE_S": str(rate),
+            "TUNEDECK_TRAIN_PYTHON": sys.executable,
+            "TUNEDECK_GPU_SLOTS": "1" if gpu else "0",
+            "TUNEDECK_SCHEDULER_INTERVAL_S": "0.3",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.log = workspace / f"server-{rate:g}s.log"
         self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "serve"], env=self.env,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tunedeck.cli", "serve"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -99,9 +115,19 @@ def job_spec(rate: float, *, gpu: bool, steps: int) -> dict:
     config = yaml.safe_load((ROOT / "configs" / "demo_cpu.yaml").read_text())
     for key in CPU_ONLY_KEYS:
         config.pop(key, None)
-    config.update({"max_steps": steps, "save_steps": steps, "eval_steps": max(1, steps // 2),
-                   "logging_steps": max(1, steps // 60)})
-    return {"name": f"gpu check {rate:g}s" if gpu else f"cpu check {rate:g}s", "config": config, "gpus": int(gpu)}
+    config.update(
+        {
+            "max_steps": steps,
+            "save_steps": steps,
+            "eval_steps": max(1, steps // 2),
+            "logging_steps": max(1, steps // 60),
+        }
+    )
+    return {
+        "name": f"gpu check {rate:g}s" if gpu else f"cpu check {rate:g}s",
+        "config": config,
+        "gpus": int(gpu),
+    }
 
 
 def run_once(workspace: Path, rate: float, *, gpu: bool, steps: int, timeout: float) -> dict:
@@ -113,14 +139,20 @@ def run_once(workspace: Path, rate: float, *, gpu: bool, steps: int, timeout: fl
             raise Failed(f"submission refused ({r.status_code}): {r.text}")
         job_id = r.json()["id"]
         if not wait_done(server, job_id, timeout):
-            print(f"gpu_check: job {job_id} still running after {timeout:.0f} s: cancelling it", file=sys.stderr)
+            print(
+                f"gpu_check: job {job_id} still running after {timeout:.0f} s: cancelling it", file=sys.stderr
+            )
             server.api.post(f"/api/jobs/{job_id}/cancel")
             wait_done(server, job_id, 60)
         job = server.api.get(f"/api/jobs/{job_id}").json()
-        return {"rate": rate, "job": job, "memory": server.pages(f"/api/jobs/{job_id}/memory", "samples"),
-                "metrics": server.pages(f"/api/jobs/{job_id}/metrics", "points"),
-                "estimate": server.api.get(f"/api/jobs/{job_id}/estimate").json(),
-                "logs": [x["text"] for x in server.pages(f"/api/jobs/{job_id}/logs", "lines")[-15:]]}
+        return {
+            "rate": rate,
+            "job": job,
+            "memory": server.pages(f"/api/jobs/{job_id}/memory", "samples"),
+            "metrics": server.pages(f"/api/jobs/{job_id}/metrics", "points"),
+            "estimate": server.api.get(f"/api/jobs/{job_id}/estimate").json(),
+            "logs": [x["text"] for x in server.pages(f"/api/jobs/{job_id}/logs", "lines")[-15:]],
+        }
     finally:
         server.stop()
 
@@ -140,8 +172,10 @@ def gib(n: float | None) -> str:
 
 def report(run: dict, buckets: int = 20) -> None:
     job, memory, metrics = run["job"], run["memory"], run["metrics"]
-    print(f"\n== TUNEDECK_MEMORY_SAMPLE_S={run['rate']:g}: job {job['id']} {job['status']}"
-          f"{' (' + str(job['error']) + ')' if job['error'] else ''}")
+    print(
+        f"\n== TUNEDECK_MEMORY_SAMPLE_S={run['rate']:g}: job {job['id']} {job['status']}"
+        f"{' (' + str(job['error']) + ')' if job['error'] else ''}"
+    )
     if not memory:
         print("   no memory samples stored")
         return
@@ -151,50 +185,77 @@ def report(run: dict, buckets: int = 20) -> None:
         series = sorted((s for s in memory if s["gpu"] == gpu), key=lambda s: s["t"])
         span = series[-1]["t"] - series[0]["t"]
         total = next((s["total_bytes"] for s in series if s["total_bytes"]), None)
-        print(f"   {'host memory' if gpu < 0 else f'GPU {gpu}'}: {len(series)} samples over {span:.1f} s "
-              f"({(len(series) - 1) / span if span > 0 else 0:.2f}/s), total {gib(total)} GiB")
+        print(
+            f"   {'host memory' if gpu < 0 else f'GPU {gpu}'}: {len(series)} samples over {span:.1f} s "
+            f"({(len(series) - 1) / span if span > 0 else 0:.2f}/s), total {gib(total)} GiB"
+        )
         print(f"   {'t (s)':>7} {'used GiB (max)':>15} {'RECORD_VRAM alloc':>18} {'reserved':>9} {'step':>6}")
         width = (t1 - t0) / buckets or 1.0
         for b in range(buckets):
             lo, hi = t0 + b * width, t0 + (b + 1) * width
-            inside = [s["used_bytes"] for s in series if lo <= s["t"] < hi or (b == buckets - 1 and s["t"] == t1)]
+            inside = [
+                s["used_bytes"] for s in series if lo <= s["t"] < hi or (b == buckets - 1 and s["t"] == t1)
+            ]
             seen = [p for p in metrics if p["t"] < hi]  # RECORD_VRAM values are peaks since process start
             last = seen[-1] if seen else {}
             alloc, res = last.get("vram_allocated"), last.get("vram_reserved")
-            print(f"   {lo - t0:>7.1f} {gib(max(inside)) if inside else '':>15} "
-                  f"{'-' if alloc is None else f'{alloc:.3f}':>18} {'-' if res is None else f'{res:.3f}':>9} "
-                  f"{last.get('step') if last.get('step') is not None else '-':>6}")
+            print(
+                f"   {lo - t0:>7.1f} {gib(max(inside)) if inside else '':>15} "
+                f"{'-' if alloc is None else f'{alloc:.3f}':>18} {'-' if res is None else f'{res:.3f}':>9} "
+                f"{last.get('step') if last.get('step') is not None else '-':>6}"
+            )
         peak = max(series, key=lambda s: s["used_bytes"])
         reserved = max((p["vram_reserved"] or 0.0 for p in metrics), default=0.0) * GiB
         allocated = max((p["vram_allocated"] or 0.0 for p in metrics), default=0.0) * GiB
-        print(f"   peak sampled {gib(peak['used_bytes'])} GiB at t={peak['t'] - t0:.1f} s; RECORD_VRAM peaks: "
-              f"reserved {gib(reserved)} GiB, allocated {gib(allocated)} GiB")
+        print(
+            f"   peak sampled {gib(peak['used_bytes'])} GiB at t={peak['t'] - t0:.1f} s; RECORD_VRAM peaks: "
+            f"reserved {gib(reserved)} GiB, allocated {gib(allocated)} GiB"
+        )
         if reserved:
-            print(f"   sampled - reserved = {gib(peak['used_bytes'] - reserved)} GiB (driver context and memory "
-                  "outside torch's caching allocator)")
+            print(
+                f"   sampled - reserved = {gib(peak['used_bytes'] - reserved)} GiB (driver context and memory "
+                "outside torch's caching allocator)"
+            )
     est = run["estimate"]
     predicted = (est.get("estimate") or {}).get("per_gpu_bytes")
     measured = est.get("measured") or {}
     ratio = f"{est['ratio']:.2f}" if est.get("ratio") is not None else "-"
-    print(f"   estimate: predicted {gib(predicted)} GiB per GPU, measured {gib(measured.get('bytes'))} GiB "
-          f"({measured.get('source', '-')}, {measured.get('gpu_kind', '-')}): measured / predicted = {ratio}")
+    print(
+        f"   estimate: predicted {gib(predicted)} GiB per GPU, measured {gib(measured.get('bytes'))} GiB "
+        f"({measured.get('source', '-')}, {measured.get('gpu_kind', '-')}): measured / predicted = {ratio}"
+    )
     if job["status"] != "succeeded":
         print("   last output lines:\n      " + "\n      ".join(run["logs"]))
 
 
 def sampler_cost(gpu: bool, seconds: float) -> int:
     print(f"\n== sampler cost ({seconds:g} s at each rate, bench/sampler_cost.py)", flush=True)
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "sampler_cost.py"), "--seconds", str(seconds),
-                           "--backends", "gpu,cpu" if gpu else "cpu"], check=False).returncode
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "sampler_cost.py"),
+            "--seconds",
+            str(seconds),
+            "--backends",
+            "gpu,cpu" if gpu else "cpu",
+        ],
+        check=False,
+    ).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cpu", action="store_true", help="run on the CPU (checks the plumbing on a machine without GPU)")
-    ap.add_argument("--steps", type=int, default=None, help="max_steps of each run (default 300 on GPU, 20 on CPU)")
+    ap.add_argument(
+        "--cpu", action="store_true", help="run on the CPU (checks the plumbing on a machine without GPU)"
+    )
+    ap.add_argument(
+        "--steps", type=int, default=None, help="max_steps of each run (default 300 on GPU, 20 on CPU)"
+    )
     ap.add_argument("--rates", default="1,0.1", help="TUNEDECK_MEMORY_SAMPLE_S of each run, comma-separated")
     ap.add_argument("--workspace", type=Path, default=None, help="default: a new temporary folder")
-    ap.add_argument("--job-timeout", type=float, default=150.0, help="seconds one run may take before it is cancelled")
+    ap.add_argument(
+        "--job-timeout", type=float, default=150.0, help="seconds one run may take before it is cancelled"
+    )
     ap.add_argument("--sampler-seconds", type=float, default=8.0)
     args = ap.parse_args(argv)
     gpu = not args.cpu
@@ -203,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     workspace.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"workspace {workspace}; {'one GPU' if gpu else 'CPU'}; {steps} steps per run", flush=True)
-    subprocess.run([sys.executable, "-m", "tunedeck.demo", "build", "--workspace", str(workspace)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "tunedeck.demo", "build", "--workspace", str(workspace)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     runs, failed = [], False
     for rate in (float(x) for x in args.rates.split(",")):
         print(f"running the demo at TUNEDECK_MEMORY_SAMPLE_S={rate:g} ...", flush=True)
@@ -217,11 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         report(run)
         failed = failed or run["job"]["status"] != "succeeded"
     if len(runs) > 1:
-        peaks = ", ".join(f"{r['rate']:g} s: {gib(max((s['used_bytes'] for s in r['memory']), default=None))} GiB"
-                          for r in runs)
+        peaks = ", ".join(
+            f"{r['rate']:g} s: {gib(max((s['used_bytes'] for s in r['memory']), default=None))} GiB"
+            for r in runs
+        )
         print(f"\n== peak sampled memory by interval: {peaks}")
     failed = sampler_cost(gpu, args.sampler_seconds) != 0 or failed
-    print(f"\ngpu_check {'FAILED' if failed else 'done'} in {time.monotonic() - started:.0f} s (logs in {workspace})")
+    print(
+        f"\ngpu_check {'FAILED' if failed else 'done'} in {time.monotonic() - started:.0f} s (logs in {workspace})"
+    )
     return 1 if failed else 0
 
 

@@ -31,8 +31,11 @@ def free_port() -> int:
 def assets(tmp_path_factory) -> Path:
     """The demo model, tokenizer and datasets, built once (no hub) and shared by every test."""
     cache = Path(os.environ.get("TUNEDECK_TEST_ASSETS", tmp_path_factory.mktemp("assets")))
-    subprocess.run([PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(cache)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(cache)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return cache
 
 
@@ -70,8 +73,9 @@ class Server:
     def start(self) -> "Server":
         self.workspace.mkdir(parents=True, exist_ok=True)
         log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.command, env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -117,8 +121,9 @@ class Server:
         key = "points" if what == "metrics" else "lines"
         out, after = [], None
         while True:
-            page = self.api.get(f"/api/jobs/{job_id}/{what}",
-                                params={"limit": 100, **({"after": after} if after else {})}).json()
+            page = self.api.get(
+                f"/api/jobs/{job_id}/{what}", params={"limit": 100, **({"after": after} if after else {})}
+            ).json()
             out += page[key]
             if not page[key]:
                 return out
@@ -138,8 +143,10 @@ def runner_token(server: Server, job_id: int, timeout: float = 180) -> str:
     server.wait(job_id, ("running",), timeout=timeout)
     token = secrets.token_urlsafe(32)
     with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
-        db.execute("UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
-                   (hashlib.sha256(token.encode()).hexdigest(), job_id))
+        db.execute(
+            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            (hashlib.sha256(token.encode()).hexdigest(), job_id),
+        )
     return token
 
 

@@ -26,7 +26,11 @@ def events(response: httpx.Response) -> Iterator[dict]:
     for line in response.iter_lines():
         if line == "":
             if data:
-                yield {"event": ev.get("event", "message"), "id": ev.get("id"), "data": strict("\n".join(data))}
+                yield {
+                    "event": ev.get("event", "message"),
+                    "id": ev.get("id"),
+                    "data": strict("\n".join(data)),
+                }
             ev, data = {}, []
         elif line.startswith(":"):
             continue  # keep-alive comment

@@ -14,14 +14,21 @@ RUNNER = "runner-secret"
 
 
 def step(k: int, total: int = 10) -> dict:
-    return {"current_steps": k, "total_steps": total, "loss": 3.0 - k / 10, "percentage": 100 * k / total,
-            "remaining_time": f"0:00:{10 * (total - k):02d}"}
+    return {
+        "current_steps": k,
+        "total_steps": total,
+        "loss": 3.0 - k / 10,
+        "percentage": 100 * k / total,
+        "remaining_time": f"0:00:{10 * (total - k):02d}",
+    }
 
 
 def test_runner_batches_need_the_job_token_and_are_stored_once(app_factory, assets):
     app = app_factory()
     job = create_job(app.engine, app.settings, config=demo_config(assets), name="fed", runner_token=RUNNER)
-    other = create_job(app.engine, app.settings, config=demo_config(assets), name="other", runner_token="other")
+    other = create_job(
+        app.engine, app.settings, config=demo_config(assets), name="other", runner_token="other"
+    )
     first = {"seq": 0, "points": [step(1), step(2), step(3)], "logs": ["loading", "training"]}
     assert post_telemetry(app.api, job.id, "other", **first).status_code == 401  # another job's runner
     assert post_telemetry(app.api, job.id, "", **first).status_code == 401
@@ -30,8 +37,14 @@ def test_runner_batches_need_the_job_token_and_are_stored_once(app_factory, asse
         r = post_telemetry(app.api, job.id, RUNNER, **first)
         assert r.status_code == 200 and r.json() == {"stored": 0}
     # A replayed older line does not move progress back; the exit ends the job.
-    r = post_telemetry(app.api, job.id, RUNNER, seq=1, points=[step(1)],
-                       states=[{"event": "exited", "exit_code": 0, "cancelled": False}])
+    r = post_telemetry(
+        app.api,
+        job.id,
+        RUNNER,
+        seq=1,
+        points=[step(1)],
+        states=[{"event": "exited", "exit_code": 0, "cancelled": False}],
+    )
     assert r.status_code == 200
     got = app.api.get(f"/api/jobs/{job.id}").json()
     assert got["status"] == "succeeded" and got["exit_code"] == 0
@@ -39,7 +52,10 @@ def test_runner_batches_need_the_job_token_and_are_stored_once(app_factory, asse
     points = app.all(job.id, "metrics")
     assert [p["step"] for p in points] == [1, 2, 3] and points[0]["loss"] == pytest.approx(2.9)
     assert [g["text"] for g in app.all(job.id, "logs")] == ["loading", "training"]
-    assert app.all(other.id, "metrics") == [] and app.api.get(f"/api/jobs/{other.id}").json()["status"] == "running"
+    assert (
+        app.all(other.id, "metrics") == []
+        and app.api.get(f"/api/jobs/{other.id}").json()["status"] == "running"
+    )
 
 
 def read_metrics(app, job_id: int, want: int, last_id: str | None = None) -> tuple[list[int], str]:

@@ -16,8 +16,14 @@ from tests.utils.standin import training_env
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tunedeck.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def until(check, what: str, timeout: float = 120):
@@ -43,9 +49,14 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
     assert made.returncode == 0, made.stderr
     # The demo preset names its model relative to the workspace.
     (ws / "demo").symlink_to(assets / "demo", target_is_directory=True)
-    server = server_factory(TUNEDECK_OPEN_WRITE="false", TUNEDECK_CPU_SLOTS="2", TUNEDECK_GPU_SLOTS="0",
-                            TUNEDECK_CANCEL_ABORT_GRACE_S="1", TUNEDECK_CANCEL_TERM_GRACE_S="1",
-                            TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "env")))
+    server = server_factory(
+        TUNEDECK_OPEN_WRITE="false",
+        TUNEDECK_CPU_SLOTS="2",
+        TUNEDECK_GPU_SLOTS="0",
+        TUNEDECK_CANCEL_ABORT_GRACE_S="1",
+        TUNEDECK_CANCEL_TERM_GRACE_S="1",
+        TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "env")),
+    )
     anonymous = {**base, "TUNEDECK_SERVER_URL": server.url}
     alice = {**anonymous, "TUNEDECK_TOKEN": made.stdout.strip()}
     job_yaml = tmp_path / "held.yaml"
@@ -57,9 +68,16 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
 
     held = submitted_id(cli("submit", str(job_yaml), env=alice))  # named after the file: "held"
     run_dir = Path(server.api.get(f"/api/jobs/{held}").json()["run_dir"])
-    until(lambda: any(x["text"] == "first line" for x in server.all(held, "logs")), "the trainer's first line")
-    follow = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "logs", str(held), "--follow"], env=alice,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until(
+        lambda: any(x["text"] == "first line" for x in server.all(held, "logs")), "the trainer's first line"
+    )
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "tunedeck.cli", "logs", str(held), "--follow"],
+        env=alice,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     (run_dir / "release").touch()
     out, err = follow.communicate(timeout=180)  # --follow returns once the job has ended
     assert follow.returncode == 0, err
@@ -82,7 +100,12 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
     shown = cli("show", str(held), env=alice)
     assert shown.returncode == 0, shown.stderr
     shown = json.loads(shown.stdout)
-    assert (shown["id"], shown["name"], shown["owner"], shown["status"]) == (held, "held", "alice", "succeeded")
+    assert (shown["id"], shown["name"], shown["owner"], shown["status"]) == (
+        held,
+        "held",
+        "alice",
+        "succeeded",
+    )
     printed = cli("logs", str(preset), env=alice)
     assert printed.returncode == 0, printed.stderr
     steps = [line for line in printed.stdout.splitlines() if line.startswith("stand-in step")]
@@ -97,7 +120,10 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
 
     # A trainer that ignores SIGABRT and SIGTERM still ends: the runner escalates to SIGKILL.
     stubborn = submitted_id(cli("submit", str(job_yaml), "--name", "stubborn", env=alice))
-    until(lambda: any("ignores SIGABRT" in x["text"] for x in server.all(stubborn, "logs")), "the stubborn trainer")
+    until(
+        lambda: any("ignores SIGABRT" in x["text"] for x in server.all(stubborn, "logs")),
+        "the stubborn trainer",
+    )
     cancelled = cli("cancel", str(stubborn), env=alice)
     assert cancelled.returncode == 0 and cancelled.stdout.split()[0] == str(stubborn), cancelled.stderr
     job = server.wait(stubborn, ("cancelled", "failed", "succeeded"), timeout=180)
@@ -105,7 +131,10 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
     notes = [x["text"] for x in server.all(stubborn, "logs") if x["stream"] == "runner"]
     sent = [n for n in notes if n.startswith(("cancel requested", "trainer still running"))]
     assert [s.split()[0] if s.startswith("cancel") else s.rsplit(" ", 1)[-1] for s in sent] == [
-        "cancel", "SIGTERM", "SIGKILL"], notes
+        "cancel",
+        "SIGTERM",
+        "SIGKILL",
+    ], notes
     assert "SIGABRT" in sent[0]
     assert job_processes(job["run_dir"]) == []
     assert cli("cancel", "999", env=alice).returncode == 1

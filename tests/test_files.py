@@ -15,6 +15,8 @@ def test_listing_is_bounded_and_sorted(tmp_path):
     files = run_files(Job(name="j", spec="{}", train_yaml="", output_dir=str(out)), limit=1000)
     assert len(files) == 1000
     assert [f["path"] for f in files] == sorted(f["path"] for f in files)
-    small = run_files(Job(name="j", spec="{}", train_yaml="", output_dir=str(out / "checkpoint-1")), limit=5000)
+    small = run_files(
+        Job(name="j", spec="{}", train_yaml="", output_dir=str(out / "checkpoint-1")), limit=5000
+    )
     assert len(small) == 1500 and small[3] == {"path": "shard-00003.bin", "bytes": 3}
     assert run_files(Job(name="j", spec="{}", train_yaml="", output_dir="")) == []

@@ -28,8 +28,15 @@ def new_job(engine) -> int:  # noqa: ANN001
 
 
 def line(step: int, **kw) -> str:
-    return json.dumps({"current_steps": step, "total_steps": 10, "percentage": step * 10.0,
-                       "remaining_time": "0:01:05", **kw})
+    return json.dumps(
+        {
+            "current_steps": step,
+            "total_steps": 10,
+            "percentage": step * 10.0,
+            "remaining_time": "0:01:05",
+            **kw,
+        }
+    )
 
 
 def test_pragmas_and_migrations(tmp_path):
@@ -50,14 +57,22 @@ def test_batches_are_idempotent(tmp_path):
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     job_id = new_job(engine)
-    batch = {"seq": 0, "metrics": [{"line": i, "t": 1.0 + i, "raw": line(i + 1, loss=5.0 - i)} for i in range(3)],
-             "logs": [{"line": 0, "t": 1.0, "stream": "stdout", "text": "hello"}], "states": []}
+    batch = {
+        "seq": 0,
+        "metrics": [{"line": i, "t": 1.0 + i, "raw": line(i + 1, loss=5.0 - i)} for i in range(3)],
+        "logs": [{"line": 0, "t": 1.0, "stream": "stdout", "text": "hello"}],
+        "states": [],
+    }
     writer = IngestWriter(engine)
     writer.start()
     for _ in range(3):  # sent three times: stored once
         writer.submit(job_id, batch).result(timeout=10)
-    old = {"seq": 1, "metrics": [{"line": 0, "t": 1.0, "raw": line(1, loss=5.0)}], "logs": [], "states": [
-        {"event": "exited", "exit_code": 0, "cancelled": False, "cause": None}]}
+    old = {
+        "seq": 1,
+        "metrics": [{"line": 0, "t": 1.0, "raw": line(1, loss=5.0)}],
+        "logs": [],
+        "states": [{"event": "exited", "exit_code": 0, "cancelled": False, "cause": None}],
+    }
     writer.submit(job_id, old).result(timeout=10)
     writer.stop()
     with Session(engine) as s:
@@ -78,9 +93,21 @@ def test_exit_states():
 
 
 def test_parse_point():
-    p = parse_point(json.dumps({"current_steps": 4, "total_steps": 8, "loss": 2.5, "lr": 1e-4, "epoch": 0.5,
-                                "throughput": 10.5, "total_tokens": 300, "vram_allocated": 0.0,
-                                "remaining_time": "1 day, 2:03:04"}))
+    p = parse_point(
+        json.dumps(
+            {
+                "current_steps": 4,
+                "total_steps": 8,
+                "loss": 2.5,
+                "lr": 1e-4,
+                "epoch": 0.5,
+                "throughput": 10.5,
+                "total_tokens": 300,
+                "vram_allocated": 0.0,
+                "remaining_time": "1 day, 2:03:04",
+            }
+        )
+    )
     assert (p["step"], p["loss"], p["total_tokens"], p["vram_allocated"]) == (4, 2.5, 300, 0.0)
     assert p["eta_seconds"] == 26 * 3600 + 3 * 60 + 4
     assert parse_point("not json") == {}

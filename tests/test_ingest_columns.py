@@ -22,10 +22,20 @@ COLUMNS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "
 
 def samples(first: int, n: int) -> list[dict]:
     """Rows as a sampler makes them: some optional readings missing, some GPUs without a name."""
-    return [{"line": i, "t": 1_800_000_000.0 + i / 4, "gpu": i % 4, "used_bytes": 40 * 2**30 + i * 4099,
-             "total_bytes": 192 * 2**30, "util": None if i % 3 == 0 else i % 100 / 1.0,
-             "power_w": 300.5 + i, "temp_c": None, "name": "MI300X" if i % 4 else None}
-            for i in range(first, first + n)]
+    return [
+        {
+            "line": i,
+            "t": 1_800_000_000.0 + i / 4,
+            "gpu": i % 4,
+            "used_bytes": 40 * 2**30 + i * 4099,
+            "total_bytes": 192 * 2**30,
+            "util": None if i % 3 == 0 else i % 100 / 1.0,
+            "power_w": 300.5 + i,
+            "temp_c": None,
+            "name": "MI300X" if i % 4 else None,
+        }
+        for i in range(first, first + n)
+    ]
 
 
 def columns(rows: list[dict]) -> dict:
@@ -34,8 +44,13 @@ def columns(rows: list[dict]) -> dict:
 
 def stored(engine, job_id: int) -> list[tuple]:
     with engine.connect() as c:
-        return [tuple(r) for r in c.execute(text(
-            f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE job_id = :j ORDER BY line"), {"j": job_id})]
+        return [
+            tuple(r)
+            for r in c.execute(
+                text(f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE job_id = :j ORDER BY line"),
+                {"j": job_id},
+            )
+        ]
 
 
 def post(app, job_id: int, body: dict | str):
@@ -67,32 +82,48 @@ def test_columns_store_what_rows_store(app, assets):
     # Optional columns may be left out altogether.
     required = {k: v for k, v in columns(samples(300, 5)).items() if k in ("line", "t", "gpu", "used_bytes")}
     assert post(app, by_columns, {"seq": 3, "memory": required}).status_code == 200
-    assert stored(app.engine, by_columns)[-5:] == [(r["line"], r["t"], r["gpu"], r["used_bytes"], *[None] * 5)
-                                                   for r in samples(300, 5)]
+    assert stored(app.engine, by_columns)[-5:] == [
+        (r["line"], r["t"], r["gpu"], r["used_bytes"], *[None] * 5) for r in samples(300, 5)
+    ]
 
 
 NAN_T = '{"seq": 0, "memory": {"line": [1, 2], "t": [1.0, NaN], "gpu": [0, 0], "used_bytes": [1, 2]}}'
-INF_UTIL = ('{"seq": 0, "memory": {"line": [1, 2, 3], "t": [1, 2, 3], "gpu": [0, 0, 0], "used_bytes": [1, 2, 3],'
-            ' "util": [null, 1.5, Infinity]}}')
+INF_UTIL = (
+    '{"seq": 0, "memory": {"line": [1, 2, 3], "t": [1, 2, 3], "gpu": [0, 0, 0], "used_bytes": [1, 2, 3],'
+    ' "util": [null, 1.5, Infinity]}}'
+)
 ROW_NAN = '{"seq": 0, "memory": [{"line": 9, "t": 1.0, "gpu": -1, "used_bytes": 1, "util": NaN}]}'
 GOOD = {"line": [1, 2], "t": [1.0, 2.0], "gpu": [0, 1], "used_bytes": [10, 20]}
 
 
-@pytest.mark.parametrize(("body", "loc", "kind"), [
-    (NAN_T, ["memory", "t", 1], "finite_number"),
-    (INF_UTIL, ["memory", "util", 2], "finite_number"),
-    (ROW_NAN, ["memory", 0, "util"], "finite_number"),  # the row form keeps its locations
-    ({"seq": 0, "memory": {**GOOD, "used_bytes": [10, -1]}}, ["memory", "used_bytes", 1], "greater_than_equal"),
-    ({"seq": 0, "memory": {**GOOD, "line": [1, 2**63]}}, ["memory", "line", 1], "less_than_equal"),
-    ({"seq": 0, "memory": {**GOOD, "gpu": [0]}}, ["memory", "gpu"], "column_length"),
-    ({"seq": 0, "memory": {**GOOD, "name": ["a", "b", "c"]}}, ["memory", "name"], "column_length"),
-    ({"seq": 0, "memory": {k: v for k, v in GOOD.items() if k != "used_bytes"}}, ["memory", "used_bytes"],
-     "missing"),
-    ({"seq": 0, "memory": {**GOOD, "vram": [1, 2]}}, ["memory", "vram"], "extra_forbidden"),
-    ({"seq": 0, "memory": {**GOOD, "gpu": "0,1"}}, ["memory", "gpu"], "list_type"),
-    ({"seq": 0, "memory": {**GOOD, "t": list(range(20001)), "line": list(range(20001))}}, ["memory", "line"],
-     "too_long"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc", "kind"),
+    [
+        (NAN_T, ["memory", "t", 1], "finite_number"),
+        (INF_UTIL, ["memory", "util", 2], "finite_number"),
+        (ROW_NAN, ["memory", 0, "util"], "finite_number"),  # the row form keeps its locations
+        (
+            {"seq": 0, "memory": {**GOOD, "used_bytes": [10, -1]}},
+            ["memory", "used_bytes", 1],
+            "greater_than_equal",
+        ),
+        ({"seq": 0, "memory": {**GOOD, "line": [1, 2**63]}}, ["memory", "line", 1], "less_than_equal"),
+        ({"seq": 0, "memory": {**GOOD, "gpu": [0]}}, ["memory", "gpu"], "column_length"),
+        ({"seq": 0, "memory": {**GOOD, "name": ["a", "b", "c"]}}, ["memory", "name"], "column_length"),
+        (
+            {"seq": 0, "memory": {k: v for k, v in GOOD.items() if k != "used_bytes"}},
+            ["memory", "used_bytes"],
+            "missing",
+        ),
+        ({"seq": 0, "memory": {**GOOD, "vram": [1, 2]}}, ["memory", "vram"], "extra_forbidden"),
+        ({"seq": 0, "memory": {**GOOD, "gpu": "0,1"}}, ["memory", "gpu"], "list_type"),
+        (
+            {"seq": 0, "memory": {**GOOD, "t": list(range(20001)), "line": list(range(20001))}},
+            ["memory", "line"],
+            "too_long",
+        ),
+    ],
+)
 def test_bad_columns_are_refused_by_field(app, assets, body, loc, kind):
     job_id = new_job(app, assets, "bad")
     r = post(app, job_id, body)

@@ -57,11 +57,24 @@ def new_job(engine, status: JobStatus) -> int:
     """A job already in `status` (written directly: the test sets the stage the server would have),
     holding a runner token and one open alert."""
     with Session(engine) as s:
-        job = Job(name=f"in-{status.value}", spec="{}", train_yaml="", runner_token_hash="h" * 64, devices="0")
+        job = Job(
+            name=f"in-{status.value}", spec="{}", train_yaml="", runner_token_hash="h" * 64, devices="0"
+        )
         s.add(job)
         s.flush()
-        s.add(Alert(job_id=job.id, kind="vram_spike", gpu=0, severity="warning", t=1.0, first_t=1.0, last_t=1.0,
-                    message="spike", open=True))
+        s.add(
+            Alert(
+                job_id=job.id,
+                kind="vram_spike",
+                gpu=0,
+                severity="warning",
+                t=1.0,
+                first_t=1.0,
+                last_t=1.0,
+                message="spike",
+                open=True,
+            )
+        )
         s.commit()
         job_id = job.id
     with engine.begin() as c:
@@ -125,7 +138,10 @@ def test_every_pair_of_states_against_the_table(world):
             if to == JobStatus.running:
                 assert after["started_at"] and after["runner_token_hash"] and after["finished_at"] is None
             else:
-                assert after["finished_at"] and after["runner_token_hash"] is None, (frm, to)  # its runner's token dies
+                assert after["finished_at"] and after["runner_token_hash"] is None, (
+                    frm,
+                    to,
+                )  # its runner's token dies
                 assert (after["exit_code"], after["error"]) == (3, "why")
                 ended[job_id] = (frm, to)
     assert {to for _, to in ended.values()} == {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}
@@ -135,7 +151,9 @@ def test_every_pair_of_states_against_the_table(world):
         wait_for(lambda j=job_id: not alert_open(engine, j), f"job {job_id}'s alerts to close")
     notifier.stop()  # sends whatever was queued, so a webhook for a refused move would be here now
     done = [g for g in Receiver.got if g["event"] == "job_finished"]
-    assert sorted((g["job_id"], g["status"]) for g in done) == sorted((j, to.value) for j, (_, to) in ended.items())
+    assert sorted((g["job_id"], g["status"]) for g in done) == sorted(
+        (j, to.value) for j, (_, to) in ended.items()
+    )
     for g in done:
         frm, to = ended[g["job_id"]]
         assert g["text"] == f"tunedeck: job {g['job_id']} (in-{frm.value}) {to.value}: why"
@@ -173,16 +191,22 @@ def test_a_lost_runner_ends_its_job_with_the_webhook_and_its_alerts_closed(app_f
     try:
         app = app_factory(TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{http.server_port}/hook"]))
         job = create_job(app.engine, app.settings, config=demo_config(assets), name="lost", runner_token="r")
-        full = [{"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 97 * GiB, "total_bytes": 100 * GiB}
-                for i in range(10)]
+        full = [
+            {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 97 * GiB, "total_bytes": 100 * GiB}
+            for i in range(10)
+        ]
         assert post_telemetry(app.api, job.id, "r", seq=0, memory=full).status_code == 200
         wait_for(lambda: alert_open(app.engine, job.id), "the near-OOM alert")
         os.kill(job.runner_pid, signal.SIGKILL)  # the runner dies without a word
-        got = wait_for(lambda: (j := app.api.get(f"/api/jobs/{job.id}").json())["status"] != "running" and j,
-                       "the scheduler to find the runner lost")
+        got = wait_for(
+            lambda: (j := app.api.get(f"/api/jobs/{job.id}").json())["status"] != "running" and j,
+            "the scheduler to find the runner lost",
+        )
         assert got["status"] == "failed" and got["error"].startswith("runner lost")
         wait_for(lambda: not alert_open(app.engine, job.id), "the final judgement to close the alert")
-        done = wait_for(lambda: [g for g in Receiver.got if g["event"] == "job_finished"], "the end's webhook")
+        done = wait_for(
+            lambda: [g for g in Receiver.got if g["event"] == "job_finished"], "the end's webhook"
+        )
         assert [(g["job_id"], g["status"]) for g in done] == [(job.id, "failed")]
     finally:
         http.shutdown()
@@ -208,16 +232,24 @@ def status_writes(tree: ast.AST) -> list[int]:
                         hits.append(t.lineno)
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name in ("values", "Job", "sqlmodel_update") and any(k.arg in ("status", None) for k in node.keywords):
+            if name in ("values", "Job", "sqlmodel_update") and any(
+                k.arg in ("status", None) for k in node.keywords
+            ):
                 hits.append(node.lineno)
-            if name in ("values", "sqlmodel_update") and any(isinstance(a, ast.Dict) and any(
-                    isinstance(k, ast.Constant) and k.value == "status" for k in a.keys) for a in node.args):
+            if name in ("values", "sqlmodel_update") and any(
+                isinstance(a, ast.Dict)
+                and any(isinstance(k, ast.Constant) and k.value == "status" for k in a.keys)
+                for a in node.args
+            ):
                 hits.append(node.lineno)
             if name == "setattr" and len(node.args) > 1 and getattr(node.args[1], "value", None) == "status":
                 hits.append(node.lineno)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             sql = " ".join(node.value.lower().split())
-            if "update jobs set" in sql and "status" in sql.split("update jobs set", 1)[1].split(" where ")[0]:
+            if (
+                "update jobs set" in sql
+                and "status" in sql.split("update jobs set", 1)[1].split(" where ")[0]
+            ):
                 hits.append(node.lineno)
         for child in ast.iter_child_nodes(node):
             visit(child)
@@ -252,9 +284,12 @@ def test_the_checker_finds_each_way_of_writing_status():
     ]
     for src in samples:
         assert status_writes(ast.parse(src)), src
-    allowed = ["class AuthError(Exception):\n    def __init__(self, status):\n        self.status = status",
-               "JobOut(status=job.status)", "q = q.where(Job.status == status)",
-               "c.execute(text('UPDATE jobs SET last_batch_seq = 1 WHERE status = :s'))"]
+    allowed = [
+        "class AuthError(Exception):\n    def __init__(self, status):\n        self.status = status",
+        "JobOut(status=job.status)",
+        "q = q.where(Job.status == status)",
+        "c.execute(text('UPDATE jobs SET last_batch_seq = 1 WHERE status = :s'))",
+    ]
     for src in allowed:
         assert not status_writes(ast.parse(src)), src
 

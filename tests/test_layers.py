@@ -30,7 +30,11 @@ def imported(path: Path) -> dict[str, str]:
             for a in node.names:
                 if a.name.startswith("tunedeck"):
                     out[a.asname or a.name] = a.name
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("tunedeck"):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("tunedeck")
+        ):
             for a in node.names:
                 full = f"{node.module}.{a.name}"
                 out[a.asname or a.name] = full if full in known else f"{node.module}:{a.name}"
@@ -47,7 +51,11 @@ def private(name: str) -> bool:
 
 def test_lint_and_spec_do_not_import_each_other_or_the_pipeline():
     assert not imported_modules(PACKAGE / "lint.py") & {"tunedeck.spec", "tunedeck.submission"}
-    assert not imported_modules(PACKAGE / "spec.py") & {"tunedeck.lint", "tunedeck.reach", "tunedeck.submission"}
+    assert not imported_modules(PACKAGE / "spec.py") & {
+        "tunedeck.lint",
+        "tunedeck.reach",
+        "tunedeck.submission",
+    }
     for name in ("reach.py", "estimate.py", "presets.py"):
         assert "tunedeck.submission" not in imported_modules(PACKAGE / name), name
 
@@ -57,11 +65,19 @@ def test_no_module_uses_another_modules_private_names():
     found = []
     for module, path in known.items():
         names = imported(path)
-        found += [f"{module}: from {t.split(':')[0]} import {t.split(':')[1]}" for t in names.values()
-                  if ":" in t and private(t.split(":")[1])]
+        found += [
+            f"{module}: from {t.split(':')[0]} import {t.split(':')[1]}"
+            for t in names.values()
+            if ":" in t and private(t.split(":")[1])
+        ]
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and private(node.attr)
-                    and names.get(node.value.id) in known and names[node.value.id] != module):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and private(node.attr)
+                and names.get(node.value.id) in known
+                and names[node.value.id] != module
+            ):
                 found.append(f"{module}:{node.lineno}: {names[node.value.id]}.{node.attr}")
     assert found == []
 
@@ -108,7 +124,9 @@ def test_the_alert_package_reaches_no_service_or_route():
 def test_the_runner_imports_nothing_of_the_server():
     for module in modules():
         if under({module}, "tunedeck.runner"):
-            assert not under(reaches(module), *SERVER, "tunedeck.db", "tunedeck.tables", "tunedeck.schemas"), module
+            assert not under(
+                reaches(module), *SERVER, "tunedeck.db", "tunedeck.tables", "tunedeck.schemas"
+            ), module
 
 
 def test_the_metric_columns_are_listed_once():

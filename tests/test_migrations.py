@@ -23,34 +23,123 @@ GiB = 1 << 30
 
 # A few rows in every table; byte counts past 2**31 on purpose. Parents come first (foreign keys).
 ROWS: dict[str, list[dict]] = {
-    "jobs": [{"id": j, "name": f"job{j}", "owner": "ana", "status": "succeeded", "gpus": 1, "spec": '{"a": 1}',
-              "train_yaml": "a: 1", "run_dir": f"/r/{j}", "output_dir": f"/o/{j}", "created_at": "2026-01-01 00:00:00",
-              "last_batch_seq": 3, "estimate": '{"peak_bytes": 1}'} for j in (1, 2)],
-    "metric_points": [{"id": 10 * j + i, "job_id": j, "line": i, "t": 1.5 + i, "step": i, "loss": 5.0 - i,
-                       "raw": f'{{"current_steps": {i}}}'} for j in (1, 2) for i in range(3)],
-    "log_lines": [{"id": 10 * j + i, "job_id": j, "line": i, "t": 2.0 + i, "stream": "stdout", "text": f"line {i}"}
-                  for j in (1, 2) for i in range(3)],
-    "api_tokens": [{"id": 1, "name": "ci", "role": "submitter", "token_hash": "ab" * 32,
-                    "created_at": "2026-01-01 00:00:00"}],
-    "estimate_calibrations": [{"id": 1, "job_id": 1, "gpu_kind": "H200", "predicted_bytes": 100 * GiB,
-                               "measured_bytes": 120 * GiB, "source": "memory_samples", "ratio": 1.2,
-                               "created_at": "2026-01-02 00:00:00"}],
-    "memory_samples": [{"id": 10 * j + i, "job_id": j, "line": i, "t": 3.0 + i, "gpu": 0, "used_bytes": 130 * GiB + i,
-                        "total_bytes": 141 * GiB, "util": 90.0, "name": "H200"} for j in (1, 2) for i in range(3)],
-    "alerts": [{"id": 1, "job_id": 2, "kind": "near_oom", "severity": "warning", "gpu": 0, "t": 4.0, "step": 2,
-                "message": "95% of VRAM", "open": 1, "first_t": 3.0, "last_t": 4.0, "count": 2}],
-    "memory_rollups": [{"id": 1, "job_id": 1, "gpu": 0, "t0": 0.0, "t1": 60.0, "n": 12, "min_bytes": 3 * GiB,
-                        "max_bytes": 130 * GiB, "mean_bytes": 99.5 * GiB}],
+    "jobs": [
+        {
+            "id": j,
+            "name": f"job{j}",
+            "owner": "ana",
+            "status": "succeeded",
+            "gpus": 1,
+            "spec": '{"a": 1}',
+            "train_yaml": "a: 1",
+            "run_dir": f"/r/{j}",
+            "output_dir": f"/o/{j}",
+            "created_at": "2026-01-01 00:00:00",
+            "last_batch_seq": 3,
+            "estimate": '{"peak_bytes": 1}',
+        }
+        for j in (1, 2)
+    ],
+    "metric_points": [
+        {
+            "id": 10 * j + i,
+            "job_id": j,
+            "line": i,
+            "t": 1.5 + i,
+            "step": i,
+            "loss": 5.0 - i,
+            "raw": f'{{"current_steps": {i}}}',
+        }
+        for j in (1, 2)
+        for i in range(3)
+    ],
+    "log_lines": [
+        {"id": 10 * j + i, "job_id": j, "line": i, "t": 2.0 + i, "stream": "stdout", "text": f"line {i}"}
+        for j in (1, 2)
+        for i in range(3)
+    ],
+    "api_tokens": [
+        {
+            "id": 1,
+            "name": "ci",
+            "role": "submitter",
+            "token_hash": "ab" * 32,
+            "created_at": "2026-01-01 00:00:00",
+        }
+    ],
+    "estimate_calibrations": [
+        {
+            "id": 1,
+            "job_id": 1,
+            "gpu_kind": "H200",
+            "predicted_bytes": 100 * GiB,
+            "measured_bytes": 120 * GiB,
+            "source": "memory_samples",
+            "ratio": 1.2,
+            "created_at": "2026-01-02 00:00:00",
+        }
+    ],
+    "memory_samples": [
+        {
+            "id": 10 * j + i,
+            "job_id": j,
+            "line": i,
+            "t": 3.0 + i,
+            "gpu": 0,
+            "used_bytes": 130 * GiB + i,
+            "total_bytes": 141 * GiB,
+            "util": 90.0,
+            "name": "H200",
+        }
+        for j in (1, 2)
+        for i in range(3)
+    ],
+    "alerts": [
+        {
+            "id": 1,
+            "job_id": 2,
+            "kind": "near_oom",
+            "severity": "warning",
+            "gpu": 0,
+            "t": 4.0,
+            "step": 2,
+            "message": "95% of VRAM",
+            "open": 1,
+            "first_t": 3.0,
+            "last_t": 4.0,
+            "count": 2,
+        }
+    ],
+    "memory_rollups": [
+        {
+            "id": 1,
+            "job_id": 1,
+            "gpu": 0,
+            "t0": 0.0,
+            "t1": 60.0,
+            "n": 12,
+            "min_bytes": 3 * GiB,
+            "max_bytes": 130 * GiB,
+            "mean_bytes": 99.5 * GiB,
+        }
+    ],
 }
 
 # The branched history that older tunedeck releases shipped (from git), and the heads each left behind.
-OLD_PARENTS = {"0001": None, "0002": "0001", "0003": "0001", "0004_ui": "0001", "0005": "0001", "0006": "0002"}
-OLD_ENV = '''from alembic import context
+OLD_PARENTS = {
+    "0001": None,
+    "0002": "0001",
+    "0003": "0001",
+    "0004_ui": "0001",
+    "0005": "0001",
+    "0006": "0002",
+}
+OLD_ENV = """from alembic import context
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=None, render_as_batch=True)
 with context.begin_transaction():
     context.run_migrations()
-'''
+"""
 
 
 def fill(engine) -> None:
@@ -63,15 +152,22 @@ def fill(engine) -> None:
             cols = {col["name"] for col in present.get_columns(table)}
             for row in rows:
                 row = {k: v for k, v in row.items() if k in cols}
-                c.execute(text(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
-                          row)
+                c.execute(
+                    text(
+                        f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
+                    ),
+                    row,
+                )
 
 
 def snapshot(engine) -> dict[str, list[dict]]:
     present = set(inspect(engine).get_table_names())
     with engine.connect() as c:
-        return {t: [dict(r._mapping) for r in c.execute(text(f"SELECT * FROM {t} ORDER BY id"))]
-                for t in ROWS if t in present}
+        return {
+            t: [dict(r._mapping) for r in c.execute(text(f"SELECT * FROM {t} ORDER BY id"))]
+            for t in ROWS
+            if t in present
+        }
 
 
 def assert_kept(before: dict, after: dict, *, dropped: set[str] = frozenset()) -> None:
@@ -83,7 +179,9 @@ def assert_kept(before: dict, after: dict, *, dropped: set[str] = frozenset()) -
         assert rows, f"{table} was filled"
         assert len(after[table]) == len(rows), table
         cols = rows[0].keys() & after[table][0].keys()
-        assert [{k: r[k] for k in cols} for r in after[table]] == [{k: r[k] for k in cols} for r in rows], table
+        assert [{k: r[k] for k in cols} for r in after[table]] == [{k: r[k] for k in cols} for r in rows], (
+            table
+        )
 
 
 def assert_sound(engine) -> None:
@@ -159,8 +257,12 @@ def test_every_step_down_and_up_keeps_data(tmp_path):
     with engine.begin() as c:  # what that step dropped is refilled, so every step down starts with data
         for table in dropped:
             for row in ROWS[table]:
-                c.execute(text(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
-                          row)
+                c.execute(
+                    text(
+                        f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
+                    ),
+                    row,
+                )
     before = snapshot(engine)
     assert set(before) == set(ROWS) and all(before.values())
 
@@ -185,13 +287,17 @@ def test_every_step_down_and_up_keeps_data(tmp_path):
     assert schema_differences(engine) == []
 
 
-@pytest.mark.parametrize("targets", [
-    ("0001",),
-    ("0005",),
-    ("0005", "0003"),
-    ("0005", "0003", "0002", "0004_ui"),
-    ("0005", "0003", "0002", "0004_ui", "0006"),
-], ids=lambda t: "+".join(t))
+@pytest.mark.parametrize(
+    "targets",
+    [
+        ("0001",),
+        ("0005",),
+        ("0005", "0003"),
+        ("0005", "0003", "0002", "0004_ui"),
+        ("0005", "0003", "0002", "0004_ui", "0006"),
+    ],
+    ids=lambda t: "+".join(t),
+)
 def test_databases_from_the_branched_history_upgrade_in_place(tmp_path, targets):
     engine = legacy_database(tmp_path, targets)
     old_heads = versions(engine)
@@ -225,21 +331,37 @@ def test_upgrade_and_downgrade_keep_data(tmp_path):
     upgrade(engine, "0001")
     with engine.begin() as c:
         for j in (1, 2):
-            c.execute(text("INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at,"
-                           " last_batch_seq) VALUES (:id, :n, 'succeeded', 0, '{}', 'a: 1', '', '', '2026-01-01', 3)"),
-                      {"id": j, "n": f"job{j}"})
+            c.execute(
+                text(
+                    "INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at,"
+                    " last_batch_seq) VALUES (:id, :n, 'succeeded', 0, '{}', 'a: 1', '', '', '2026-01-01', 3)"
+                ),
+                {"id": j, "n": f"job{j}"},
+            )
             for i in range(50):
-                c.execute(text("INSERT INTO metric_points (job_id, line, t, loss, raw) VALUES (:j, :i, :i, :l, :r)"),
-                          {"j": j, "i": i, "l": 5.0 - i / 10, "r": f'{{"current_steps": {i}}}'})
-                c.execute(text("INSERT INTO log_lines (job_id, line, t, stream, text) VALUES (:j, :i, :i, 'stdout', 'x')"),
-                          {"j": j, "i": i})
+                c.execute(
+                    text(
+                        "INSERT INTO metric_points (job_id, line, t, loss, raw) VALUES (:j, :i, :i, :l, :r)"
+                    ),
+                    {"j": j, "i": i, "l": 5.0 - i / 10, "r": f'{{"current_steps": {i}}}'},
+                )
+                c.execute(
+                    text(
+                        "INSERT INTO log_lines (job_id, line, t, stream, text) VALUES (:j, :i, :i, 'stdout', 'x')"
+                    ),
+                    {"j": j, "i": i},
+                )
     before = snapshot(engine)
     upgrade(engine)
     tables = set(inspect(engine).get_table_names())
     assert {"api_tokens", "jobs", "metric_points", "log_lines"} <= tables
     assert_kept(before, snapshot(engine))
     with engine.begin() as c:
-        c.execute(text("INSERT INTO api_tokens (name, role, token_hash, created_at) VALUES ('a', 'admin', 'h', '2026-01-01')"))
+        c.execute(
+            text(
+                "INSERT INTO api_tokens (name, role, token_hash, created_at) VALUES ('a', 'admin', 'h', '2026-01-01')"
+            )
+        )
     downgrade(engine, "0001")
     assert "api_tokens" not in set(inspect(engine).get_table_names())
     assert snapshot(engine) == before

@@ -22,15 +22,15 @@ SHIPPED = ("frontend", "configs", "migrations")
 
 
 def _run(cmd: list, env: dict) -> str:
-    r = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300,
-                       check=False)
+    r = subprocess.run(
+        [str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert r.returncode == 0, f"{cmd}\n{r.stdout}\n{r.stderr}"
     return r.stdout
 
 
 def _files(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,22 @@ def installed(tmp_path_factory) -> dict:
     shutil.copytree(PACKAGE, src / "backend" / "tunedeck", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    _run([PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-          "-w", tmp / "dist", src], env)
+    _run(
+        [
+            PYTHON,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            tmp / "dist",
+            src,
+        ],
+        env,
+    )
     (wheel,) = (tmp / "dist").glob("tunedeck-*.whl")
     venv = tmp / "venv"
     _run([PYTHON, "-m", "venv", "--without-pip", venv], env)

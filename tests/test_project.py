@@ -43,7 +43,9 @@ def test_compose_file_is_pinned_and_private():
     env = svc["environment"]
     mounts = dict(v.split(":")[::-1] for v in (compose_env(v) for v in svc["volumes"]))
     assert mounts["/workspace"] == "tunedeck-workspace" and env["TUNEDECK_WORKSPACE"] == "/workspace"
-    assert env["HF_HOME"].startswith("/models/") and "/models" in mounts  # the model cache outlives the container
+    assert (
+        env["HF_HOME"].startswith("/models/") and "/models" in mounts
+    )  # the model cache outlives the container
     assert "/models" in json.loads(env["TUNEDECK_ALLOWED_ROOTS"])
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", "tunedeck-workspace", "test-output", "models"} <= set(ignored)
@@ -117,9 +119,28 @@ def test_compose_command_starts_a_closed_server(tmp_path):
 
 
 def test_server_never_imports_training_packages():
-    code = ("import sys, tunedeck.main, tunedeck.cli, tunedeck.scheduler;"
-            "from tunedeck.main import create_app; create_app();"
-            "bad = [m for m in ('torch', 'transformers', 'llamafactory', 'deepspeed') if m in sys.modules];"
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, tunedeck.main, tunedeck.cli, tunedeck.scheduler;"
+        "from tunedeck.main import create_app; create_app();"
+        "bad = [m for m in ('torch', 'transformers', 'llamafactory', 'deepspeed') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_tree_is_linted_and_formatted():
+    """The lint step: one formatter over the whole tree, and the checks of pyproject's [tool.ruff.lint]."""
+    paths = ["backend", "tests", "bench", "scripts"]
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", *paths], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert lint.returncode == 0, lint.stdout[-3000:]
+    fmt = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert fmt.returncode == 0, fmt.stdout[-3000:]

@@ -21,8 +21,13 @@ GIB = 1 << 30
 
 def viewer_token(workspace: Path) -> str:
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(workspace)}
-    r = subprocess.run([sys.executable, "-m", "tunedeck.cli", "token", "create", "--name", "grafana", "--role",
-                        "viewer"], env=env, capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", "token", "create", "--name", "grafana", "--role", "viewer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -59,34 +64,67 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
     # The job's runner is a process that just stays alive: this test posts the telemetry a runner would.
     standin = tmp_path / "runner.sh"
     # The server hands a runner its token on stdin, once: the stand-in keeps it where this test reads it.
-    standin.write_text(f"#!/bin/sh\nread -r token\nprintf %s \"$token\" > {tmp_path / 'token'}\nexec sleep 3600\n")
+    standin.write_text(
+        f'#!/bin/sh\nread -r token\nprintf %s "$token" > {tmp_path / "token"}\nexec sleep 3600\n'
+    )
     standin.chmod(0o755)
-    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_TRAIN_PYTHON=str(standin),
-                            TUNEDECK_GPU_SLOTS="0", TUNEDECK_CPU_SLOTS="1")
+    server = server_factory(
+        TUNEDECK_OPEN_READ="false",
+        TUNEDECK_TRAIN_PYTHON=str(standin),
+        TUNEDECK_GPU_SLOTS="0",
+        TUNEDECK_CPU_SLOTS="1",
+    )
     api, auth = server.api, {"Authorization": f"Bearer {token}"}
     spec = {"name": "watched", "config": demo_config(assets), "gpus": 0}
     running = server.submit(spec)["id"]
-    until(lambda: (j := api.get(f"/api/jobs/{running}", headers=auth).json())["status"] == "running" and j,
-                "running job")
-    queued = [server.submit({**spec, "name": f"waiting {i}"})["id"] for i in range(2)]  # the one CPU slot is taken
-    runner_token = until(lambda: (tmp_path / "token").is_file() and (tmp_path / "token").read_text(),
-                         "the runner's token")
+    until(
+        lambda: (j := api.get(f"/api/jobs/{running}", headers=auth).json())["status"] == "running" and j,
+        "running job",
+    )
+    queued = [
+        server.submit({**spec, "name": f"waiting {i}"})["id"] for i in range(2)
+    ]  # the one CPU slot is taken
+    runner_token = until(
+        lambda: (tmp_path / "token").is_file() and (tmp_path / "token").read_text(), "the runner's token"
+    )
 
     now = time.time()
-    lines = [{"current_steps": 1, "total_steps": 20, "loss": 2.5, "throughput": 1234.5},
-             {"current_steps": 2, "total_steps": 20, "eval_loss": 2.25},
-             {"current_steps": 3, "total_steps": 20, "loss": 2.0, "throughput": 1300.0}]
+    lines = [
+        {"current_steps": 1, "total_steps": 20, "loss": 2.5, "throughput": 1234.5},
+        {"current_steps": 2, "total_steps": 20, "eval_loss": 2.25},
+        {"current_steps": 3, "total_steps": 20, "loss": 2.0, "throughput": 1300.0},
+    ]
     total = 80 * GIB
     gpu0 = [int(total * (0.96 + i / 1000)) for i in range(5)]  # sustained above 95%: a near-OOM alert
     gpu1 = [10 * GIB + i * 1024 for i in range(5)]
-    memory = [{"line": 2 * i + g, "t": now - 5 + i, "gpu": g, "used_bytes": used[i], "total_bytes": total,
-               "name": "Stand-in 80G"} for i in range(5) for g, used in ((0, gpu0), (1, gpu1))]
-    batch = {"seq": 0, "metrics": [{"line": i, "t": now - 3 + i, "raw": json.dumps(x)} for i, x in enumerate(lines)],
-             "logs": [{"line": 0, "t": now, "stream": "stdout", "text": "training"}], "memory": memory}
-    r = api.post(f"/api/jobs/{running}/telemetry", json=batch, headers={"Authorization": f"Bearer {runner_token}"})
+    memory = [
+        {
+            "line": 2 * i + g,
+            "t": now - 5 + i,
+            "gpu": g,
+            "used_bytes": used[i],
+            "total_bytes": total,
+            "name": "Stand-in 80G",
+        }
+        for i in range(5)
+        for g, used in ((0, gpu0), (1, gpu1))
+    ]
+    batch = {
+        "seq": 0,
+        "metrics": [{"line": i, "t": now - 3 + i, "raw": json.dumps(x)} for i, x in enumerate(lines)],
+        "logs": [{"line": 0, "t": now, "stream": "stdout", "text": "training"}],
+        "memory": memory,
+    }
+    r = api.post(
+        f"/api/jobs/{running}/telemetry", json=batch, headers={"Authorization": f"Bearer {runner_token}"}
+    )
     assert r.status_code == 200, r.text
-    until(lambda: any(a["kind"] == "vram_near_oom" for a in api.get(f"/api/jobs/{running}/alerts", headers=auth).json()),
-          "near-OOM alert")
+    until(
+        lambda: any(
+            a["kind"] == "vram_near_oom" for a in api.get(f"/api/jobs/{running}/alerts", headers=auth).json()
+        ),
+        "near-OOM alert",
+    )
 
     r = api.get("/metrics")
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"  # reads are closed
@@ -104,8 +142,10 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
         assert one(found, "tunedeck_job_vram_total_bytes", **me, gpu=gpu) == total
     assert one(found, "tunedeck_jobs_queued") == 2 and one(found, "tunedeck_jobs_running") == 1
     assert not [lab for lab, _ in found["tunedeck_job_info"] if lab["job_id"] in map(str, queued)]
-    stored = Counter((a["kind"], a["severity"]) for a in api.get("/api/alerts", params={"open": "true"},
-                                                                 headers=auth).json())
+    stored = Counter(
+        (a["kind"], a["severity"])
+        for a in api.get("/api/alerts", params={"open": "true"}, headers=auth).json()
+    )
     exported = {(lab["kind"], lab["severity"]): v for lab, v in found["tunedeck_alerts_open"]}
     assert stored[("vram_near_oom", "critical")] >= 1
     assert {k: v for k, v in exported.items() if v} == stored
@@ -127,7 +167,9 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
     assert one(scrape(server, token), "tunedeck_job_info", **ended, status="cancelled") == 1
     with sqlite3.connect(ws / "tunedeck.db") as db:
         db.execute("UPDATE jobs SET finished_at = '2000-01-01 00:00:00.000000' WHERE id = ?", (queued[0],))
-    assert not [lab for lab, _ in scrape(server, token)["tunedeck_job_info"] if lab["job_id"] == str(queued[0])]
+    assert not [
+        lab for lab, _ in scrape(server, token)["tunedeck_job_info"] if lab["job_id"] == str(queued[0])
+    ]
 
 
 def test_not_finite_losses_and_the_tail_bound(tmp_path):
@@ -151,8 +193,11 @@ def test_not_finite_losses_and_the_tail_bound(tmp_path):
     raws += [json.dumps({"current_steps": 3 + i, "loss": 1.5, "throughput": 10.0}) for i in range(TAIL_LINES)]
     raws += [json.dumps({"current_steps": 9999, "loss": float("nan"), "throughput": float("inf")})]
     with engine.begin() as conn:
-        apply_batch(conn, job_id, {"seq": 0, "metrics": [{"line": i, "t": float(i), "raw": r}
-                                                          for i, r in enumerate(raws)]})
+        apply_batch(
+            conn,
+            job_id,
+            {"seq": 0, "metrics": [{"line": i, "t": float(i), "raw": r} for i, r in enumerate(raws)]},
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(engine))
     found = {}
@@ -160,7 +205,9 @@ def test_not_finite_losses_and_the_tail_bound(tmp_path):
         for s in fam.samples:
             found.setdefault(s.name, []).append((s.labels, s.value))
     me = {"job_id": str(job_id)}
-    assert one(found, "tunedeck_job_loss", **me) != one(found, "tunedeck_job_loss", **me)  # NaN, not the 1.5 before
+    assert one(found, "tunedeck_job_loss", **me) != one(
+        found, "tunedeck_job_loss", **me
+    )  # NaN, not the 1.5 before
     assert one(found, "tunedeck_job_tokens_per_second", **me) == float("inf")
     assert "tunedeck_job_eval_loss" not in found  # older than the last TAIL_LINES lines: not looked for
     assert one(found, "tunedeck_job_step", **me) == 9999

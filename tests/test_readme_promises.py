@@ -34,8 +34,12 @@ def test_a_train_yaml_posted_as_is_becomes_a_job(app_factory, assets):
     """`curl -X POST 'localhost:8420/api/jobs/yaml?name=seed' -H 'content-type: application/yaml' ...`"""
     app = app_factory()
     config = demo_config(assets, learning_rate=0.001, lora_rank=4)
-    r = app.api.post("/api/jobs/yaml", params={"name": "seed"}, content=yaml.safe_dump(config),
-                     headers={"Content-Type": "application/yaml"})
+    r = app.api.post(
+        "/api/jobs/yaml",
+        params={"name": "seed"},
+        content=yaml.safe_dump(config),
+        headers={"Content-Type": "application/yaml"},
+    )
     assert r.status_code == 201, r.text
     job = app.api.get(f"/api/jobs/{r.json()['id']}").json()
     assert (job["name"], job["status"], job["gpus"]) == ("seed", "queued", 0)
@@ -53,8 +57,12 @@ def test_series_keep_spikes_when_downsampled_and_zoom_gets_finer_points(app_fact
     losses[spike - 1], losses[dip - 1] = 40.0, 0.001
     points = [{"current_steps": k, "total_steps": n, "loss": losses[k - 1]} for k in range(1, n + 1)]
     for seq, start in enumerate(range(0, n, 1000)):
-        assert post_telemetry(app.api, job.id, "r", seq=seq, start_line=start,
-                              points=points[start:start + 1000]).status_code == 200
+        assert (
+            post_telemetry(
+                app.api, job.id, "r", seq=seq, start_line=start, points=points[start : start + 1000]
+            ).status_code
+            == 200
+        )
     whole = app.api.get(f"/api/jobs/{job.id}/series", params={"max_points": 100}).json()
     loss = whole["series"]["loss"]
     assert whole["downsampled"] and loss["n"] == n and len(loss["step"]) <= 100
@@ -62,32 +70,51 @@ def test_series_keep_spikes_when_downsampled_and_zoom_gets_finer_points(app_fact
     assert got[spike] == 40.0 and got[dip] == 0.001  # one-step extremes survive a 30x reduction
     assert loss["step"] == sorted(loss["step"]) and {1, n} <= set(loss["step"])
 
-    zoom = app.api.get(f"/api/jobs/{job.id}/series", params={"max_points": 100, "x0": 1200, "x1": 1300}).json()
+    zoom = app.api.get(
+        f"/api/jobs/{job.id}/series", params={"max_points": 100, "x0": 1200, "x1": 1300}
+    ).json()
     near = zoom["series"]["loss"]
     assert near["n"] == 101 and all(1200 <= s <= 1300 for s in near["step"])
-    assert len(near["step"]) > len([s for s in loss["step"] if 1200 <= s <= 1300])  # finer than the whole view
+    assert len(near["step"]) > len(
+        [s for s in loss["step"] if 1200 <= s <= 1300]
+    )  # finer than the whole view
     assert dict(zip(near["step"], near["y"], strict=True))[spike] == 40.0
 
 
 def test_the_outbox_of_a_dead_runner_is_replayed_logs_and_memory_too(app_factory, assets):
-    """"...and the server replays the outbox of a runner that died": every kind of item in it."""
+    """ "...and the server replays the outbox of a runner that died": every kind of item in it."""
     app = app_factory()
     job = create_job(app.engine, app.settings, config=demo_config(assets), name="died", runner_token="r")
     t = 1_800_000_000.0
-    batches = [{"seq": 0, "metrics": [{"line": 0, "t": t, "raw": json.dumps({"current_steps": 1, "loss": 2.5})}],
-                "logs": [{"line": 0, "t": t, "stream": "stdout", "text": "step one"}], "states": [],
-                "memory": [{"line": i, "t": t + i, "gpu": 0, "used_bytes": (1 + i) * GiB, "total_bytes": 64 * GiB}
-                           for i in range(3)]},
-               {"seq": 1, "metrics": [{"line": 1, "t": t + 1, "raw": json.dumps({"current_steps": 2, "loss": 2.0})}],
-                "logs": [{"line": 1, "t": t + 1, "stream": "stderr", "text": "step two"}], "states": [],
-                "memory": [{"line": 3, "t": t + 3, "gpu": 0, "used_bytes": 5 * GiB, "total_bytes": 64 * GiB}]}]
+    batches = [
+        {
+            "seq": 0,
+            "metrics": [{"line": 0, "t": t, "raw": json.dumps({"current_steps": 1, "loss": 2.5})}],
+            "logs": [{"line": 0, "t": t, "stream": "stdout", "text": "step one"}],
+            "states": [],
+            "memory": [
+                {"line": i, "t": t + i, "gpu": 0, "used_bytes": (1 + i) * GiB, "total_bytes": 64 * GiB}
+                for i in range(3)
+            ],
+        },
+        {
+            "seq": 1,
+            "metrics": [{"line": 1, "t": t + 1, "raw": json.dumps({"current_steps": 2, "loss": 2.0})}],
+            "logs": [{"line": 1, "t": t + 1, "stream": "stderr", "text": "step two"}],
+            "states": [],
+            "memory": [{"line": 3, "t": t + 3, "gpu": 0, "used_bytes": 5 * GiB, "total_bytes": 64 * GiB}],
+        },
+    ]
     with open(os.path.join(job.run_dir, "outbox.jsonl"), "w") as f:
         f.writelines(json.dumps(b) + "\n" for b in batches)
         f.write('{"seq": 2, "metrics": [')  # torn by the kill: skipped
     os.kill(job.runner_pid, signal.SIGKILL)  # none of it was ever sent
     until(lambda: app.api.get(f"/api/jobs/{job.id}").json()["status"] != "running", "the runner found lost")
     assert [p["loss"] for p in app.all(job.id, "metrics")] == [2.5, 2.0]
-    assert [(x["stream"], x["text"]) for x in app.all(job.id, "logs")] == [("stdout", "step one"), ("stderr", "step two")]
+    assert [(x["stream"], x["text"]) for x in app.all(job.id, "logs")] == [
+        ("stdout", "step one"),
+        ("stderr", "step two"),
+    ]
     memory = app.api.get(f"/api/jobs/{job.id}/memory", params={"limit": 100}).json()["samples"]
     assert [m["used_bytes"] for m in memory] == [GiB, 2 * GiB, 3 * GiB, 5 * GiB]
 
@@ -126,7 +153,11 @@ class HangingHook:
     @staticmethod
     def _length(data: bytes) -> int:
         head = data.split(b"\r\n\r\n", 1)[0].lower()
-        return int(head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0]) if b"content-length:" in head else 0
+        return (
+            int(head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            if b"content-length:" in head
+            else 0
+        )
 
 
 @pytest.fixture
@@ -139,20 +170,30 @@ def hook():
 
 
 def test_a_hanging_webhook_blocks_neither_api_nor_telemetry(hook, app_factory, assets):
-    """"Callers only enqueue; ... a webhook that is down never slows training telemetry" (hangs, not only refuses)."""
+    """ "Callers only enqueue; ... a webhook that is down never slows training telemetry" (hangs, not only refuses)."""
     try:
         app = app_factory(TUNEDECK_WEBHOOK_URLS=json.dumps([hook.url]), TUNEDECK_WEBHOOK_MIN_SEVERITY="info")
         first = create_job(app.engine, app.settings, config=demo_config(assets), name="first")
         assert app.api.post(f"/api/jobs/{first.id}/cancel").status_code == 200  # its end goes to the hook
         until(lambda: hook.requests, "the webhook request")
         # The hook holds that request: everything else goes on meanwhile.
-        job = create_job(app.engine, app.settings, config=demo_config(assets), name="watched", runner_token="r")
-        full = [{"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 99 * GiB, "total_bytes": 100 * GiB}
-                for i in range(10)]
-        r = post_telemetry(app.api, job.id, "r", seq=0, points=[{"current_steps": 1, "loss": 2.0}], memory=full)
+        job = create_job(
+            app.engine, app.settings, config=demo_config(assets), name="watched", runner_token="r"
+        )
+        full = [
+            {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 99 * GiB, "total_bytes": 100 * GiB}
+            for i in range(10)
+        ]
+        r = post_telemetry(
+            app.api, job.id, "r", seq=0, points=[{"current_steps": 1, "loss": 2.0}], memory=full
+        )
         assert r.status_code == 200
-        until(lambda: any(a["kind"] == "vram_near_oom" for a in app.api.get(f"/api/jobs/{job.id}/alerts").json()),
-              "the near-OOM alert")
+        until(
+            lambda: any(
+                a["kind"] == "vram_near_oom" for a in app.api.get(f"/api/jobs/{job.id}/alerts").json()
+            ),
+            "the near-OOM alert",
+        )
         assert app.api.post(f"/api/jobs/{job.id}/cancel").status_code == 200
         assert [p["loss"] for p in app.all(job.id, "metrics")] == [2.0]
         # All of that happened while the first request was still held (the webhook client had not given up).
@@ -168,11 +209,15 @@ def test_the_job_stream_sends_alert_events(app_factory, assets):
     """Live updates: `GET /api/stream?job=ID` (events `job`, `metrics`, `logs`, `memory`, `alerts`)."""
     app = app_factory()
     job = create_job(app.engine, app.settings, config=demo_config(assets), name="hot", runner_token="r")
-    full = [{"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 99 * GiB, "total_bytes": 100 * GiB}
-            for i in range(10)]
+    full = [
+        {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 99 * GiB, "total_bytes": 100 * GiB}
+        for i in range(10)
+    ]
     assert post_telemetry(app.api, job.id, "r", seq=0, memory=full).status_code == 200
-    stored = until(lambda: [a for a in app.api.get(f"/api/jobs/{job.id}/alerts").json()
-                            if a["kind"] == "vram_near_oom"], "the near-OOM alert")
+    stored = until(
+        lambda: [a for a in app.api.get(f"/api/jobs/{job.id}/alerts").json() if a["kind"] == "vram_near_oom"],
+        "the near-OOM alert",
+    )
     with app.api.stream("GET", "/api/stream", params={"job": job.id}) as r:
         assert r.status_code == 200
         for ev in events(r):
@@ -180,16 +225,22 @@ def test_the_job_stream_sends_alert_events(app_factory, assets):
                 sent = ev["data"]
                 break
     assert [(a["id"], a["kind"], a["severity"], a["gpu"]) for a in sent] == [
-        (a["id"], a["kind"], a["severity"], a["gpu"]) for a in stored]
+        (a["id"], a["kind"], a["severity"], a["gpu"]) for a in stored
+    ]
     assert ev["id"].split("-")[3].startswith("a") and int(ev["id"].split("-")[3][1:]) == stored[-1]["id"]
 
 
 def test_runs_may_reach_the_hub_when_allowed(server_factory, assets, tmp_path):
-    """"Runs are offline (`HF_HUB_OFFLINE=1`) ... any hub id with `TUNEDECK_ALLOW_HUB`": the trainer is then online."""
-    server = server_factory(TUNEDECK_ALLOW_HUB="true", TUNEDECK_GPU_SLOTS="0",
-                            TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "env")))
+    """ "Runs are offline (`HF_HUB_OFFLINE=1`) ... any hub id with `TUNEDECK_ALLOW_HUB`": the trainer is then online."""
+    server = server_factory(
+        TUNEDECK_ALLOW_HUB="true",
+        TUNEDECK_GPU_SLOTS="0",
+        TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "env")),
+    )
     job = server.submit({"name": "online", "config": demo_config(assets), "gpus": 0})
     done = server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=180)
     assert done["status"] == "succeeded", done
-    env = json.loads((tmp_path / "ws" / "runs").glob("*-online").__next__().joinpath("trainer-env.json").read_text())
+    env = json.loads(
+        (tmp_path / "ws" / "runs").glob("*-online").__next__().joinpath("trainer-env.json").read_text()
+    )
     assert "HF_HUB_OFFLINE" not in env and env["RECORD_VRAM"] == "1"

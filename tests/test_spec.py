@@ -52,8 +52,13 @@ def test_unknown_key_is_named_with_a_suggestion(settings):
 
 
 def test_removed_and_wrongly_typed_keys(settings):
-    errs = errors(lambda: prepare(spec(resources_per_worker={"GPU": 1}, lora_rank="big", bf16="maybe"),
-                                  settings=settings, node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(resources_per_worker={"GPU": 1}, lora_rank="big", bf16="maybe"),
+            settings=settings,
+            node_gpus=0,
+        )
+    )
     by_key = {e["loc"][1]: e["msg"] for e in errs}
     assert "no longer accepted" in by_key["resources_per_worker"]
     assert "integer" in by_key["lora_rank"]
@@ -65,7 +70,9 @@ def test_yaml_float_strings_are_numbers(settings):
     # The train.yaml we write is read the way LLaMA-Factory reads it (OmegaConf), which must see a number.
     omegaconf = pytest.importorskip("omegaconf")
     prepared = prepare(spec(learning_rate="5e-3"), settings=settings, node_gpus=0)
-    train_yaml, _ = prepared.render(output_dir=settings.workspace / "out", ds_path=settings.workspace / "ds.json")
+    train_yaml, _ = prepared.render(
+        output_dir=settings.workspace / "out", ds_path=settings.workspace / "ds.json"
+    )
     loaded = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(train_yaml))
     assert loaded["learning_rate"] == 0.005 and isinstance(loaded["learning_rate"], float)
 
@@ -105,7 +112,9 @@ def test_forced_keys_and_output_dir(settings, tmp_path):
 def test_gpus_against_the_node(settings):
     assert prepare(spec(), settings=settings, node_gpus=0).gpus == 0
     assert prepare(spec(), settings=settings, node_gpus=4).gpus == 1
-    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, gpus=2), settings=settings, node_gpus=1))
+    errs = errors(
+        lambda: prepare(JobSpec(name="t", config=spec().config, gpus=2), settings=settings, node_gpus=1)
+    )
     assert errs[0]["loc"] == ["gpus"] and "has 1" in errs[0]["msg"]
 
 
@@ -116,12 +125,14 @@ def test_deepspeed_preset_inline_and_yaml_path(settings, tmp_path):
     text, ds = p.render(output_dir=tmp_path / "o", ds_path=tmp_path / "ds_config.json")
     assert yaml.safe_load(text)["deepspeed"] == str(tmp_path / "ds_config.json")
     assert json.loads(ds) == p.ds_config
-    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, deepspeed="nope"), settings=settings,
-                                  node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            JobSpec(name="t", config=spec().config, deepspeed="nope"), settings=settings, node_gpus=0
+        )
+    )
     assert errs[0]["loc"] == ["deepspeed"]
     # A LLaMA-Factory YAML names its DeepSpeed file with a path; ours is used when the stem matches.
-    s = spec_from_yaml(yaml.safe_dump({**fp16, "deepspeed": "examples/deepspeed/ds_z3_rocm.json"}),
-                       name="y")
+    s = spec_from_yaml(yaml.safe_dump({**fp16, "deepspeed": "examples/deepspeed/ds_z3_rocm.json"}), name="y")
     p = prepare(s, settings=settings, node_gpus=0)
     assert p.ds_config["zero_optimization"]["stage"] == 3
 
@@ -129,7 +140,9 @@ def test_deepspeed_preset_inline_and_yaml_path(settings, tmp_path):
 def test_launch_env():
     assert launch_env(gpus=0, devices=[], deepspeed=False)["CUDA_VISIBLE_DEVICES"] == ""
     env = launch_env(gpus=2, devices=[2, 3], deepspeed=False)
-    assert env["HIP_VISIBLE_DEVICES"] == "2,3" and env["NPROC_PER_NODE"] == "2" and env["FORCE_TORCHRUN"] == "1"
+    assert (
+        env["HIP_VISIBLE_DEVICES"] == "2,3" and env["NPROC_PER_NODE"] == "2" and env["FORCE_TORCHRUN"] == "1"
+    )
     assert launch_env(gpus=0, devices=[], deepspeed=True)["NPROC_PER_NODE"] == "1"
     assert "FORCE_TORCHRUN" not in launch_env(gpus=1, devices=[0], deepspeed=False)
 

@@ -20,8 +20,10 @@ def read(server, job_id: int, *, last_id: str | None, until) -> tuple[dict, str 
     """Read the job stream into per-kind id lists until `until(got)` holds; returns them and the last id."""
     got: dict[str, list] = {"metrics": [], "logs": [], "memory": [], "alerts": [], "job": []}
     headers = {"Last-Event-ID": last_id} if last_id else {}
-    with httpx.Client(base_url=server.url, timeout=60) as client, \
-            client.stream("GET", "/api/stream", params={"job": job_id}, headers=headers) as r:
+    with (
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        client.stream("GET", "/api/stream", params={"job": job_id}, headers=headers) as r,
+    ):
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         for ev in events(r):
@@ -37,8 +39,13 @@ def read(server, job_id: int, *, last_id: str | None, until) -> tuple[dict, str 
 
 def test_resume_with_last_event_id_gets_everything_once(server_factory, assets):
     server = server_factory()
-    job = server.submit({"name": "stream", "config": demo_config(assets, max_steps=60, logging_steps=1,
-                                                                  eval_steps=20, save_steps=60), "gpus": 0})
+    job = server.submit(
+        {
+            "name": "stream",
+            "config": demo_config(assets, max_steps=60, logging_steps=1, eval_steps=20, save_steps=60),
+            "gpus": 0,
+        }
+    )
     # First visit: leave as soon as some points have arrived, mid-run.
     first, cursor = read(server, job["id"], last_id=None, until=lambda g: len(g["metrics"]) >= 3)
     assert first["job"][0]["id"] == job["id"] and cursor.startswith("m")
@@ -48,8 +55,9 @@ def test_resume_with_last_event_id_gets_everything_once(server_factory, assets):
         assert time.monotonic() < deadline, "the run made no progress while no client watched"
         time.sleep(0.5)
     # Come back with Last-Event-ID, as EventSource does, and stay until the job has ended.
-    second, _ = read(server, job["id"], last_id=cursor,
-                     until=lambda g: any(j["status"] in FINISHED for j in g["job"]))
+    second, _ = read(
+        server, job["id"], last_id=cursor, until=lambda g: any(j["status"] in FINISHED for j in g["job"])
+    )
     final = second["job"][-1]
     assert final["status"] == "succeeded", final
 
@@ -67,7 +75,9 @@ def test_team_stream_and_cursors(server_factory, assets):
     r = server.api.get("/api/stream", params={"cursor": "nonsense"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "cursor"]
     assert server.api.get("/api/stream", params={"job": 999}).status_code == 404
-    job = server.submit({"name": "team", "config": demo_config(assets, max_steps=4, logging_steps=1), "gpus": 0})
+    job = server.submit(
+        {"name": "team", "config": demo_config(assets, max_steps=4, logging_steps=1), "gpus": 0}
+    )
     seen: list[str] = []
     with httpx.Client(base_url=server.url, timeout=120) as client, client.stream("GET", "/api/stream") as r:
         for ev in events(r):
@@ -84,9 +94,14 @@ def test_team_stream_and_cursors(server_factory, assets):
     assert int(cursor.rsplit("-j", 1)[1]) > 0
     # A new alert changes the job's row on the team page (its badge) without changing the job.
     with sqlite3.connect(server.workspace / "tunedeck.db") as con:
-        con.execute("INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
-                    " last_t, count) VALUES (?, 'test', 'warning', NULL, 1, 1, 'm', 's', 0, 1, 1, 1)", (job["id"],))
-    with httpx.Client(base_url=server.url, timeout=60) as client, \
-            client.stream("GET", "/api/stream", headers={"Last-Event-ID": cursor}) as r:
+        con.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'test', 'warning', NULL, 1, 1, 'm', 's', 0, 1, 1, 1)",
+            (job["id"],),
+        )
+    with (
+        httpx.Client(base_url=server.url, timeout=60) as client,
+        client.stream("GET", "/api/stream", headers={"Last-Event-ID": cursor}) as r,
+    ):
         ev = next(events(r))
     assert [j["id"] for j in ev["data"]] == [job["id"]] and ev["id"] != cursor

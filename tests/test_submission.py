@@ -66,10 +66,20 @@ def test_each_file_of_a_spec_is_read_once_per_request(app_factory, assets, opens
     spec = {"name": "once", "config": config, "deepspeed": "my_ds.json", "gpus": 0}
     model_files = sorted(model.glob("*config.json"))
     assert model / "config.json" in model_files
-    calls = [("/api/jobs", {"json": spec}), ("/api/lint", {"json": spec}), ("/api/estimate", {"json": spec}),
-             ("/api/ui/preview", {"json": spec}),
-             ("/api/jobs/yaml", {"params": {"name": "once-yaml"}, "headers": {"Content-Type": "application/yaml"},
-                                 "content": yaml.safe_dump({**config, "deepspeed": "my_ds.json"})})]
+    calls = [
+        ("/api/jobs", {"json": spec}),
+        ("/api/lint", {"json": spec}),
+        ("/api/estimate", {"json": spec}),
+        ("/api/ui/preview", {"json": spec}),
+        (
+            "/api/jobs/yaml",
+            {
+                "params": {"name": "once-yaml"},
+                "headers": {"Content-Type": "application/yaml"},
+                "content": yaml.safe_dump({**config, "deepspeed": "my_ds.json"}),
+            },
+        ),
+    ]
     for path, kw in calls:
         opens([ds_file, *model_files])
         r = app.api.post(path, **kw)
@@ -85,20 +95,26 @@ def test_lint_preview_and_submit_refuse_the_same_things(app_factory, assets):
     app = app_factory()
     ds = ds_auto()
     ds["zero_optimization"]["stage3_parition_grads"] = True  # the seed's typo: DeepSpeed refuses it
-    spec = {"name": "typo", "config": demo_config(assets, lora_rnak=8, fp16=True, bf16=True), "deepspeed": ds,
-            "gpus": 0}
+    spec = {
+        "name": "typo",
+        "config": demo_config(assets, lora_rnak=8, fp16=True, bf16=True),
+        "deepspeed": ds,
+        "gpus": 0,
+    }
     submitted = app.api.post("/api/jobs", json=spec)
     assert submitted.status_code == 422, submitted.text
     detail = submitted.json()["detail"]
-    assert {("deepspeed", "zero_optimization", "stage3_parition_grads"), ("config", "lora_rnak"),
-            ("config", "bf16")} <= {tuple(d["loc"]) for d in detail}
+    assert {
+        ("deepspeed", "zero_optimization", "stage3_parition_grads"),
+        ("config", "lora_rnak"),
+        ("config", "bf16"),
+    } <= {tuple(d["loc"]) for d in detail}
     previewed = app.api.post("/api/ui/preview", json=spec)
     assert previewed.status_code == 422, previewed.text
     assert previewed.json()["detail"] == detail
     errors = [f for f in app.api.post("/api/lint", json=spec).json()["findings"] if f["severity"] == "error"]
     assert {(f["path"], f["code"]) for f in errors} == {(".".join(d["loc"]), d["code"]) for d in detail}
     assert app.api.get("/api/jobs").json()["jobs"] == []
-
 
 
 def test_an_estimate_of_values_it_cannot_use_is_a_422_at_the_key(app_factory, assets):
@@ -110,6 +126,7 @@ def test_an_estimate_of_values_it_cannot_use_is_a_422_at_the_key(app_factory, as
         (d,) = r.json()["detail"]
         assert d["loc"] == ["config", "cutoff_len"] and d["code"] == "LF003"
         assert app.api.post("/api/jobs", json=spec).json()["detail"] == [d]
+
 
 def fake_nvml(monkeypatch, tmp_path, devices: list[dict]) -> list[int]:
     """The NVML stand-in (tests/fakes) as `pynvml` in this process; returns a list that grows by one
@@ -138,9 +155,14 @@ def fake_nvml(monkeypatch, tmp_path, devices: list[dict]) -> list[int]:
 
 
 def test_submissions_take_the_gpu_sizes_from_the_node_inventory(app_factory, assets, tmp_path, monkeypatch):
-    inits = fake_nvml(monkeypatch, tmp_path, [
-        {"name": "NVIDIA H100", "bdf": "0000:01:00.0", "total": 80 * GiB, "vram": [GiB]},
-        {"name": "NVIDIA A100", "bdf": "0000:02:00.0", "total": 40 * GiB, "vram": [GiB]}])
+    inits = fake_nvml(
+        monkeypatch,
+        tmp_path,
+        [
+            {"name": "NVIDIA H100", "bdf": "0000:01:00.0", "total": 80 * GiB, "vram": [GiB]},
+            {"name": "NVIDIA A100", "bdf": "0000:02:00.0", "total": 40 * GiB, "vram": [GiB]},
+        ],
+    )
     app = app_factory(TUNEDECK_TRAIN_PYTHON=str(stand_in_python(tmp_path)), TUNEDECK_NODES_CACHE_S="0")
     assert app.api.get("/api/health").json()["gpus"] == 2
     spec = {"name": "sized", "config": demo_config(assets), "gpus": 0}

@@ -21,12 +21,18 @@ def test_jsonl_tail_reads_each_whole_line_once(tmp_path):
     assert tail.line == 2
 
 
-@pytest.mark.parametrize(("raw", "shown"), [
-    ("\x1b[A\r  5%|5         | 1/20 [00:01<00:19]\r 10%|#         | 2/20 [00:02<00:18]", " 10%|#         | 2/20 [00:02<00:18]"),
-    ("\x1b[32mINFO\x1b[0m loaded", "INFO loaded"),
-    ("tab\tkept\x07", "tab\tkept"),
-    ("\r\r", ""),
-])
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        (
+            "\x1b[A\r  5%|5         | 1/20 [00:01<00:19]\r 10%|#         | 2/20 [00:02<00:18]",
+            " 10%|#         | 2/20 [00:02<00:18]",
+        ),
+        ("\x1b[32mINFO\x1b[0m loaded", "INFO loaded"),
+        ("tab\tkept\x07", "tab\tkept"),
+        ("\r\r", ""),
+    ],
+)
 def test_clean(raw, shown):
     assert clean(raw) == shown
 
@@ -41,9 +47,12 @@ def test_splitter_keeps_partial_lines():
 
 
 def test_failure_cause():
-    assert failure_cause(["x", "ValueError: Undefined dataset foo in dataset_info.json.", "  "], 1) == \
-        "ValueError: Undefined dataset foo in dataset_info.json."
-    assert failure_cause(["torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2 GiB", "Traceback"], 1)\
-        .startswith("out of memory")
+    assert (
+        failure_cause(["x", "ValueError: Undefined dataset foo in dataset_info.json.", "  "], 1)
+        == "ValueError: Undefined dataset foo in dataset_info.json."
+    )
+    assert failure_cause(
+        ["torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2 GiB", "Traceback"], 1
+    ).startswith("out of memory")
     assert failure_cause([], -9) == "killed by SIGKILL"
     assert failure_cause(["bye"], 3) == "exited with code 3"

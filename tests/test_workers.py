@@ -58,12 +58,18 @@ def test_the_writer_stores_every_batch_handed_over_before_stop(tmp_path):
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     with engine.begin() as c:
-        c.execute(text("INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
-                       "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"))
+        c.execute(
+            text(
+                "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
+                "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"
+            )
+        )
     writer = IngestWriter(engine)
     writer.start()
-    futures = [writer.submit(1, {"seq": i, "logs": [{"line": i, "t": 1.0 + i, "stream": "stdout", "text": "x"}]})
-               for i in range(20)]
+    futures = [
+        writer.submit(1, {"seq": i, "logs": [{"line": i, "t": 1.0 + i, "stream": "stdout", "text": "x"}]})
+        for i in range(20)
+    ]
     writer.stop()  # the final pass stores what was queued: no request is left waiting
     assert all(f.done() and f.exception() is None for f in futures)
     with engine.connect() as c:
@@ -74,11 +80,17 @@ def test_retention_is_its_own_worker(tmp_path):
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     with engine.begin() as c:
-        c.execute(text("INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at,"
-                       " finished_at) VALUES (1, 'j', 'succeeded', 1, '{}', '', '', '', :e, :e)"),
-                  {"e": "2026-01-01 00:00:00"})
-        c.execute(text("INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes) VALUES (1, :i, :t, 0, :v)"),
-                  [{"i": i, "t": 1000.0 + i, "v": (i % 7) << 30} for i in range(600)])
+        c.execute(
+            text(
+                "INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at,"
+                " finished_at) VALUES (1, 'j', 'succeeded', 1, '{}', '', '', '', :e, :e)"
+            ),
+            {"e": "2026-01-01 00:00:00"},
+        )
+        c.execute(
+            text("INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes) VALUES (1, :i, :t, 0, :v)"),
+            [{"i": i, "t": 1000.0 + i, "v": (i % 7) << 30} for i in range(600)],
+        )
     off = Retention(engine, Settings(workspace=tmp_path, memory_raw_retention_days=None))
     off.run_once()  # retention is off
     with engine.connect() as c:
@@ -95,7 +107,13 @@ def test_the_lifespan_starts_every_worker_and_stops_them_all(app_factory):
     app = app_factory()
     state = app.app.state
     workers = state.workers
-    assert [w.name for w in workers] == ["webhooks", "alert-engine", "ingest-writer", "scheduler", "retention"]
+    assert [w.name for w in workers] == [
+        "webhooks",
+        "alert-engine",
+        "ingest-writer",
+        "scheduler",
+        "retention",
+    ]
     assert workers[:4] == [state.notifier, state.alerts, state.writer, state.scheduler]
     # One notifier, held by the app and handed to those that tell of alerts and ends (no module global).
     assert state.jobstate.notifier is state.notifier and state.jobstate.alerts is state.alerts

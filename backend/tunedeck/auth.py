@@ -64,7 +64,9 @@ def hash_token(token: str) -> str:
 def create_token(session: Session, *, name: str, role: Role) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", name):
         raise ValueError("name: letters, digits and . _ @ - only, at most 64 characters")
-    if session.exec(select(ApiToken).where(ApiToken.name == name, col(ApiToken.revoked_at).is_(None))).first():
+    if session.exec(
+        select(ApiToken).where(ApiToken.name == name, col(ApiToken.revoked_at).is_(None))
+    ).first():
         raise ValueError(f"name: an active token named {name!r} exists; revoke it first")
     token = PREFIX + secrets.token_urlsafe(32)
     session.add(ApiToken(name=name, role=role.value, token_hash=hash_token(token)))
@@ -77,7 +79,9 @@ def list_tokens(session: Session) -> list[ApiToken]:
 
 
 def revoke_token(session: Session, *, name: str) -> int:
-    tokens = list(session.exec(select(ApiToken).where(ApiToken.name == name, col(ApiToken.revoked_at).is_(None))))
+    tokens = list(
+        session.exec(select(ApiToken).where(ApiToken.name == name, col(ApiToken.revoked_at).is_(None)))
+    )
     for t in tokens:
         t.revoked_at = utcnow()
         session.add(t)
@@ -96,7 +100,9 @@ def ensure_admin(engine: Engine, path: Path) -> str | None:
         if path.exists():
             token = path.read_text().strip()
             if len(token) < 20:
-                raise RuntimeError(f"admin token file {path}: holds {len(token)} characters, a token needs 20 or more")
+                raise RuntimeError(
+                    f"admin token file {path}: holds {len(token)} characters, a token needs 20 or more"
+                )
             if session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first():
                 return f"the token in {path} was revoked or is not an admin's: not registered again"
             what = f"registered the admin token from {path}"
@@ -117,8 +123,9 @@ def ensure_admin(engine: Engine, path: Path) -> str | None:
 def authenticate(engine: Engine, token: str) -> Principal | None:
     digest = hash_token(token)
     with Session(engine) as session:
-        row = session.exec(select(ApiToken).where(ApiToken.token_hash == digest,
-                                                  col(ApiToken.revoked_at).is_(None))).first()
+        row = session.exec(
+            select(ApiToken).where(ApiToken.token_hash == digest, col(ApiToken.revoked_at).is_(None))
+        ).first()
         if row is None or not hmac.compare_digest(row.token_hash, digest):
             return None
         return Principal(name=row.name, role=Role(row.role))
@@ -135,8 +142,10 @@ def writes_are_safe(settings: Settings) -> str | None:
         loopback = False
     if loopback:
         return None
-    return (f"refusing to bind {settings.host} with TUNEDECK_OPEN_WRITE=true: anyone on the network could "
-            "launch and kill jobs. Create tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false.")
+    return (
+        f"refusing to bind {settings.host} with TUNEDECK_OPEN_WRITE=true: anyone on the network could "
+        "launch and kill jobs. Create tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false."
+    )
 
 
 def _token_of(request: Request) -> str | None:
@@ -178,8 +187,11 @@ def install(app, settings: Settings) -> None:
         try:
             request.state.principal = await principal_for(request, settings, request.app.state.engine)
         except AuthError as e:
-            return JSONResponse(status_code=e.status, content={"detail": str(e)},
-                                headers={"WWW-Authenticate": "Bearer"} if e.status == 401 else None)
+            return JSONResponse(
+                status_code=e.status,
+                content={"detail": str(e)},
+                headers={"WWW-Authenticate": "Bearer"} if e.status == 401 else None,
+            )
         return await call_next(request)
 
 

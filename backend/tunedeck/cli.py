@@ -15,7 +15,9 @@ import typer
 from tunedeck.config import Settings, get_settings
 
 app = typer.Typer(help="tunedeck: launch and monitor LLaMA-Factory fine-tunes.", no_args_is_help=True)
-ServerOpt = Annotated[Optional[str], typer.Option("--server", help="server URL (default from TUNEDECK_* settings)")]
+ServerOpt = Annotated[
+    Optional[str], typer.Option("--server", help="server URL (default from TUNEDECK_* settings)")
+]
 
 
 def _client(server: str | None) -> httpx.Client:
@@ -99,7 +101,9 @@ def _settings(**overrides) -> Settings:
 @app.command()
 def submit(
     file: Annotated[Optional[Path], typer.Argument(help="a LLaMA-Factory train YAML", exists=True)] = None,
-    preset: Annotated[Optional[str], typer.Option(help="a job preset (GET /api/presets) instead of a file")] = None,
+    preset: Annotated[
+        Optional[str], typer.Option(help="a job preset (GET /api/presets) instead of a file")
+    ] = None,
     name: Annotated[Optional[str], typer.Option(help="job name (default: file or preset name)")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="GPUs for the job; 0 = CPU")] = None,
     deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
@@ -121,18 +125,24 @@ def submit(
         config.pop("deepspeed", None)
     if isinstance(ds, str) and ds.endswith(".json") and Path(ds).is_file():
         ds = json.loads(Path(ds).read_text())  # a local file travels inline
-    job = _call(server, "POST", "/api/jobs",
-                json={"name": name or default_name, "config": config, "deepspeed": ds, "gpus": gpus})
+    job = _call(
+        server,
+        "POST",
+        "/api/jobs",
+        json={"name": name or default_name, "config": config, "deepspeed": ds, "gpus": gpus},
+    )
     for w in job.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)
-    for f in job.get("findings", []):  # issue 5: lint warnings and notes
+    for f in job.get("findings", []):  # lint warnings and notes
         typer.echo(f"{f['severity']}: {f['code']} {f['path']}: {f['message']} (fix: {f['fix']})", err=True)
     typer.echo(f"submitted job {job['id']} ({job['status']})")
 
 
 @app.command()
-def jobs(status: Annotated[Optional[str], typer.Option(help="only jobs in this status")] = None,
-         server: ServerOpt = None) -> None:
+def jobs(
+    status: Annotated[Optional[str], typer.Option(help="only jobs in this status")] = None,
+    server: ServerOpt = None,
+) -> None:
     """List jobs, newest first."""
     params = {"status": status} if status else {}
     for job in _call(server, "GET", "/api/jobs", params=params)["jobs"]:
@@ -146,8 +156,9 @@ def show(job_id: int, server: ServerOpt = None) -> None:
 
 
 @app.command()
-def logs(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-         server: ServerOpt = None) -> None:
+def logs(
+    job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f")] = False, server: ServerOpt = None
+) -> None:
     """Print a job's output; --follow keeps printing until the job ends."""
     after, ended = None, False
     while True:
@@ -174,15 +185,21 @@ def cancel(job_id: int, server: ServerOpt = None) -> None:
 
 @app.command()
 def demo(
-    no_submit: Annotated[bool, typer.Option("--no-submit", help="only build the demo model and data")] = False,
+    no_submit: Annotated[
+        bool, typer.Option("--no-submit", help="only build the demo model and data")
+    ] = False,
     host: Annotated[Optional[str], typer.Option(help="bind address when the server is started here")] = None,
     port: Annotated[Optional[int], typer.Option(help="bind port when the server is started here")] = None,
 ) -> None:
     """Build a tiny local model and dataset, then run the dashboard with a demo fine-tune in it."""
     settings = _settings(host=host, port=port)
     # The build needs torch: it runs in the training environment, never in this process.
-    out = subprocess.run([str(settings.train_python), "-m", "tunedeck.demo", "build", "--workspace",
-                          str(settings.workspace)], check=False, stdout=subprocess.PIPE, text=True)
+    out = subprocess.run(
+        [str(settings.train_python), "-m", "tunedeck.demo", "build", "--workspace", str(settings.workspace)],
+        check=False,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     if out.returncode != 0:
         typer.echo("building the demo assets failed", err=True)
         raise typer.Exit(out.returncode)
@@ -216,7 +233,9 @@ def demo(
     _run_server(settings)
 
 
-token_app = typer.Typer(help="Bearer tokens for people and scripts (run on the server host).", no_args_is_help=True)
+token_app = typer.Typer(
+    help="Bearer tokens for people and scripts (run on the server host).", no_args_is_help=True
+)
 db_app = typer.Typer(help="The server's SQLite database.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
@@ -234,8 +253,10 @@ def _engine():
 
 
 @token_app.command("create")
-def token_create(name: Annotated[str, typer.Option(help="who holds it (becomes the owner of their jobs)")],
-                 role: Annotated[str, typer.Option(help="viewer | submitter | admin")] = "submitter") -> None:
+def token_create(
+    name: Annotated[str, typer.Option(help="who holds it (becomes the owner of their jobs)")],
+    role: Annotated[str, typer.Option(help="viewer | submitter | admin")] = "submitter",
+) -> None:
     """Create a token; it is printed once, only its hash is kept."""
     from sqlmodel import Session
 
@@ -301,8 +322,11 @@ def db_backup(path: Path) -> None:
 
 
 @db_app.command("restore")
-def db_restore(backup: Annotated[Path, typer.Argument(help="a file made by `tunedeck db backup`", exists=True,
-                                                     dir_okay=False)]) -> None:
+def db_restore(
+    backup: Annotated[
+        Path, typer.Argument(help="a file made by `tunedeck db backup`", exists=True, dir_okay=False)
+    ],
+) -> None:
     """Put a backup in place of the database (run with the server stopped); the old file is kept aside."""
     import sqlite3
     import time
@@ -325,12 +349,20 @@ def db_restore(backup: Annotated[Path, typer.Argument(help="a file made by `tune
     dst.parent.mkdir(parents=True, exist_ok=True)
     with closing(sqlite3.connect(backup)) as a, closing(sqlite3.connect(dst)) as b:
         a.backup(b)
-    typer.echo(f"restored {backup} to {dst}" + (f"; the old files are kept as {', '.join(kept)}" if kept else ""))
+    typer.echo(
+        f"restored {backup} to {dst}" + (f"; the old files are kept as {', '.join(kept)}" if kept else "")
+    )
 
 
 @db_app.command("rollup")
-def db_rollup(older_than_days: Annotated[Optional[float], typer.Option(
-        help="roll up jobs that ended this many days ago (default TUNEDECK_MEMORY_RAW_RETENTION_DAYS)")] = None) -> None:
+def db_rollup(
+    older_than_days: Annotated[
+        Optional[float],
+        typer.Option(
+            help="roll up jobs that ended this many days ago (default TUNEDECK_MEMORY_RAW_RETENTION_DAYS)"
+        ),
+    ] = None,
+) -> None:
     """Roll old memory samples up into per-interval min/max/mean rows now."""
     from tunedeck.services.retention import rollup
 
@@ -343,12 +375,12 @@ def db_rollup(older_than_days: Annotated[Optional[float], typer.Option(
     typer.echo(f"rolled up {report['jobs']} job(s): {report['before']} samples → {report['after']}")
 
 
-# issue 5: `tunedeck lint | estimate | doctor` (checks before launch, run locally)
+# `tunedeck lint | estimate | doctor` (checks before launch, run locally)
 from tunedeck.cli_checks import register as _register_checks
 
 _register_checks(app)
 
-# issue 3: `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
+# `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
 from tunedeck.cli_analyze import register as _register_analyze
 
 _register_analyze(app)

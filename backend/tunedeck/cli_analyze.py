@@ -1,4 +1,4 @@
-"""`tunedeck analyze RUN_DIR`: the alert engine over a run that tunedeck did not launch (issue 3)."""
+"""`tunedeck analyze RUN_DIR`: the alert engine over a run that tunedeck did not launch."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import typer
 
 def analyze(
     run_dir: Annotated[Path, typer.Argument(help="a LLaMA-Factory output folder (with trainer_log.jsonl)")],
-    memory: Annotated[Optional[Path], typer.Option("--memory", help="CSV t,gpu,used_bytes,total_bytes")] = None,
+    memory: Annotated[
+        Optional[Path], typer.Option("--memory", help="CSV t,gpu,used_bytes,total_bytes")
+    ] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="the run's train.yaml")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
 ) -> None:

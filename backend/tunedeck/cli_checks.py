@@ -91,8 +91,14 @@ def estimate(
     total = int(device_gib * GiB) if device_gib else None
     from tunedeck.config import get_settings
 
-    result = est.estimate(model_config=mc, config=config, ds=ds, gpus=gpus, device_total_bytes=total,
-                          cpu_runtime_bytes=get_settings().estimate_cpu_runtime_bytes)
+    result = est.estimate(
+        model_config=mc,
+        config=config,
+        ds=ds,
+        gpus=gpus,
+        device_total_bytes=total,
+        cpu_runtime_bytes=get_settings().estimate_cpu_runtime_bytes,
+    )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return

@@ -71,14 +71,18 @@ class Settings(BaseSettings):
         15.0, ge=0, description="After SIGTERM how long to wait before SIGKILL."
     )
     telemetry_flush_s: float = Field(
-        0.5, gt=0, description="How long a runner holds output lines before sending them (trainer_log lines "
-        "and memory samples go at once, and take waiting output lines along)."
+        0.5,
+        gt=0,
+        description="How long a runner holds output lines before sending them (trainer_log lines "
+        "and memory samples go at once, and take waiting output lines along).",
     )
     telemetry_batch_max: int = Field(
         2000, ge=1, description="Most items (metric points + log lines) a runner puts in one batch."
     )
     runner_poll_s: float = Field(
-        0.2, gt=0, description="How often a runner that polls (see `runner_watch`) looks for new trainer_log.jsonl lines."
+        0.2,
+        gt=0,
+        description="How often a runner that polls (see `runner_watch`) looks for new trainer_log.jsonl lines.",
     )
     runner_watch: Literal["auto", "poll"] = Field(
         "auto",
@@ -125,64 +129,84 @@ class Settings(BaseSettings):
         "min/max/mean rows (the min and max samples stay); unset or empty keeps raw samples forever.",
     )
     memory_rollup_s: float = Field(60.0, gt=0, description="Interval of a memory rollup row, in seconds.")
-    retention_check_s: float = Field(3600.0, gt=0, description="How often the server looks for jobs due for rollup.")
+    retention_check_s: float = Field(
+        3600.0, gt=0, description="How often the server looks for jobs due for rollup."
+    )
     page_limit: int = Field(1000, ge=1, description="Default page size of history endpoints.")
     page_limit_max: int = Field(20000, ge=1, description="Largest page a client may ask for.")
-    # issue 3: memory telemetry, alerts, webhooks
+    # memory telemetry, alerts, webhooks
     memory_sample_s: float = Field(
-        1.0, ge=0.1, description="Interval of a runner's memory samples (each keeps the maximum seen inside it)."
+        1.0,
+        ge=0.1,
+        description="Interval of a runner's memory samples (each keeps the maximum seen inside it).",
     )
     memory_polls: int = Field(4, ge=1, le=100, description="SMI polls per memory sample interval.")
     trainer_rlimit_as_bytes: int | None = Field(
-        None, ge=1 << 26,
+        None,
+        ge=1 << 26,
         description="Address-space limit (RLIMIT_AS) for the trainer on CPU nodes: a run that needs more fails "
         "with an out-of-memory error instead of swapping the host.",
     )
     estimate_cpu_runtime_bytes: int = Field(
-        475 * 2**20, ge=0,
+        475 * 2**20,
+        ge=0,
         description="Memory a CPU fine-tune holds before any tensor: the RSS of `train_python` after importing "
         "torch, transformers and LLaMA-Factory's trainer. The default was read with torch 2 (CPU build); "
         "measure it in your training environment for a closer CPU estimate.",
     )
-    alert_interval_s: float = Field(1.0, gt=0, description="Shortest time between two alert evaluations of a job.")
+    alert_interval_s: float = Field(
+        1.0, gt=0, description="Shortest time between two alert evaluations of a job."
+    )
     alert_near_oom_share: float = Field(
         0.95, gt=0, le=1, description="Share of device memory that, sustained, raises `vram_near_oom`."
     )
     alert_stall_min_s: float = Field(
-        120.0, gt=0, description="No step progress for at least this long (and 10 usual step times) is a `stall`."
+        120.0,
+        gt=0,
+        description="No step progress for at least this long (and 10 usual step times) is a `stall`.",
     )
     alert_hold_s: float = Field(
         300.0, gt=0, description="A spike alert stays open this long after its last occurrence."
     )
     webhook_urls: list[str] = Field(
-        default_factory=list, description="URLs that get a JSON POST (Slack-compatible `text`) on alerts and job ends."
+        default_factory=list,
+        description="URLs that get a JSON POST (Slack-compatible `text`) on alerts and job ends.",
     )
     webhook_min_severity: str = Field(
         "warning", pattern="^(info|warning|critical)$", description="Least alert severity sent to webhooks."
     )
-    webhook_retries: int = Field(3, ge=0, le=20, description="Retries of a failed webhook POST (backing off).")
-    nodes_cache_s: float = Field(3.0, ge=0, description="How long `GET /api/nodes` reuses its reading of the host GPUs.")
-    preflight_ttl_s: float = Field(
-        600.0, ge=0, description="How long a preflight of the training environment is reused (issue 5)."
+    webhook_retries: int = Field(
+        3, ge=0, le=20, description="Retries of a failed webhook POST (backing off)."
     )
-    stream_ping_s: float = Field(15.0, gt=0, description="Keep-alive comment interval of the live (SSE) streams.")
+    nodes_cache_s: float = Field(
+        3.0, ge=0, description="How long `GET /api/nodes` reuses its reading of the host GPUs."
+    )
+    preflight_ttl_s: float = Field(
+        600.0, ge=0, description="How long a preflight of the training environment is reused."
+    )
+    stream_ping_s: float = Field(
+        15.0, gt=0, description="Keep-alive comment interval of the live (SSE) streams."
+    )
     stream_poll_s: float = Field(
         0.5, gt=0, description="How often the stream watcher looks for job changes made outside ingest."
     )
     stream_batch_max: int = Field(2000, ge=1, description="Most rows of one kind in one live-stream event.")
     chart_points: int = Field(2000, ge=10, description="Default `max_points` of the chart series endpoint.")
     spec_max_keys: int = Field(
-        1000, ge=10,
+        1000,
+        ge=10,
         description="Most keys and list items (nested ones counted, DeepSpeed config included) a job spec or "
         "train YAML may have; lint, preview and YAML parsing refuse larger ones before doing the work.",
     )
     db_busy_timeout_s: float = Field(
-        30.0, gt=0,
+        30.0,
+        gt=0,
         description="How long a request waits for another writer's lock on the database before it is "
         "answered 503 `database busy, retry` (with Retry-After).",
     )
     preflight_refresh_min_s: float = Field(
-        5.0, ge=0,
+        5.0,
+        ge=0,
         description="A preflight refresh asked within this long of the last probe gets that probe's result; "
         "refreshes asked while a probe runs always share it.",
     )

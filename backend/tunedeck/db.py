@@ -79,12 +79,16 @@ def check_file(db_path: Path) -> str | None:
     if not db_path.exists():
         return None  # the first start creates it
     if db_path.is_file() and db_path.stat().st_size == 0:
-        return (f"database {db_path} exists but is empty (0 bytes), so its tokens and jobs are gone; "
-                f"{RESTORE_HINT}, or delete the file to start a new database")
+        return (
+            f"database {db_path} exists but is empty (0 bytes), so its tokens and jobs are gone; "
+            f"{RESTORE_HINT}, or delete the file to start a new database"
+        )
     try:
         with closing(sqlite3.connect(db_path.absolute().as_uri() + "?mode=rw", uri=True)) as conn:
             rows = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
-    except sqlite3.OperationalError as e:  # permissions, a read-only folder, a lock: the file itself may be fine
+    except (
+        sqlite3.OperationalError
+    ) as e:  # permissions, a read-only folder, a lock: the file itself may be fine
         return f"database {db_path} cannot be opened ({e}): check the file, its folder and its permissions"
     except sqlite3.DatabaseError as e:
         return f"database {db_path} is damaged or not a database ({e}); {RESTORE_HINT}"

@@ -24,14 +24,18 @@ WRITE_HEADER = "x-tunedeck"
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 # plotly injects its own <style> rules, and the pages use a few style attributes: styles stay inline-able.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 # FastAPI's /docs and /redoc load their bundles from a CDN with an inline bootstrap script.
-DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-            "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-            "font-src 'self' https://fonts.gstatic.com; img-src 'self' data: https://fastapi.tiangolo.com "
-            "https://cdn.redoc.ly; worker-src 'self' blob:; connect-src 'self'; object-src 'none'; "
-            "base-uri 'none'; frame-ancestors 'none'")
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
+    "font-src 'self' https://fonts.gstatic.com; img-src 'self' data: https://fastapi.tiangolo.com "
+    "https://cdn.redoc.ly; worker-src 'self' blob:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
 DOCS = re.compile(r"^/(docs|redoc)(/|$)")
 
 
@@ -72,8 +76,11 @@ def allowed_hosts(settings: Settings) -> set[str]:
 def listening_exposed(port: int | None) -> bool | None:
     """Whether this process listens on `port` at a non-loopback address (None: cannot tell)."""
     try:
-        socks = [c.laddr for c in psutil.Process().net_connections(kind="inet")
-                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+        socks = [
+            c.laddr
+            for c in psutil.Process().net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        ]
     except (psutil.Error, OSError):
         return None
     if not socks:
@@ -98,11 +105,18 @@ class Guard:
 
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
-                headers = [h for h in message.get("headers", [])
-                           if h[0].lower() not in (b"content-security-policy", b"x-frame-options",
-                                                   b"x-content-type-options")]
-                headers += [(b"content-security-policy", csp.encode()), (b"x-content-type-options", b"nosniff"),
-                            (b"x-frame-options", b"DENY"), (b"referrer-policy", b"same-origin")]
+                headers = [
+                    h
+                    for h in message.get("headers", [])
+                    if h[0].lower()
+                    not in (b"content-security-policy", b"x-frame-options", b"x-content-type-options")
+                ]
+                headers += [
+                    (b"content-security-policy", csp.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"x-frame-options", b"DENY"),
+                    (b"referrer-policy", b"same-origin"),
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -110,9 +124,16 @@ class Guard:
         if refusal is not None:
             status, detail = refusal
             body = json.dumps({"detail": detail}).encode()
-            await send_with_headers({"type": "http.response.start", "status": status,
-                                     "headers": [(b"content-type", b"application/json"),
-                                                 (b"content-length", str(len(body)).encode())]})
+            await send_with_headers(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
             await send_with_headers({"type": "http.response.body", "body": body})
             return None
         return await self.app(scope, receive, send_with_headers)
@@ -120,25 +141,45 @@ class Guard:
     def check(self, scope) -> tuple[int, object] | None:
         """(status, detail) when the request must be refused, else None."""
         if self.settings.open_write and self._bind_exposed(scope):
-            return 503, ("refusing to serve: this server listens on a non-loopback address with "
-                         "TUNEDECK_OPEN_WRITE=true, so anyone on the network could launch and kill jobs. Create "
-                         "tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false.")
+            return 503, (
+                "refusing to serve: this server listens on a non-loopback address with "
+                "TUNEDECK_OPEN_WRITE=true, so anyone on the network could launch and kill jobs. Create "
+                "tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false."
+            )
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host_value = headers.get("host")
         host = split_host(host_value)[0] if host_value is not None else ""
         if host_value is not None and not self.any_host and not (host in self.hosts or _is_ip(host)):
-            return 400, [{"loc": ["header", "Host"], "type": "value_error",
-                          "msg": f"this server does not answer to the name {host!r}: add it to "
-                                 "TUNEDECK_ALLOWED_HOSTS (a guard against DNS rebinding)"}]
+            return 400, [
+                {
+                    "loc": ["header", "Host"],
+                    "type": "value_error",
+                    "msg": f"this server does not answer to the name {host!r}: add it to "
+                    "TUNEDECK_ALLOWED_HOSTS (a guard against DNS rebinding)",
+                }
+            ]
         origin = headers.get("origin")
         if origin is not None and not self._same_origin(origin, host_value):
-            return 403, [{"loc": ["header", "Origin"], "type": "value_error",
-                          "msg": f"cross-origin request from {origin[:200]!r} refused"}]
-        if scope["method"] not in SAFE_METHODS and WRITE_HEADER not in headers \
-                and not headers.get("authorization", "").lower().startswith("bearer "):
-            return 403, [{"loc": ["header", "X-Tunedeck"], "type": "missing",
-                          "msg": "a request that changes something needs the header `X-Tunedeck: 1` "
-                                 "(or a bearer token): a cross-site form cannot send it"}]
+            return 403, [
+                {
+                    "loc": ["header", "Origin"],
+                    "type": "value_error",
+                    "msg": f"cross-origin request from {origin[:200]!r} refused",
+                }
+            ]
+        if (
+            scope["method"] not in SAFE_METHODS
+            and WRITE_HEADER not in headers
+            and not headers.get("authorization", "").lower().startswith("bearer ")
+        ):
+            return 403, [
+                {
+                    "loc": ["header", "X-Tunedeck"],
+                    "type": "missing",
+                    "msg": "a request that changes something needs the header `X-Tunedeck: 1` "
+                    "(or a bearer token): a cross-site form cannot send it",
+                }
+            ]
         return None
 
     @staticmethod
@@ -174,7 +215,9 @@ class RedactTokens(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(QUERY_TOKEN.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(
+                QUERY_TOKEN.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args
+            )
         if isinstance(record.msg, str):
             record.msg = QUERY_TOKEN.sub(r"\1[redacted]", record.msg)
         return True

@@ -30,9 +30,11 @@ def fold(heads: set[str]) -> str:
     top = max(applied, key=LINE.index)
     missing = [r for r in LINE[: LINE.index(top)] if r not in applied]
     if missing:
-        raise LegacyHeadsError(f"alembic_version rows {sorted(heads)} leave out {missing}, which the one-line "
-                               f"history applies before {top}; no tunedeck upgrade leaves such a set (was alembic "
-                               "run by hand?): restore a backup of the database")
+        raise LegacyHeadsError(
+            f"alembic_version rows {sorted(heads)} leave out {missing}, which the one-line "
+            f"history applies before {top}; no tunedeck upgrade leaves such a set (was alembic "
+            "run by hand?): restore a backup of the database"
+        )
     return top
 
 

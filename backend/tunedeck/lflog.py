@@ -13,8 +13,16 @@ from typing import Any
 
 from tunedeck.strictjson import name
 
-METRICS = ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens", "vram_allocated",
-           "vram_reserved")
+METRICS = (
+    "loss",
+    "eval_loss",
+    "lr",
+    "epoch",
+    "throughput",
+    "total_tokens",
+    "vram_allocated",
+    "vram_reserved",
+)
 COUNTS = ("total_tokens",)  # integer columns; the others are floats
 HMS = re.compile(r"^(?:(\d{1,9}) days?, )?(\d{1,9}):(\d\d):(\d\d)$")  # bounded: a float holds the sum
 

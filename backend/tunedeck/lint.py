@@ -246,7 +246,9 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
             )
         elif key not in known:
             guesses -= 1
-            close = difflib.get_close_matches(key, known.keys(), n=1) if guesses >= 0 and len(key) <= 80 else []
+            close = (
+                difflib.get_close_matches(key, known.keys(), n=1) if guesses >= 0 and len(key) <= 80 else []
+            )
             fix = f"rename it to `{close[0]}`" if close else f"remove `{key}`"
             if (
                 key.startswith("fsdp_") and "fsdp_config" in known

@@ -67,12 +67,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
         notifier = Notifier(settings, engine)
         alerts = AlertEngine(engine, settings, on_new=notifier.alerts_opened)
-        jobstate = JobState(engine, notifier=notifier, alerts=alerts)  # every status change, and who hears of it
+        jobstate = JobState(
+            engine, notifier=notifier, alerts=alerts
+        )  # every status change, and who hears of it
         writer = IngestWriter(engine, state=jobstate)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         executor = LocalExecutor(settings, app.state.nodes)
-        scheduler = Scheduler(settings=settings, engine=engine, executor=executor, writer=writer, state=jobstate,
-                              node_gpus=node_gpus)
+        scheduler = Scheduler(
+            settings=settings,
+            engine=engine,
+            executor=executor,
+            writer=writer,
+            state=jobstate,
+            node_gpus=node_gpus,
+        )
         # Every background thread, started in this order and stopped in reverse: each is up before
         # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).
         workers = [notifier, alerts, writer, scheduler, Retention(engine, settings)]
@@ -101,35 +109,54 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 worker.stop()
             engine.dispose()
 
-    app = FastAPI(title="tunedeck", version=__version__, lifespan=lifespan,
-                  summary="Launch and monitor LLaMA-Factory fine-tunes",
-                  max_body_size=settings.max_body_bytes,  # 413 while the body streams in
-                  default_response_class=StrictJSONResponse)  # never a NaN or Infinity token
+    app = FastAPI(
+        title="tunedeck",
+        version=__version__,
+        lifespan=lifespan,
+        summary="Launch and monitor LLaMA-Factory fine-tunes",
+        max_body_size=settings.max_body_bytes,  # 413 while the body streams in
+        default_response_class=StrictJSONResponse,
+    )  # never a NaN or Infinity token
     auth.install(app, settings)
     guard.install(app, settings)  # added last: runs first
 
     @app.exception_handler(RecursionError)
     async def _too_deep(_: Request, e: RecursionError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": "nested too deeply",
-                                                                  "type": "value_error"}]})
+        return JSONResponse(
+            status_code=422,
+            content={"detail": [{"loc": ["body"], "msg": "nested too deeply", "type": "value_error"}]},
+        )
 
     @app.exception_handler(OverflowError)
     async def _overflow(_: Request, e: OverflowError) -> JSONResponse:
         # An id or cursor beyond SQLite's 64-bit integers cannot name anything.
-        return JSONResponse(status_code=422, content={"detail": [{"loc": ["request"], "msg": f"id or cursor out of range: {e}",
-                                                                  "type": "value_error"}]})
+        return JSONResponse(
+            status_code=422,
+            content={
+                "detail": [
+                    {"loc": ["request"], "msg": f"id or cursor out of range: {e}", "type": "value_error"}
+                ]
+            },
+        )
 
     @app.exception_handler(DatabaseError)
     async def _db_error(_: Request, e: DatabaseError) -> JSONResponse:
         text = str(e.orig)
         if "locked" in text or "busy" in text:
             # Another writer (a backup, a sqlite3 shell) held the lock past TUNEDECK_DB_BUSY_TIMEOUT_S.
-            return JSONResponse(status_code=503, headers={"Retry-After": "5"},
-                                content={"detail": f"database busy, retry: another writer held it for more than "
-                                         f"{settings.db_busy_timeout_s:g} s"})
+            return JSONResponse(
+                status_code=503,
+                headers={"Retry-After": "5"},
+                content={
+                    "detail": f"database busy, retry: another writer held it for more than "
+                    f"{settings.db_busy_timeout_s:g} s"
+                },
+            )
         if "malformed" in text or "not a database" in text:
-            return JSONResponse(status_code=503,
-                                content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"})
+            return JSONResponse(
+                status_code=503,
+                content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"},
+            )
         if "disk is full" in text or "readonly" in text or "read-only" in text:
             status = 507 if "full" in text else 503
             return JSONResponse(status_code=status, content={"detail": f"database storage error: {text}"})
@@ -156,12 +183,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
         # Field and reason only: echoing the input back could be large.
-        errors = [{"loc": list(err.get("loc", ())), "msg": err.get("msg"), "type": err.get("type")}
-                  for err in e.errors()]
+        errors = [
+            {"loc": list(err.get("loc", ())), "msg": err.get("msg"), "type": err.get("type")}
+            for err in e.errors()
+        ]
         return JSONResponse(status_code=422, content={"detail": errors})
 
-    for module in (jobs, telemetry, system, stream, series, checks, preflight,
-                   alerts_api, memory_api, nodes_api, runs_api, prometheus):
+    for module in (
+        jobs,
+        telemetry,
+        system,
+        stream,
+        series,
+        checks,
+        preflight,
+        alerts_api,
+        memory_api,
+        nodes_api,
+        runs_api,
+        prometheus,
+    ):
         app.include_router(module.router, responses=COMMON)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)

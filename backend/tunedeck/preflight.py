@@ -57,8 +57,12 @@ def _version_check(name: str, *, have: str | None, want: str | None, pin: str) -
         return _check(name, "fail", f"{name} is not installed", f"pip install {name}{pin}")
     if have == want:
         return _check(name, "ok", f"{name} {have}")
-    return _check(name, "warn", f"{name} {have}; tunedeck's key table was captured from {want}",
-                  "re-run scripts/capture_lf_args.py with this environment")
+    return _check(
+        name,
+        "warn",
+        f"{name} {have}; tunedeck's key table was captured from {want}",
+        "re-run scripts/capture_lf_args.py with this environment",
+    )
 
 
 def _arch(a: str | None) -> str:
@@ -115,21 +119,35 @@ def check_torch(p: Probe) -> Findings:
     """The torch build against the machine: a CUDA wheel on an AMD box finds no GPU."""
     t = p.torch
     if "error" in t and "version" not in t:
-        return [_check("torch", "fail", f"torch does not import: {t['error']}",
-                       "install torch in the training environment (the ROCm wheel on AMD)")]
+        return [
+            _check(
+                "torch",
+                "fail",
+                f"torch does not import: {t['error']}",
+                "install torch in the training environment (the ROCm wheel on AMD)",
+            )
+        ]
     if p.amd_box and not p.hip:
-        return [_check(
-            "torch",
-            "fail",
-            f"torch {t.get('version')} is a {p.build} build on an AMD "
-            "machine (/dev/kfd present): no GPU will be found, CUDA extensions fail with "
-            "'undefined symbol'",
-            "install the ROCm wheel: pip install torch --index-url "
-            "https://download.pytorch.org/whl/rocm6.2 (match your ROCm)",
-        )]
+        return [
+            _check(
+                "torch",
+                "fail",
+                f"torch {t.get('version')} is a {p.build} build on an AMD "
+                "machine (/dev/kfd present): no GPU will be found, CUDA extensions fail with "
+                "'undefined symbol'",
+                "install the ROCm wheel: pip install torch --index-url "
+                "https://download.pytorch.org/whl/rocm6.2 (match your ROCm)",
+            )
+        ]
     if p.nvidia_box and p.hip:
-        return [_check("torch", "fail", f"torch {t.get('version')} is a ROCm build on an NVIDIA machine",
-                       "install the CUDA wheel of torch")]
+        return [
+            _check(
+                "torch",
+                "fail",
+                f"torch {t.get('version')} is a ROCm build on an NVIDIA machine",
+                "install the CUDA wheel of torch",
+            )
+        ]
     return [_check("torch", "ok", f"torch {t.get('version')} ({p.build} build)")]
 
 
@@ -137,13 +155,15 @@ def check_gpu(p: Probe) -> Findings:
     if not p.gpu_box:
         return [_check("gpu", "ok", "CPU only: no /dev/kfd, no NVIDIA device; jobs run on the CPU")]
     if not p.torch.get("is_available"):
-        return [_check(
-            "gpu",
-            "fail",
-            "torch.cuda.is_available() is False on a GPU machine",
-            "check the torch build above, that the user is in the video/render groups "
-            "(AMD), and the visible-device variables",
-        )]
+        return [
+            _check(
+                "gpu",
+                "fail",
+                "torch.cuda.is_available() is False on a GPU machine",
+                "check the torch build above, that the user is in the video/render groups "
+                "(AMD), and the visible-device variables",
+            )
+        ]
     names = ", ".join(f"{d['index']}: {d['name']} {d['arch']}" for d in p.devices)
     return [_check("gpu", "ok", f"{len(p.devices)} device(s): {names}")]
 
@@ -157,23 +177,27 @@ def check_arch(p: Probe) -> Findings:
     built = {_arch(a) for a in p.torch.get("arch_list") or []}
     missing = [a for a in archs if built and a not in built]
     if missing:
-        found.append(_check(
-            "arch",
-            "fail",
-            f"torch was built for {', '.join(sorted(built))}, not for "
-            f"{', '.join(missing)}: kernels fail with 'HIP error: invalid device function'",
-            "install a torch wheel built for this card",
-        ))
+        found.append(
+            _check(
+                "arch",
+                "fail",
+                f"torch was built for {', '.join(sorted(built))}, not for "
+                f"{', '.join(missing)}: kernels fail with 'HIP error: invalid device function'",
+                "install a torch wheel built for this card",
+            )
+        )
     want = [a.strip() for a in (env.get("PYTORCH_ROCM_ARCH") or "").replace(",", ";").split(";") if a.strip()]
     if want and set(archs) - set(want):
-        found.append(_check(
-            "PYTORCH_ROCM_ARCH",
-            "warn",
-            f"PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']} but "
-            f"the cards are {', '.join(archs)}: extensions built now (DeepSpeed ops, "
-            "flash-attn) will not run on them",
-            f"export PYTORCH_ROCM_ARCH={';'.join(archs)}",
-        ))
+        found.append(
+            _check(
+                "PYTORCH_ROCM_ARCH",
+                "warn",
+                f"PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']} but "
+                f"the cards are {', '.join(archs)}: extensions built now (DeepSpeed ops, "
+                "flash-attn) will not run on them",
+                f"export PYTORCH_ROCM_ARCH={';'.join(archs)}",
+            )
+        )
     elif not missing:
         pinned = f" (PYTORCH_ROCM_ARCH={env['PYTORCH_ROCM_ARCH']})" if want else ""
         found.append(_check("arch", "ok", f"{', '.join(archs)}{pinned}"))
@@ -186,12 +210,14 @@ def check_rocm_path(p: Probe) -> Findings:
     rocm = p.env.get("ROCM_PATH") or p.machine.get("rocm_path")
     if p.machine.get("rocm_path"):
         return [_check("ROCM_PATH", "ok", f"ROCm at {rocm}")]
-    return [_check(
-        "ROCM_PATH",
-        "warn",
-        f"no ROCm folder at {rocm}: builds look for CUDA headers and the SMI library is not found",
-        "install ROCm or export ROCM_PATH=/opt/rocm-<version>",
-    )]
+    return [
+        _check(
+            "ROCM_PATH",
+            "warn",
+            f"no ROCm folder at {rocm}: builds look for CUDA headers and the SMI library is not found",
+            "install ROCm or export ROCM_PATH=/opt/rocm-<version>",
+        )
+    ]
 
 
 def check_visible_devices(p: Probe) -> Findings:
@@ -203,20 +229,24 @@ def check_visible_devices(p: Probe) -> Findings:
     }
     hip_vis, cuda_vis = vis.get("HIP_VISIBLE_DEVICES"), vis.get("CUDA_VISIBLE_DEVICES")
     if p.hip and hip_vis is not None and cuda_vis is not None and hip_vis != cuda_vis:
-        return [_check(
-            "visible devices",
-            "fail",
-            f"HIP_VISIBLE_DEVICES={hip_vis} and CUDA_VISIBLE_DEVICES={cuda_vis} disagree: HIP honours both",
-            "set only HIP_VISIBLE_DEVICES (or make them equal)",
-        )]
+        return [
+            _check(
+                "visible devices",
+                "fail",
+                f"HIP_VISIBLE_DEVICES={hip_vis} and CUDA_VISIBLE_DEVICES={cuda_vis} disagree: HIP honours both",
+                "set only HIP_VISIBLE_DEVICES (or make them equal)",
+            )
+        ]
     if p.hip and "ROCR_VISIBLE_DEVICES" in vis:
-        return [_check(
-            "visible devices",
-            "warn",
-            f"ROCR_VISIBLE_DEVICES={vis['ROCR_VISIBLE_DEVICES']}: it "
-            "renumbers devices below HIP, and Ray refuses it alone",
-            "use HIP_VISIBLE_DEVICES instead",
-        )]
+        return [
+            _check(
+                "visible devices",
+                "warn",
+                f"ROCR_VISIBLE_DEVICES={vis['ROCR_VISIBLE_DEVICES']}: it "
+                "renumbers devices below HIP, and Ray refuses it alone",
+                "use HIP_VISIBLE_DEVICES instead",
+            )
+        ]
     if p.hip and cuda_vis is not None and "HIP_VISIBLE_DEVICES" not in vis:
         return [_check("visible devices", "ok", "CUDA_VISIBLE_DEVICES (HIP honours it too)")]
     return [_check("visible devices", "ok", ", ".join(f"{k}={x}" for k, x in vis.items()) or "all visible")]
@@ -227,12 +257,14 @@ def check_deepspeed(p: Probe) -> Findings:
     if ds.get("version"):
         ops = ", ".join(ds.get("installed_ops") or []) or "none (JIT-compiled at first use)"
         return [_check("deepspeed", "ok", f"deepspeed {ds['version']}; precompiled ops: {ops}")]
-    return [_check(
-        "deepspeed",
-        "warn",
-        f"deepspeed not importable: {ds.get('error', 'not installed')}; DeepSpeed jobs will fail",
-        "DS_BUILD_OPS=0 pip install deepspeed",
-    )]
+    return [
+        _check(
+            "deepspeed",
+            "warn",
+            f"deepspeed not importable: {ds.get('error', 'not installed')}; DeepSpeed jobs will fail",
+            "DS_BUILD_OPS=0 pip install deepspeed",
+        )
+    ]
 
 
 def check_key_table_versions(p: Probe) -> Findings:
@@ -247,11 +279,23 @@ def check_key_table_versions(p: Probe) -> Findings:
 def check_flash_attn(p: Probe) -> Findings:
     fa = p.raw.get("flash_attn") or {}
     if not fa.get("installed"):
-        return [_check("flash-attn", "skip", "not installed: attention runs on SDPA",
-                       "optional: a flash-attn build for this GPU (ROCm: the ROCm/flash-attention fork)")]
+        return [
+            _check(
+                "flash-attn",
+                "skip",
+                "not installed: attention runs on SDPA",
+                "optional: a flash-attn build for this GPU (ROCm: the ROCm/flash-attention fork)",
+            )
+        ]
     if not fa.get("importable"):
-        return [_check("flash-attn", "warn", f"installed but does not load: {fa.get('error')}",
-                       "rebuild flash-attn against this torch and GPU arch, or uninstall it")]
+        return [
+            _check(
+                "flash-attn",
+                "warn",
+                f"installed but does not load: {fa.get('error')}",
+                "rebuild flash-attn against this torch and GPU arch, or uninstall it",
+            )
+        ]
     return [_check("flash-attn", "ok", f"flash-attn {fa.get('version')}")]
 
 
@@ -262,8 +306,9 @@ def check_smi(p: Probe) -> Findings:
         return [_check("smi", "ok", f"{', '.join(ok)} reachable: GPU memory is sampled")]
     if p.gpu_box:
         lib = "amdsmi / pyrsmi (libamd_smi.so under $ROCM_PATH/lib)" if p.amd_box else "nvidia-ml-py"
-        return [_check("smi", "warn", "no SMI library initialises: no GPU memory telemetry",
-                       f"install {lib}")]
+        return [
+            _check("smi", "warn", "no SMI library initialises: no GPU memory telemetry", f"install {lib}")
+        ]
     return [_check("smi", "ok", "no GPU: memory is sampled with psutil")]
 
 

@@ -70,7 +70,9 @@ def job_processes(job_key: str, *, exclude: set[int] | None = None) -> list[psut
     return found
 
 
-def tree(root_pid: int, job_key: str | None = None, *, exclude: set[int] | None = None) -> list[psutil.Process]:
+def tree(
+    root_pid: int, job_key: str | None = None, *, exclude: set[int] | None = None
+) -> list[psutil.Process]:
     """The root, its descendants and the job's keyed processes, deepest first (children before parents)."""
     procs: dict[int, psutil.Process] = {}
     try:
@@ -119,8 +121,9 @@ def signal_all(procs: list[psutil.Process], sig: int) -> None:
             pass
 
 
-def kill_job(job_key: str, *, root_pid: int | None = None, exclude: set[int] | None = None,
-             timeout: float = 5.0) -> int:
+def kill_job(
+    job_key: str, *, root_pid: int | None = None, exclude: set[int] | None = None, timeout: float = 5.0
+) -> int:
     """SIGKILL every process of the job and wait for them to go; returns how many were killed."""
     procs = tree(root_pid, job_key, exclude=exclude) if root_pid else job_processes(job_key, exclude=exclude)
     if root_pid:

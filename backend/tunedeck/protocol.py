@@ -42,7 +42,8 @@ class RunnerConfig(BaseModel):
     bus_ids: list[str] = Field(
         default_factory=list,
         description="PCI bus ids of the job's devices as the server's SMI library numbers them; the "
-        "sampler finds them by bus id (its library may number them otherwise); empty: by index")
+        "sampler finds them by bus id (its library may number them otherwise); empty: by index",
+    )
 
     def write(self, run_dir: Path) -> None:
         """runner.json in the run folder, readable by its owner only."""
@@ -57,7 +58,6 @@ class RunnerConfig(BaseModel):
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
 
 
 class MetricIn(Strict):
@@ -89,8 +89,9 @@ class TelemetryBatch(Strict):
     logs: list[LogIn] = PField([], max_length=20000)
     states: list[RunnerState] = PField([], max_length=10)
     memory: Annotated[list[MemoryIn] | MemoryColumns, WrapValidator(_memory_form)] = PField(
-        [], description="memory samples: a list of rows, or one array per field (`MemoryColumns`, what runners send)")
-
+        [],
+        description="memory samples: a list of rows, or one array per field (`MemoryColumns`, what runners send)",
+    )
 
 
 class MemoryIn(Strict):
@@ -137,13 +138,22 @@ def _memory_form(value: Any, _handler: Any) -> list[MemoryIn] | MemoryColumns:
     n = len(cols.line)
     short = [(k, len(v)) for k, v in cols if v is not None and len(v) != n]
     if short:
-        raise ValidationError.from_exception_data("MemoryColumns", [
-            {"type": PydanticCustomError("column_length", "`{field}` has {got} values where `line` has {want}: one per sample",
-                                         {"field": k, "got": got, "want": n}),
-             "loc": (k,), "input": got} for k, got in short])
+        raise ValidationError.from_exception_data(
+            "MemoryColumns",
+            [
+                {
+                    "type": PydanticCustomError(
+                        "column_length",
+                        "`{field}` has {got} values where `line` has {want}: one per sample",
+                        {"field": k, "got": got, "want": n},
+                    ),
+                    "loc": (k,),
+                    "input": got,
+                }
+                for k, got in short
+            ],
+        )
     return cols
-
-
 
 
 TelemetryBatch.model_rebuild()

@@ -27,8 +27,11 @@ PATH_NAME = re.compile(r"(_dir|_path|_folder|_file|_logdir|_or_path|_adapters)$"
 PATH_HELP = re.compile(r"\b(paths?|file|folder|directory)\b", re.IGNORECASE)
 TEXT_KINDS = ("str", "dict", "any", "list")
 # ... and it may instead name a hub repository when its help says so (or names a model to load).
-HUB_HELP = re.compile(r"identifier|huggingface\.co/models|\bmodel id\b|\bdataset name\b|"
-                      r"\bpath to the (\w+ )?model\b", re.IGNORECASE)
+HUB_HELP = re.compile(
+    r"identifier|huggingface\.co/models|\bmodel id\b|\bdataset name\b|"
+    r"\bpath to the (\w+ )?model\b",
+    re.IGNORECASE,
+)
 # Keys that carry a credential, or push results to the hub.
 CREDENTIAL = re.compile(r"(^|_)(token|api_key|secret|password|webhook_url)$")
 PUSH = re.compile(r"^push_to_hub|^hub_|_hub_model_id$")
@@ -72,7 +75,9 @@ def ds_path_keys() -> list[tuple[str, ...]]:
     out = []
     for model, fields in table["models"].items():
         where = tuple(table.get("locations", {}).get(model, model).split("."))
-        out += [(*where, k) for k, info in fields.items() if info["type"] in TEXT_KINDS and PATH_NAME.search(k)]
+        out += [
+            (*where, k) for k, info in fields.items() if info["type"] in TEXT_KINDS and PATH_NAME.search(k)
+        ]
     return sorted(out)
 
 
@@ -137,9 +142,15 @@ class _Checker:
     def network(self, loc: list[Any], what: str, *, code: str = "LF012") -> None:
         if self.s.allow_network_keys:
             return
-        self.out.findings.append(finding(
-            code, "error", ".".join(map(str, loc)), f"`{loc[-1]}` {what}: this server does not let jobs reach "
-            "the network", f"remove `{loc[-1]}`, or set TUNEDECK_ALLOW_NETWORK_KEYS=true on the server"))
+        self.out.findings.append(
+            finding(
+                code,
+                "error",
+                ".".join(map(str, loc)),
+                f"`{loc[-1]}` {what}: this server does not let jobs reach the network",
+                f"remove `{loc[-1]}`, or set TUNEDECK_ALLOW_NETWORK_KEYS=true on the server",
+            )
+        )
 
     def hub(self, loc: list[Any], repo: str, *, dataset: bool) -> None:
         """A hub id: fine when it is in the local cache or the server lets runs download."""
@@ -147,14 +158,21 @@ class _Checker:
         if self.s.allow_hub or hubcache.snapshot(repo, kind=kind, cache_dir=self.cache_dir) is not None:
             return
         where = self.cache_dir or hubcache.hub_cache()
-        self.out.findings.append(finding(
-            "LF013", "error", ".".join(map(str, loc)),
-            f"{repo!r} is a hub {kind} id that is not in the local Hugging Face cache ({where}); runs are "
-            "offline (HF_HUB_OFFLINE=1), so it cannot load",
-            "download it into the cache on the server, give a folder inside the workspace, "
-            "or set TUNEDECK_ALLOW_HUB=true on the server"))
+        self.out.findings.append(
+            finding(
+                "LF013",
+                "error",
+                ".".join(map(str, loc)),
+                f"{repo!r} is a hub {kind} id that is not in the local Hugging Face cache ({where}); runs are "
+                "offline (HF_HUB_OFFLINE=1), so it cannot load",
+                "download it into the cache on the server, give a folder inside the workspace, "
+                "or set TUNEDECK_ALLOW_HUB=true on the server",
+            )
+        )
 
-    def place(self, value: str, loc: list[Any], *, key: PathKey | None = None, subfolder: bool = False) -> str:
+    def place(
+        self, value: str, loc: list[Any], *, key: PathKey | None = None, subfolder: bool = False
+    ) -> str:
         """One path (or hub id) value: checked, and rewritten to an absolute path inside the roots."""
         if URL.match(value):
             self.network(loc, f"is a URL ({value.split('://')[0]}://...)")
@@ -196,7 +214,11 @@ class _Checker:
             value, key, loc = config[name], keys.get(name), ["config", name]
             if name in OWNED or value is None:
                 continue
-            if isinstance(value, str) and value.lstrip().startswith("{") and args.get(name, {}).get("type") == "dict":
+            if (
+                isinstance(value, str)
+                and value.lstrip().startswith("{")
+                and args.get(name, {}).get("type") == "dict"
+            ):
                 try:  # transformers reads a dict-typed argument given as JSON text as that JSON
                     value = config[name] = json.loads(value)
                 except ValueError:
@@ -205,7 +227,11 @@ class _Checker:
                 config[name] = self.nested(value, loc)
             elif key is None:
                 continue
-            elif name == "dataset_dir" and isinstance(value, str) and (value == "ONLINE" or value.startswith("REMOTE:")):
+            elif (
+                name == "dataset_dir"
+                and isinstance(value, str)
+                and (value == "ONLINE" or value.startswith("REMOTE:"))
+            ):
                 self.dataset_names(config, value)
             elif isinstance(value, str):
                 config[name] = self.place_list(value, loc, key=key, subfolder=name in SUBFOLDER_KEYS)
@@ -219,19 +245,22 @@ class _Checker:
         """A subfolder joined onto a local adapter must stay inside too (a symlink could lead out)."""
         adapters = config.get("adapter_name_or_path")
         for name in (k for k in SUBFOLDER_KEYS if isinstance(config.get(k), str)):
-            for base in (adapters.split(",") if isinstance(adapters, str) else []):
+            for base in adapters.split(",") if isinstance(adapters, str) else []:
                 if Path(base).is_absolute() and confine(str(Path(base) / config[name]), self.s) is None:
-                    self.path_error(["config", name], f"{config[name]!r} inside {base!r} leads outside the "
-                                    "allowed roots")
+                    self.path_error(
+                        ["config", name], f"{config[name]!r} inside {base!r} leads outside the allowed roots"
+                    )
 
     def dataset_names(self, config: dict[str, Any], dataset_dir: str) -> None:
         """`ONLINE`: each dataset name is a hub id or a local path; `REMOTE:org/repo`: a hub dataset."""
         if dataset_dir.startswith("REMOTE:"):
-            self.hub(["config", "dataset_dir"], dataset_dir[len("REMOTE:"):], dataset=True)
+            self.hub(["config", "dataset_dir"], dataset_dir[len("REMOTE:") :], dataset=True)
             return
         for name in DATASET_NAME_KEYS:
             if isinstance(config.get(name), str):
-                config[name] = self.place_list(config[name], ["config", name], key=PathKey(hub=True, dataset=True))
+                config[name] = self.place_list(
+                    config[name], ["config", name], key=PathKey(hub=True, dataset=True)
+                )
             elif config.get(name) is not None:
                 self.path_error(["config", name], f"must be a string; got {type(config[name]).__name__}")
 
@@ -240,15 +269,23 @@ class _Checker:
         for name, what in lf_network_keys().items():
             value = config.get(name)
             info = args.get(name, {})
-            used = truthy(value) if info.get("type") == "bool" else value not in (None, "", info.get("default"))
+            used = (
+                truthy(value) if info.get("type") == "bool" else value not in (None, "", info.get("default"))
+            )
             if name.startswith("use_") and config.get(f"{name[4:]}_mode") in LOCAL_MODES:
                 used = False  # the service's own local mode
             if used:
                 self.network(["config", name], what)
         if truthy(config.get("push_to_hub")) and self.s.allow_network_keys and not self.s.allow_hub:
-            self.out.findings.append(finding(
-                "LF012", "error", "config.push_to_hub", "`push_to_hub` needs the hub, and runs are offline "
-                "(HF_HUB_OFFLINE=1)", "set TUNEDECK_ALLOW_HUB=true on the server as well"))
+            self.out.findings.append(
+                finding(
+                    "LF012",
+                    "error",
+                    "config.push_to_hub",
+                    "`push_to_hub` needs the hub, and runs are offline (HF_HUB_OFFLINE=1)",
+                    "set TUNEDECK_ALLOW_HUB=true on the server as well",
+                )
+            )
         report = config.get("report_to")
         items = report.split(",") if isinstance(report, str) else report if isinstance(report, list) else []
         remote = [str(v).strip() for v in items if str(v).strip().lower() not in LOCAL_REPORTS]
@@ -270,10 +307,18 @@ class _Checker:
         seen, code, unknown = [], [], []
         for name in lf_path_keys():
             value = config.get(name)
-            if name in SUBFOLDER_KEYS or not isinstance(value, str) or not ("model" in name or "adapter" in name):
+            if (
+                name in SUBFOLDER_KEYS
+                or not isinstance(value, str)
+                or not ("model" in name or "adapter" in name)
+            ):
                 continue
             for part in filter(None, (v.strip() for v in value.split(","))):
-                folder = Path(part) if Path(part).is_absolute() else hubcache.snapshot(part, cache_dir=self.cache_dir)
+                folder = (
+                    Path(part)
+                    if Path(part).is_absolute()
+                    else hubcache.snapshot(part, cache_dir=self.cache_dir)
+                )
                 if folder is None:
                     unknown.append(f"{name}: {part} (not in the local cache)")
                     continue
@@ -285,18 +330,37 @@ class _Checker:
         if code or unknown:
             what = "; ".join(code + [f"cannot check {u}" for u in unknown])
             if self.s.allow_remote_code:
-                self.out.findings.append(finding(
-                    "LF011", "warning", loc, f"runs Python shipped with the model as the server's user ({what})",
-                    "use it only with models whose code you have read"))
+                self.out.findings.append(
+                    finding(
+                        "LF011",
+                        "warning",
+                        loc,
+                        f"runs Python shipped with the model as the server's user ({what})",
+                        "use it only with models whose code you have read",
+                    )
+                )
             else:
-                self.out.findings.append(finding(
-                    "LF010", "error", loc, f"`trust_remote_code: true` would import Python shipped with the model "
-                    f"and run it as the server's user ({what})",
-                    "use a model without custom code, or set TUNEDECK_ALLOW_REMOTE_CODE=true on the server"))
+                self.out.findings.append(
+                    finding(
+                        "LF010",
+                        "error",
+                        loc,
+                        f"`trust_remote_code: true` would import Python shipped with the model "
+                        f"and run it as the server's user ({what})",
+                        "use a model without custom code, or set TUNEDECK_ALLOW_REMOTE_CODE=true on the server",
+                    )
+                )
         elif seen:
-            self.out.findings.append(finding(
-                "LF009", "info", loc, f"`trust_remote_code: true` has no effect: {', '.join(seen)} carries no code "
-                "to import (no auto_map, no .py files)", "none needed; `trust_remote_code: false` says the same"))
+            self.out.findings.append(
+                finding(
+                    "LF009",
+                    "info",
+                    loc,
+                    f"`trust_remote_code: true` has no effect: {', '.join(seen)} carries no code "
+                    "to import (no auto_map, no .py files)",
+                    "none needed; `trust_remote_code: false` says the same",
+                )
+            )
 
 
 def code_in(folder: Path, read: Callable[[Path], Any] = read_json) -> str | None:
@@ -325,8 +389,13 @@ def code_in(folder: Path, read: Callable[[Path], Any] = read_json) -> str | None
     return None
 
 
-def check(config: dict[str, Any], ds: dict[str, Any] | None, settings: Settings, *,
-          read: Callable[[Path], Any] = read_json) -> Checked:
+def check(
+    config: dict[str, Any],
+    ds: dict[str, Any] | None,
+    settings: Settings,
+    *,
+    read: Callable[[Path], Any] = read_json,
+) -> Checked:
     """Confine every path (rewritten in place to an absolute path inside the roots), and find
     network keys, hub ids the run cannot load and remote code that the settings do not allow.
     `read` opens the model's JSON files (a submission passes its own, which reads each once)."""

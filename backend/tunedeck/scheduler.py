@@ -34,8 +34,16 @@ def token_hash(token: str) -> str:
 class Scheduler(Worker):
     name = "scheduler"
 
-    def __init__(self, *, settings: Settings, engine: Engine, executor, writer: IngestWriter, state: JobState,
-                 node_gpus: int):
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        engine: Engine,
+        executor,
+        writer: IngestWriter,
+        state: JobState,
+        node_gpus: int,
+    ):
         super().__init__()
         self.settings = settings
         self.engine = engine
@@ -60,7 +68,9 @@ class Scheduler(Worker):
     def _watch(self, session: Session, job: Job) -> None:
         if self.executor.alive(job):
             grace = self.settings.cancel_abort_grace_s + self.settings.cancel_term_grace_s + 30
-            if job.cancel_requested_at and utcnow() - _aware(job.cancel_requested_at) > timedelta(seconds=grace):
+            if job.cancel_requested_at and utcnow() - _aware(job.cancel_requested_at) > timedelta(
+                seconds=grace
+            ):
                 log.warning("job %s: runner ignored cancel for %ss; killing", job.id, grace)
                 self.executor.kill(job)
             return
@@ -83,11 +93,17 @@ class Scheduler(Worker):
         if log_path.exists():
             t = log_path.stat().st_mtime
             lines = [ln for ln in log_path.read_text(errors="replace").split("\n")[:-1] if ln.strip()]
-            self._replay(job.id, [{"seq": -1, "metrics": [{"line": i, "t": t, "raw": raw}
-                                                          for i, raw in enumerate(lines)]}])
+            self._replay(
+                job.id,
+                [{"seq": -1, "metrics": [{"line": i, "t": t, "raw": raw} for i, raw in enumerate(lines)]}],
+            )
         with self.state.begin() as conn:
-            move(conn, job.id, JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
-                 error=f"runner lost (killed {killed} leftover process(es))")
+            move(
+                conn,
+                job.id,
+                JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
+                error=f"runner lost (killed {killed} leftover process(es))",
+            )
         log.warning("job %s: runner lost", job.id)
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
@@ -117,13 +133,20 @@ class Scheduler(Worker):
     def _launch(self, session: Session, job: Job, devices: list[int]) -> None:
         token = secrets.token_urlsafe(32)
         with self.state.begin() as conn:  # the token must be known before the runner's first batch arrives
-            started = move(conn, job.id, JobStatus.running, runner_token_hash=token_hash(token),
-                           devices=",".join(map(str, devices)) if devices else None)
+            started = move(
+                conn,
+                job.id,
+                JobStatus.running,
+                runner_token_hash=token_hash(token),
+                devices=",".join(map(str, devices)) if devices else None,
+            )
         session.refresh(job)
         if not started:  # cancelled since this pass read the queue
             return
         try:
-            pid, started_at = self.executor.launch(job, devices=devices, token=token, server_url=self.settings.url)
+            pid, started_at = self.executor.launch(
+                job, devices=devices, token=token, server_url=self.settings.url
+            )
         except OSError as e:
             with self.state.begin() as conn:
                 move(conn, job.id, JobStatus.failed, error=f"cannot start runner: {e}")

@@ -21,8 +21,12 @@ NonFinite = Literal["inf", "-inf", "nan"]
 
 # The one rule for job names, wherever a name comes in (JSON, the YAML route's query, an import's form):
 # names become folder names and appear in pages, so no slashes, markup or other scripts.
-NAME_RULES: dict[str, Any] = {"min_length": 1, "max_length": 100, "pattern": r"^[A-Za-z0-9][A-Za-z0-9 ._+-]*$",
-                              "description": "letters, digits, space and . _ + -; starting with a letter or digit"}
+NAME_RULES: dict[str, Any] = {
+    "min_length": 1,
+    "max_length": 100,
+    "pattern": r"^[A-Za-z0-9][A-Za-z0-9 ._+-]*$",
+    "description": "letters, digits, space and . _ + -; starting with a letter or digit",
+}
 
 
 class JobSpec(Strict):
@@ -31,7 +35,9 @@ class JobSpec(Strict):
     name: str = PField(**NAME_RULES)
     config: dict[str, Any]
     deepspeed: str | dict[str, Any] | None = None
-    gpus: int | None = PField(None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node")
+    gpus: int | None = PField(
+        None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node"
+    )
 
     @field_validator("config", "deepspeed")
     @classmethod
@@ -96,7 +102,7 @@ class JobPage(BaseModel):
 
 class JobCreated(JobOut):
     warnings: list[str] = []
-    findings: list[dict] = []  # issue 5: lint warnings/info ({code, severity, path, message, fix})
+    findings: list[dict] = []  # lint warnings/info ({code, severity, path, message, fix})
 
 
 class MetricOut(BaseModel):
@@ -112,7 +118,8 @@ class MetricOut(BaseModel):
     vram_allocated: float | None
     vram_reserved: float | None
     nonfinite: dict[str, NonFinite] | None = PField(
-        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}')
+        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
+    )
 
     @field_validator("nonfinite", mode="before")
     @classmethod
@@ -147,7 +154,6 @@ class JobConfigOut(BaseModel):
 class FileOut(BaseModel):
     path: str = PField(description="relative to the job's output folder")
     bytes: int
-
 
 
 class MemorySampleOut(BaseModel):
@@ -188,4 +194,3 @@ class AlertOut(BaseModel):
     first_t: float
     last_t: float
     count: int
-

@@ -43,7 +43,11 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             raise yaml.YAMLError("YAML aliases (*name) are not accepted in job configs")
         # A mapping's keys come with index None, a sequence's items with their position.
-        if self.max_items is not None and parent is not None and (index is None or isinstance(parent, yaml.SequenceNode)):
+        if (
+            self.max_items is not None
+            and parent is not None
+            and (index is None or isinstance(parent, yaml.SequenceNode))
+        ):
             self._items = getattr(self, "_items", 0) + 1
             if self._items > self.max_items:
                 raise _TooMany(f"more than {self.max_items} keys and list items (TUNEDECK_SPEC_MAX_KEYS)")

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 
 
 def name(x: float) -> str:
-    """"nan", "inf" or "-inf": what `float()` reads back."""
+    """ "nan", "inf" or "-inf": what `float()` reads back."""
     return "nan" if math.isnan(x) else "inf" if x > 0 else "-inf"
 
 

@@ -118,12 +118,20 @@ def bound(config: dict[str, Any], ds: Any, settings: Settings) -> None:
     """Refuse a spec with more keys and list items than any real one has, before linting it."""
     n = tree.count(config) + (tree.count(ds) if isinstance(ds, dict) else 0)
     if n > settings.spec_max_keys:
-        raise SpecError([detail(["config"], f"has {n} keys and list items (with its DeepSpeed config); at most "
-                                f"{settings.spec_max_keys} are accepted (TUNEDECK_SPEC_MAX_KEYS)")])
+        raise SpecError(
+            [
+                detail(
+                    ["config"],
+                    f"has {n} keys and list items (with its DeepSpeed config); at most "
+                    f"{settings.spec_max_keys} are accepted (TUNEDECK_SPEC_MAX_KEYS)",
+                )
+            ]
+        )
 
 
-def _deepspeed(value: Any, settings: Settings, read: Reader, errors: list[dict[str, Any]],
-               warnings: list[str]) -> dict[str, Any] | None:
+def _deepspeed(
+    value: Any, settings: Settings, read: Reader, errors: list[dict[str, Any]], warnings: list[str]
+) -> dict[str, Any] | None:
     """A preset name, a JSON file inside the allowed roots, or an inline object."""
     if value is None or isinstance(value, dict):
         return value
@@ -140,8 +148,12 @@ def _deepspeed(value: Any, settings: Settings, read: Reader, errors: list[dict[s
             warnings.append(f"deepspeed {value!r} not found in the workspace; using preset {path.stem!r}")
     if path is None or not path.is_file():
         names = ", ".join(ds_presets) or "none"
-        errors.append(detail(["deepspeed"], f"{value!r} is neither a DeepSpeed preset ({names}) "
-                             "nor a JSON file inside the allowed roots"))
+        errors.append(
+            detail(
+                ["deepspeed"],
+                f"{value!r} is neither a DeepSpeed preset ({names}) nor a JSON file inside the allowed roots",
+            )
+        )
         return None
     try:
         data = read(path)
@@ -173,17 +185,32 @@ def _model_config(model: Any, settings: Settings, read: Reader) -> dict[str, Any
     return data if isinstance(data, dict) else None
 
 
-def _estimate(config: dict[str, Any], ds: dict[str, Any] | None, model_config: dict[str, Any] | None,
-              model: Any, gpus: int, node: Node, settings: Settings) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _estimate(
+    config: dict[str, Any],
+    ds: dict[str, Any] | None,
+    model_config: dict[str, Any] | None,
+    model: Any,
+    gpus: int,
+    node: Node,
+    settings: Settings,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The memory estimate, or the 422 item saying why there is none."""
     if model_config is None:
-        return None, {"loc": MODEL_LOC, "type": "estimate_error",
-                      "msg": f"no readable config.json for model {model!r} (a folder inside the allowed "
-                             "roots, or a hub id already in the HF cache)"}
+        return None, {
+            "loc": MODEL_LOC,
+            "type": "estimate_error",
+            "msg": f"no readable config.json for model {model!r} (a folder inside the allowed "
+            "roots, or a hub id already in the HF cache)",
+        }
     try:
-        return est.estimate(model_config=model_config, config=config, ds=ds, gpus=gpus,
-                            device_total_bytes=node.device_total_bytes,
-                            cpu_runtime_bytes=settings.estimate_cpu_runtime_bytes), None
+        return est.estimate(
+            model_config=model_config,
+            config=config,
+            ds=ds,
+            gpus=gpus,
+            device_total_bytes=node.device_total_bytes,
+            cpu_runtime_bytes=settings.estimate_cpu_runtime_bytes,
+        ), None
     except est.EstimateError as e:
         return None, {"loc": MODEL_LOC, "msg": str(e), "type": "estimate_error"}
     except (ArithmeticError, ValueError, TypeError) as e:  # e.g. `cutoff_len: nan`, which lint refuses too
@@ -201,12 +228,16 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     warnings: list[str] = []
     if "deepspeed" in config:
         if ds_value is not None:
-            errors.append(detail(["config", "deepspeed"], "give the DeepSpeed config once, as the spec's `deepspeed`"))
+            errors.append(
+                detail(["config", "deepspeed"], "give the DeepSpeed config once, as the spec's `deepspeed`")
+            )
         in_config = config.pop("deepspeed")
         if ds_value is None:
             ds_value = in_config
     if "output_dir" in config:
-        warnings.append(f"output_dir {config.pop('output_dir')!r} ignored: every job gets a fresh folder in its run directory")
+        warnings.append(
+            f"output_dir {config.pop('output_dir')!r} ignored: every job gets a fresh folder in its run directory"
+        )
     for key in REQUIRED:
         if key not in config and not (key == "dataset" and config.get("do_train") is False):
             errors.append(detail(["config", key], "is required"))
@@ -220,8 +251,9 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     model = config.get("model_name_or_path")
     model_config = _model_config(model, settings, read)
     # The server launches without USE_MCA=1: Megatron-Core keys are unknown keys there.
-    findings = lint.lint(config, ds_config, gpus=gpus, preflight=node.preflight, model_config=model_config,
-                         mca=False)
+    findings = lint.lint(
+        config, ds_config, gpus=gpus, preflight=node.preflight, model_config=model_config, mca=False
+    )
     estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
     # Paths, network keys, hub ids and remote code: what the job may reach beyond its run folder.
     reached = reach.check(config, ds_config, settings, read=read)
@@ -239,6 +271,14 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     config.update(FORCED)
     for key, value in DEFAULTS.items():
         config.setdefault(key, value)
-    return Submission(config=config, ds_config=ds_config, model_config=model_config, gpus=gpus,
-                      findings=findings, errors=errors, warnings=warnings, estimate=estimate,
-                      estimate_errors=estimate_errors)
+    return Submission(
+        config=config,
+        ds_config=ds_config,
+        model_config=model_config,
+        gpus=gpus,
+        findings=findings,
+        errors=errors,
+        warnings=warnings,
+        estimate=estimate,
+        estimate_errors=estimate_errors,
+    )

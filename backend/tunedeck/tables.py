@@ -60,16 +60,18 @@ class Job(SQLModel, table=True):
     trainer_pid: int | None = None
     runner_token_hash: str | None = None
     last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
-    estimate: str | None = Field(default=None, sa_column=Column(Text))  # issue 5: VRAM estimate, JSON
+    estimate: str | None = Field(default=None, sa_column=Column(Text))  # VRAM estimate, JSON
 
 
 class MetricPoint(SQLModel, table=True):
     """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
 
     __tablename__ = "metric_points"
-    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
-                      Index("ix_metric_job_step", "job_id", "step"),
-                      Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")))
+    __table_args__ = (
+        UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
+        Index("ix_metric_job_step", "job_id", "step"),
+        Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
@@ -115,7 +117,6 @@ class JobChange(SQLModel, table=True):
     job_id: int = Field(unique=True)
 
 
-
 class ApiToken(SQLModel, table=True):
     """A bearer token for people and scripts; only its SHA-256 is stored."""
 
@@ -129,14 +130,14 @@ class ApiToken(SQLModel, table=True):
     revoked_at: datetime | None = None
 
 
-
-
 class MemorySample(SQLModel, table=True):
     """One sampler interval of one device: the MAX seen inside it. (job_id, line) keys a resend."""
 
     __tablename__ = "memory_samples"
-    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_memory_job_line"),
-                      Index("ix_memory_job_gpu_t", "job_id", "gpu", "t"))
+    __table_args__ = (
+        UniqueConstraint("job_id", "line", name="uq_memory_job_line"),
+        Index("ix_memory_job_gpu_t", "job_id", "gpu", "t"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
@@ -172,12 +173,14 @@ class Alert(SQLModel, table=True):
     count: int = 1
 
 
-
 class EstimateCalibration(SQLModel, table=True):
     """Predicted against measured peak of one finished job, so estimates can be calibrated per GPU kind."""
 
     __tablename__ = "estimate_calibrations"
-    __table_args__ = (UniqueConstraint("job_id", name="uq_calibration_job"), Index("ix_calibration_kind", "gpu_kind"))
+    __table_args__ = (
+        UniqueConstraint("job_id", name="uq_calibration_job"),
+        Index("ix_calibration_kind", "gpu_kind"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
@@ -187,8 +190,6 @@ class EstimateCalibration(SQLModel, table=True):
     source: str  # memory_samples | vram_reserved
     ratio: float  # measured / predicted
     created_at: datetime = Field(default_factory=utcnow)
-
-
 
 
 class MemoryRollup(SQLModel, table=True):

@@ -30,8 +30,13 @@ def problems(value: Any, path: list[Any]) -> list[tuple[list[Any], str]]:
         if isinstance(v, dict):
             for k, item in v.items():
                 if not isinstance(k, str):
-                    out.append(([*at, str(k)], f"key {k!r} of {_where(at)} is a {type(k).__name__}, not a name: "
-                                               "keys must be text"))
+                    out.append(
+                        (
+                            [*at, str(k)],
+                            f"key {k!r} of {_where(at)} is a {type(k).__name__}, not a name: "
+                            "keys must be text",
+                        )
+                    )
                 elif not _encodable(k):
                     out.append((at, f"a key of {_where(at)} is not valid Unicode text (lone surrogate)"))
                 else:
@@ -44,7 +49,9 @@ def problems(value: Any, path: list[Any]) -> list[tuple[list[Any], str]]:
         elif isinstance(v, bytes):
             out.append((at, f"the value of {_where(at)} is binary (YAML !!binary); give it as text"))
         elif not isinstance(v, SCALARS):
-            why = f"the value of {_where(at)} is a {type(v).__name__} (a YAML tag JSON cannot carry); quote it"
+            why = (
+                f"the value of {_where(at)} is a {type(v).__name__} (a YAML tag JSON cannot carry); quote it"
+            )
             out.append((at, why))
     return out
 

@@ -34,12 +34,28 @@ class Trace:
 
 
 def _config(ga: int = 2, fp16: bool = False, **kw) -> dict:
-    return {"stage": "sft", "finetuning_type": "lora", "per_device_train_batch_size": 4, "gradient_accumulation_steps": ga,
-            "learning_rate": 1e-4, "cutoff_len": 2048, "bf16": not fp16, "fp16": fp16, **kw}
+    return {
+        "stage": "sft",
+        "finetuning_type": "lora",
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": ga,
+        "learning_rate": 1e-4,
+        "cutoff_len": 2048,
+        "bf16": not fp16,
+        "fp16": fp16,
+        **kw,
+    }
 
 
-DS = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
-                            "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e8}}
+DS = {
+    "zero_optimization": {
+        "stage": 3,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": 5e8,
+        "stage3_prefetch_bucket_size": 5e8,
+    }
+}
 
 
 def _memory(rng: np.random.Generator, n: int, level: float, warm: int = 30) -> np.ndarray:
@@ -49,7 +65,9 @@ def _memory(rng: np.random.Generator, n: int, level: float, warm: int = 30) -> n
     return y
 
 
-def _points(rng: np.random.Generator, ga: int, dur: float, loss=None, until: float | None = None) -> list[Point]:
+def _points(
+    rng: np.random.Generator, ga: int, dur: float, loss=None, until: float | None = None
+) -> list[Point]:
     step_s = ga * MICRO_S
     out, k = [], 1
     while k * step_s <= (until if until is not None else dur):
@@ -60,12 +78,28 @@ def _points(rng: np.random.Generator, ga: int, dur: float, loss=None, until: flo
     return out
 
 
-def _series(y: np.ndarray, points: list[Point], cfg: dict, ds: dict | None = None, logs=(), running: bool = True,
-            now: float | None = None) -> Series:
+def _series(
+    y: np.ndarray,
+    points: list[Point],
+    cfg: dict,
+    ds: dict | None = None,
+    logs=(),
+    running: bool = True,
+    now: float | None = None,
+) -> Series:
     t = T0 + np.arange(len(y), dtype=float)
     mem = {0: [(float(a), int(max(b, 0)), TOTAL) for a, b in zip(t, y)]}
-    return Series(memory=mem, points=points, logs=list(logs), config=cfg, ds=ds, gpu_names={0: "AMD Instinct MI300X"},
-                  devices=[0], running=running, now=now)
+    return Series(
+        memory=mem,
+        points=points,
+        logs=list(logs),
+        config=cfg,
+        ds=ds,
+        gpu_names={0: "AMD Instinct MI300X"},
+        devices=[0],
+        running=running,
+        now=now,
+    )
 
 
 def generate(seed: int = 0, n: int = 600) -> list[Trace]:
@@ -80,8 +114,14 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
     at = sorted(rng.choice(np.arange(80, n - 10), size=int(rng.integers(1, 3)), replace=False))
     for i in at:
         y[i] += float(rng.uniform(15, 40)) * GiB
-    out.append(Trace(f"single-spike-{seed}", _series(y, _points(rng, 2, n), _config()), {"vram_spike", "vram_plateau"},
-                     [T0 + float(i) for i in at]))
+    out.append(
+        Trace(
+            f"single-spike-{seed}",
+            _series(y, _points(rng, 2, n), _config()),
+            {"vram_spike", "vram_plateau"},
+            [T0 + float(i) for i in at],
+        )
+    )
 
     for ga in (2, 4, 8, 16):
         y = _memory(rng, n, level)
@@ -91,51 +131,98 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         idx = [int(round(tt - T0)) for tt in times if int(round(tt - T0)) < n]
         for i in idx:
             y[i] += float(rng.uniform(18, 25)) * GiB
-        out.append(Trace(f"periodic-ga{ga}-{seed}", _series(y, _points(rng, ga, n), _config(ga=ga), DS),
-                         {"vram_periodic_spikes", "vram_plateau"}, [T0 + float(i) for i in idx]))
+        out.append(
+            Trace(
+                f"periodic-ga{ga}-{seed}",
+                _series(y, _points(rng, ga, n), _config(ga=ga), DS),
+                {"vram_periodic_spikes", "vram_plateau"},
+                [T0 + float(i) for i in idx],
+            )
+        )
 
     # A slow ramp that ends in an out-of-memory error.
     y = _memory(rng, n, level)
     y[60:] = np.linspace(level, 0.985 * TOTAL, n - 60) + rng.normal(0, 0.05 * GiB, n - 60)
     end = T0 + n
-    logs = [(end, "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-                  "capacity of 191.98 GiB of which 1.20 GiB is free.")]
-    out.append(Trace(f"ramp-oom-{seed}", _series(y, _points(rng, 2, n), _config(), DS, logs, running=False),
-                     {"vram_near_oom", "oom"}))
+    logs = [
+        (
+            end,
+            "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+            "capacity of 191.98 GiB of which 1.20 GiB is free.",
+        )
+    ]
+    out.append(
+        Trace(
+            f"ramp-oom-{seed}",
+            _series(y, _points(rng, 2, n), _config(), DS, logs, running=False),
+            {"vram_near_oom", "oom"},
+        )
+    )
 
     # Fragmentation: reserved memory climbs in steps, DeepSpeed flushes its allocator cache.
     y = _memory(rng, n, 80 * GiB)
     for k, start in enumerate(range(60, n, 40)):
         y[start:] += 6 * GiB
-    logs = [(T0 + s, f"[rank0]: {int(rng.integers(1, 6))} pytorch allocator cache flushes since last step. this "
-                     "happens when there is high memory pressure and is detrimental to performance.")
-            for s in range(300, n, 24)]
-    out.append(Trace(f"fragmentation-{seed}", _series(y, _points(rng, 2, n), _config(), DS, logs), {"alloc_flush"}))
+    logs = [
+        (
+            T0 + s,
+            f"[rank0]: {int(rng.integers(1, 6))} pytorch allocator cache flushes since last step. this "
+            "happens when there is high memory pressure and is detrimental to performance.",
+        )
+        for s in range(300, n, 24)
+    ]
+    out.append(
+        Trace(f"fragmentation-{seed}", _series(y, _points(rng, 2, n), _config(), DS, logs), {"alloc_flush"})
+    )
 
     # A hang: steps stop at 250 s while the process (and its memory) lives on.
     y = _memory(rng, n, level)
-    out.append(Trace(f"hang-{seed}", _series(y, _points(rng, 2, n, until=250), _config(), DS, now=T0 + n),
-                     {"stall", "vram_plateau"}))
+    out.append(
+        Trace(
+            f"hang-{seed}",
+            _series(y, _points(rng, 2, n, until=250), _config(), DS, now=T0 + n),
+            {"stall", "vram_plateau"},
+        )
+    )
 
     # fp16 loss oscillation.
     sign = 1 if rng.random() < 0.5 else -1
     osc = lambda k: 2.0 + sign * (-1) ** k * float(rng.uniform(0.4, 0.8)) + rng.normal(0, 0.05)
     y = _memory(rng, n, level)
-    out.append(Trace(f"fp16-oscillation-{seed}", _series(y, _points(rng, 2, n, loss=osc), _config(fp16=True)),
-                     {"loss_oscillation", "vram_plateau"}))
+    out.append(
+        Trace(
+            f"fp16-oscillation-{seed}",
+            _series(y, _points(rng, 2, n, loss=osc), _config(fp16=True)),
+            {"loss_oscillation", "vram_plateau"},
+        )
+    )
 
     # NaN after a while.
     k_nan = int(rng.integers(40, 120))
     nan = lambda k: float("nan") if k >= k_nan else 2.5 * math.exp(-k / 60) + 1.0 + rng.normal(0, 0.02)
     y = _memory(rng, n, level)
-    out.append(Trace(f"nan-{seed}", _series(y, _points(rng, 2, n, loss=nan), _config(fp16=True)), {"loss_nan", "vram_plateau"}))
+    out.append(
+        Trace(
+            f"nan-{seed}",
+            _series(y, _points(rng, 2, n, loss=nan), _config(fp16=True)),
+            {"loss_nan", "vram_plateau"},
+        )
+    )
 
     # Divergence: the loss falls, then climbs away.
     k_div = int(rng.integers(50, 90))
-    div = lambda k: (2.5 * math.exp(-k / 30) + 1.0 if k < k_div else 1.0 * math.exp((k - k_div) / 40)) + rng.normal(0, 0.02)
+    div = lambda k: (
+        (2.5 * math.exp(-k / 30) + 1.0 if k < k_div else 1.0 * math.exp((k - k_div) / 40))
+        + rng.normal(0, 0.02)
+    )
     y = _memory(rng, n, level)
-    out.append(Trace(f"divergence-{seed}", _series(y, _points(rng, 2, n, loss=div), _config(learning_rate=5e-4)),
-                     {"loss_divergence", "vram_plateau"}))
+    out.append(
+        Trace(
+            f"divergence-{seed}",
+            _series(y, _points(rng, 2, n, loss=div), _config(learning_rate=5e-4)),
+            {"loss_divergence", "vram_plateau"},
+        )
+    )
     out += hard(rng, seed, n, level)
     return out
 
@@ -152,18 +239,27 @@ def hard(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Trac
     for i in rng.choice(np.arange(60, n), size=8, replace=False):
         y[i] += 2 * GiB  # under 2 % of 192 GiB: noise, not a spike
     noisy = lambda k: (2.5 * math.exp(-k / 60) + 1.0) * (1 + rng.normal(0, 0.08))  # noqa: E731
-    out.append(Trace(f"noisy-healthy-{seed}", _series(y, _points(rng, 2, n, loss=noisy), _config()), {"vram_plateau"}))
+    out.append(
+        Trace(
+            f"noisy-healthy-{seed}", _series(y, _points(rng, 2, n, loss=noisy), _config()), {"vram_plateau"}
+        )
+    )
 
     ga = int(rng.choice([4, 8]))
     y = _memory(rng, n, level) + rng.normal(0, 0.3 * GiB, n)
     t, idx = 45.0, []
     while t < n - 3:
         i = int(t)
-        y[i:i + 2] += float(rng.uniform(12, 20)) * GiB
+        y[i : i + 2] += float(rng.uniform(12, 20)) * GiB
         idx.append(i)
         t += ga * MICRO_S * float(rng.uniform(0.9, 1.1))
-    out.append(Trace(f"jittered-periodic-ga{ga}-{seed}", _series(y, _points(rng, ga, n), _config(ga=ga), DS),
-                     {"vram_periodic_spikes", "vram_plateau"}))
+    out.append(
+        Trace(
+            f"jittered-periodic-ga{ga}-{seed}",
+            _series(y, _points(rng, ga, n), _config(ga=ga), DS),
+            {"vram_periodic_spikes", "vram_plateau"},
+        )
+    )
     return out
 
 
@@ -177,7 +273,10 @@ def write_run(trace: Trace, folder: Path) -> Path:
     out = folder / trace.name
     (out / "output").mkdir(parents=True, exist_ok=True)
     with open(out / "output" / "trainer_log.jsonl", "w") as f:
-        f.writelines(json.dumps({"current_steps": p.step, "total_steps": 150, "loss": p.loss, "t": p.t}) + "\n" for p in s.points)
+        f.writelines(
+            json.dumps({"current_steps": p.step, "total_steps": 150, "loss": p.loss, "t": p.t}) + "\n"
+            for p in s.points
+        )
     with open(out / "memory.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t", "gpu", "used_bytes", "total_bytes"])

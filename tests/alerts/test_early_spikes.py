@@ -32,7 +32,7 @@ def test_a_loading_peak_in_the_first_samples_is_reported_against_the_level_after
 def test_an_early_peak_is_judged_once_the_level_after_it_shows_and_stays_one_occurrence():
     run = [2, 40, 70, 40, 40, 41, 40, 40, 40, 41, 40, 40, 40, 40, 40, 41, 40, 40, 40, 40]
     ready = 3 + AFTER  # the peak ends at sample 3; AFTER samples from there show the level
-    assert spikes(run[:ready - 1]) == []
+    assert spikes(run[: ready - 1]) == []
     for n in range(ready, len(run) + 1):  # every later evaluation finds the same single peak
         (f,) = spikes(run[:n])
         assert f.times == [T0 + 2], n

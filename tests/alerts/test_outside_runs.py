@@ -40,7 +40,9 @@ def test_analyze_prints_the_labelled_alerts(runs):
 
 def test_analyze_text_and_errors(runs, tmp_path):
     _, folder = next(x for x in runs if x[0].name.startswith("periodic-ga8"))
-    r = analyze(str(folder / "output"), "--memory", str(folder / "memory.csv"), "--config", str(folder / "train.yaml"))
+    r = analyze(
+        str(folder / "output"), "--memory", str(folder / "memory.csv"), "--config", str(folder / "train.yaml")
+    )
     assert r.returncode == 0 and "WARNING  vram_periodic_spikes gpu 0" in r.stdout
     assert "gradient_accumulation_steps is 8" in r.stdout
     r = analyze(str(tmp_path))
@@ -54,9 +56,12 @@ def test_analyze_text_and_errors(runs, tmp_path):
 def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     server = app_factory()
     tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
-    files = {"trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
-             "memory": (folder / "memory.csv").read_bytes(), "config": (folder / "train.yaml").read_bytes(),
-             "log": (folder / "output" / "train.log").read_bytes()}
+    files = {
+        "trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
+        "memory": (folder / "memory.csv").read_bytes(),
+        "config": (folder / "train.yaml").read_bytes(),
+        "log": (folder / "output" / "train.log").read_bytes(),
+    }
     r = server.api.post("/api/runs/import", files=files, data={"name": "cli run"})
     assert r.status_code == 201, r.text
     job = r.json()
@@ -70,7 +75,8 @@ def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     assert len(mem["samples"]) == len(tr.series.memory[0])
     small = server.api.get(f"/api/jobs/{job['id']}/memory", params={"max_points": 50}).json()
     assert small["downsampled"] and max(s["used_bytes"] for s in small["samples"]) == max(
-        u for _, u, _ in tr.series.memory[0])
+        u for _, u, _ in tr.series.memory[0]
+    )
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     assert {a["kind"] for a in alerts} == tr.labels and not any(a["open"] for a in alerts)
     r = server.api.post("/api/runs/import", files={"trainer_log": b"{not json\n"})
@@ -96,14 +102,22 @@ def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tm
     threading.Thread(target=http.serve_forever, daemon=True).start()
     try:
         alice = token(tmp_path / "ws", "alice", "submitter")
-        server = server_factory(TUNEDECK_OPEN_WRITE="false", TUNEDECK_WEBHOOK_MIN_SEVERITY="info",
-                                TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{http.server_port}/hook"]))
+        server = server_factory(
+            TUNEDECK_OPEN_WRITE="false",
+            TUNEDECK_WEBHOOK_MIN_SEVERITY="info",
+            TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{http.server_port}/hook"]),
+        )
         tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
-        files = {"trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
-                 "memory": (folder / "memory.csv").read_bytes(), "config": (folder / "train.yaml").read_bytes(),
-                 "log": (folder / "output" / "train.log").read_bytes()}
+        files = {
+            "trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
+            "memory": (folder / "memory.csv").read_bytes(),
+            "config": (folder / "train.yaml").read_bytes(),
+            "log": (folder / "output" / "train.log").read_bytes(),
+        }
         assert server.api.post("/api/runs/import", files=files, data={"name": "x"}).status_code == 401
-        r = server.api.post("/api/runs/import", files=files, data={"name": "alice run"}, headers=bearer(alice))
+        r = server.api.post(
+            "/api/runs/import", files=files, data={"name": "alice run"}, headers=bearer(alice)
+        )
         assert r.status_code == 201, r.text
         job = r.json()
         assert job["owner"] == "alice"
@@ -114,6 +128,8 @@ def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tm
         http.shutdown()
     (done,) = [g for g in Receiver.got if g["event"] == "job_finished"]
     assert done["job_id"] == job["id"] and done["status"] == "failed"
-    assert done["text"].startswith(f"tunedeck: job {job['id']} (alice run) failed: out of memory: "), done["text"]
+    assert done["text"].startswith(f"tunedeck: job {job['id']} (alice run) failed: out of memory: "), done[
+        "text"
+    ]
     sent = {g["kind"] for g in Receiver.got if g["event"] == "alert" and g["job_id"] == job["id"]}
     assert sent == tr.labels  # every alert of the run, as a live run's would be

@@ -25,8 +25,13 @@ TOTAL = 192 * GiB
 T0 = 1_800_000_000.0
 MEMORY_KINDS = ("vram_spike", "vram_periodic_spikes", "vram_near_oom")
 MINUTE = 60  # samples: the widest excursion that must still count as one spike
-RUNS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+RUNS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def floor(level: float) -> float:
@@ -79,7 +84,7 @@ def excursion(draw):
 def test_a_big_excursion_of_any_width_raises_exactly_one_alert_at_its_start(trace, times_x, seed):
     y, level, start, width = trace
     y = y.copy()
-    y[start:start + width] += times_x * big(level)
+    y[start : start + width] += times_x * big(level)
     (f,) = memory_alerts(judged(y, seed))
     assert f.kind == "vram_spike" and f.times == [T0 + start] and f.count == 1
 
@@ -92,7 +97,7 @@ def test_bigger_never_hides_what_smaller_showed(trace, a, b, seed):
 
     def shown(size: float) -> tuple[set[str], bool]:
         z = y.copy()
-        z[start:start + width] += size
+        z[start : start + width] += size
         found = memory_alerts(judged(z, seed))
         inside = any(T0 + start <= t <= T0 + start + width for f in found for t in f.times)
         return {f.kind for f in found}, inside
@@ -103,9 +108,11 @@ def test_bigger_never_hides_what_smaller_showed(trace, a, b, seed):
 
 
 @RUNS
-@given(st.integers(120, 400).flatmap(lambda n: base_trace(n, max_amp=1.0)), st.lists(st.tuples(st.floats(0, 1), st.integers(1, 60),
-                                                                      st.floats(0, 1)), max_size=8),
-       st.integers(0, 99))
+@given(
+    st.integers(120, 400).flatmap(lambda n: base_trace(n, max_amp=1.0)),
+    st.lists(st.tuples(st.floats(0, 1), st.integers(1, 60), st.floats(0, 1)), max_size=8),
+    st.integers(0, 99),
+)
 def test_a_healthy_trace_with_noise_and_bumps_below_the_floor_raises_nothing(trace, bumps, seed):
     y, level, amp = trace
     y = y.copy()
@@ -113,7 +120,7 @@ def test_a_healthy_trace_with_noise_and_bumps_below_the_floor_raises_nothing(tra
     up = np.zeros(len(y))
     for at, width, height in bumps:  # where bumps overlap, the higher one
         i = 40 + int(at * (len(y) - 41))
-        up[i:i + width] = np.maximum(up[i:i + width], height * room)
+        up[i : i + width] = np.maximum(up[i : i + width], height * room)
     y += up
     assert memory_alerts(judged(y, seed)) == []
 
@@ -135,7 +142,7 @@ def test_periodic_spikes_are_reported_with_their_period_for_any_jitter_up_to_20_
     y, level, starts, width = trace
     y = y.copy()
     for s in starts:
-        y[s:s + width] += times_x * big(level)
+        y[s : s + width] += times_x * big(level)
     (f,) = memory_alerts(judged(y, seed))
     assert f.kind == "vram_periodic_spikes" and f.times == [T0 + s for s in starts]
     reported = float(re.search(r"every ([0-9.]+) s", f.message).group(1))
@@ -173,7 +180,7 @@ def test_the_worst_mix_of_20_percent_jitter_is_still_periodic():
 def test_near_oom_needs_three_samples_in_a_row_over_95_percent(trace, width, seed):
     y, _level, _amp = trace
     y = y.copy()
-    y[50:50 + width] = 0.96 * TOTAL + np.linspace(0, 0.02 * TOTAL, width)
+    y[50 : 50 + width] = 0.96 * TOTAL + np.linspace(0, 0.02 * TOTAL, width)
     near = [f for f in memory_alerts(judged(y, seed)) if f.kind == "vram_near_oom"]
     if width < 3:
         assert near == []
@@ -189,11 +196,13 @@ def test_the_width_gap_the_sweep_found():
     rng = np.random.default_rng(7)
     for width in [*range(1, 13), 30, 59, 60, 61, 90, 200, 300]:  # 300: up to the end of the trace
         y = 50 * GiB + rng.normal(0, 0.05 * GiB, 400)
-        y[100:100 + width] += 30 * GiB
+        y[100 : 100 + width] += 30 * GiB
         spikes = [f for f in judged(y, width) if f.kind in ("vram_spike", "vram_periodic_spikes")]
         if width <= MINUTE:
             (f,) = spikes
-            assert f.times == [T0 + 100] and re.search(r"\+(29\.9|30\.\d) GiB above the (49\.9|50\.\d) GiB", f.message)
+            assert f.times == [T0 + 100] and re.search(
+                r"\+(29\.9|30\.\d) GiB above the (49\.9|50\.\d) GiB", f.message
+            )
             assert ("the longest lasted" in f.message) == (width > 3)
         else:
             assert spikes == [], width
@@ -214,8 +223,68 @@ def test_a_rise_that_ends_in_memory_freed_is_not_a_spike():
 def test_a_climb_that_overshoots_into_a_noisy_line_is_not_a_spike():
     """The warm-up climb's last sample stands above the line that follows and the line's noise dips a
     few samples later (a trace the corpus generator drew): a climb has no settled level to rise from."""
-    climb = [1.68, 4.38, 6.31, 9.34, 10.57, 13.43, 14.98, 16.81, 18.87, 21.17, 23.97, 25.04, 27.72, 30.03, 32.39,
-             34.58, 36.85, 39.85, 39.62, 42.45, 45.69, 48.06, 48.83, 51.15, 53.84, 55.7, 58.6, 59.65, 62.58, 65.41]
-    line = [64.1, 64.14, 64.56, 64.93, 62.68, 63.53, 64.39, 64.83, 64.76, 64.57, 64.89, 65.17, 64.36, 63.84, 65.01,
-            64.72, 65.26, 64.54, 64.61, 64.64, 64.68, 65.13, 64.24, 64.69, 65.23, 64.82, 64.8, 64.89, 64.0, 64.79] * 4
+    climb = [
+        1.68,
+        4.38,
+        6.31,
+        9.34,
+        10.57,
+        13.43,
+        14.98,
+        16.81,
+        18.87,
+        21.17,
+        23.97,
+        25.04,
+        27.72,
+        30.03,
+        32.39,
+        34.58,
+        36.85,
+        39.85,
+        39.62,
+        42.45,
+        45.69,
+        48.06,
+        48.83,
+        51.15,
+        53.84,
+        55.7,
+        58.6,
+        59.65,
+        62.58,
+        65.41,
+    ]
+    line = [
+        64.1,
+        64.14,
+        64.56,
+        64.93,
+        62.68,
+        63.53,
+        64.39,
+        64.83,
+        64.76,
+        64.57,
+        64.89,
+        65.17,
+        64.36,
+        63.84,
+        65.01,
+        64.72,
+        65.26,
+        64.54,
+        64.61,
+        64.64,
+        64.68,
+        65.13,
+        64.24,
+        64.69,
+        65.23,
+        64.82,
+        64.8,
+        64.89,
+        64.0,
+        64.79,
+    ] * 4
     assert memory_alerts(judged(np.array(climb + line) * GiB, 0)) == []

@@ -27,8 +27,14 @@ GiB = 1024**3
 
 def new_job(engine, **kw) -> int:
     with Session(engine) as s:
-        job = Job(name="j", spec="{}", train_yaml="gradient_accumulation_steps: 4\nper_device_train_batch_size: 2\n",
-                  status=JobStatus.running, devices="0", **kw)
+        job = Job(
+            name="j",
+            spec="{}",
+            train_yaml="gradient_accumulation_steps: 4\nper_device_train_batch_size: 2\n",
+            status=JobStatus.running,
+            devices="0",
+            **kw,
+        )
         s.add(job)
         s.commit()
         return job.id
@@ -39,13 +45,32 @@ def batches(trace, per: int = 10):
     mem = trace.series.memory[0]
     pts = trace.series.points
     for seq, k in enumerate(range(0, len(mem), per)):
-        chunk = mem[k:k + per]
+        chunk = mem[k : k + per]
         t_end = chunk[-1][0]
-        yield t_end, {"seq": seq, "memory": [{"line": k + i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot,
-                                              "name": "AMD Instinct MI300X"} for i, (t, u, tot) in enumerate(chunk)],
-                      "metrics": [{"line": i, "t": p.t, "raw": json.dumps({"current_steps": p.step, "loss": p.loss})}
-                                  for i, p in enumerate(pts) if chunk[0][0] <= p.t <= t_end],
-                      "logs": [], "states": []}
+        yield (
+            t_end,
+            {
+                "seq": seq,
+                "memory": [
+                    {
+                        "line": k + i,
+                        "t": t,
+                        "gpu": 0,
+                        "used_bytes": u,
+                        "total_bytes": tot,
+                        "name": "AMD Instinct MI300X",
+                    }
+                    for i, (t, u, tot) in enumerate(chunk)
+                ],
+                "metrics": [
+                    {"line": i, "t": p.t, "raw": json.dumps({"current_steps": p.step, "loss": p.loss})}
+                    for i, p in enumerate(pts)
+                    if chunk[0][0] <= p.t <= t_end
+                ],
+                "logs": [],
+                "states": [],
+            },
+        )
 
 
 def open_alerts(engine, job_id):
@@ -95,17 +120,22 @@ def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
     y[100] += 30 * GiB
     y[800] += 30 * GiB
     t0 = 1_800_000_000.0
-    rows = [{"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
-            for i, v in enumerate(y)]
+    rows = [
+        {"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
+        for i, v in enumerate(y)
+    ]
     tracker = alerts.Tracker(engine, alerts.Limits(hold_s=300))
 
     def upto(i: int):
         with engine.begin() as conn:
-            conn.execute(MemorySample.__table__.insert(), [r for r in rows if r["line"] <= i and r["line"] > upto.done])
+            conn.execute(
+                MemorySample.__table__.insert(), [r for r in rows if r["line"] <= i and r["line"] > upto.done]
+            )
         upto.done = i
         tracker.evaluate(job_id, now=t0 + i)
         with Session(engine) as s:
             return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
+
     upto.done = -1
     (a,) = upto(101)
     assert a.open and a.count == 1 and a.t == t0 + 100
@@ -127,17 +157,20 @@ def test_downsampling_keeps_every_peak(tmp_path):
         writer.submit(job_id, batch).result(timeout=10)
     writer.stop()
     with Session(engine) as s:
-        rows, nxt, reduced = memory.memory_page(s, job_id=job_id, gpu=None, after=None, max_points=100, t0=None,
-                                                t1=None, limit=1000)
+        rows, nxt, reduced = memory.memory_page(
+            s, job_id=job_id, gpu=None, after=None, max_points=100, t0=None, t1=None, limit=1000
+        )
         assert reduced and len(rows) <= 200
         kept = {r.t for r in rows}
         assert set(trace.spike_times) <= kept  # 36 spikes in 600 samples: every one in ≤ 200 points
         t0 = trace.spike_times[10] - 5
-        win, _, _ = memory.memory_page(s, job_id=job_id, gpu=0, after=None, max_points=None, t0=t0, t1=t0 + 10,
-                                       limit=1000)
+        win, _, _ = memory.memory_page(
+            s, job_id=job_id, gpu=0, after=None, max_points=None, t0=t0, t1=t0 + 10, limit=1000
+        )
         assert [r.t for r in win] == [t0 + i for i in range(11)]
-        page, nxt, reduced = memory.memory_page(s, job_id=job_id, gpu=None, after=None, max_points=None, t0=None,
-                                                t1=None, limit=50)
+        page, nxt, reduced = memory.memory_page(
+            s, job_id=job_id, gpu=None, after=None, max_points=None, t0=None, t1=None, limit=50
+        )
         assert not reduced and len(page) == 50 and nxt == page[-1].id
 
 
@@ -165,9 +198,12 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     job_id = new_job(engine)
-    settings = Settings(workspace=tmp_path, webhook_urls=[f"http://127.0.0.1:{http.server_port}/hook",
-                                                          "http://127.0.0.1:9/dead"],
-                        webhook_min_severity="critical", webhook_retries=2)
+    settings = Settings(
+        workspace=tmp_path,
+        webhook_urls=[f"http://127.0.0.1:{http.server_port}/hook", "http://127.0.0.1:9/dead"],
+        webhook_min_severity="critical",
+        webhook_retries=2,
+    )
     notifier = Notifier(settings, engine)
     notifier.start()
     try:
@@ -179,10 +215,28 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
         engine_thread.start()
         for _, batch in batches(trace, per=50):
             writer.submit(job_id, batch).result(timeout=10)  # returns while webhooks still retry
-        writer.submit(job_id, {"seq": 99, "logs": [{"line": 0, "t": trace.series.logs[0][0], "stream": "stderr",
-                                                    "text": trace.series.logs[0][1]}],
-                               "states": [{"event": "exited", "exit_code": 1, "cancelled": False,
-                                           "cause": "out of memory: HIP out of memory"}]}).result(timeout=10)
+        writer.submit(
+            job_id,
+            {
+                "seq": 99,
+                "logs": [
+                    {
+                        "line": 0,
+                        "t": trace.series.logs[0][0],
+                        "stream": "stderr",
+                        "text": trace.series.logs[0][1],
+                    }
+                ],
+                "states": [
+                    {
+                        "event": "exited",
+                        "exit_code": 1,
+                        "cancelled": False,
+                        "cause": "out of memory: HIP out of memory",
+                    }
+                ],
+            },
+        ).result(timeout=10)
         deadline = time.monotonic() + 60
         while len(Hook.got) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -24,7 +24,9 @@ GiB = 1024**3
 
 
 def key(findings) -> list[tuple]:
-    return [(f.kind, f.gpu, f.times, f.count, f.first, f.step, f.message, f.suggestion, f.open) for f in findings]
+    return [
+        (f.kind, f.gpu, f.times, f.count, f.first, f.step, f.message, f.suggestion, f.open) for f in findings
+    ]
 
 
 def chunked(s: Series, rng: random.Random) -> Run:
@@ -54,19 +56,24 @@ def test_streaming_in_random_chunks_equals_the_whole_series(seed):
     for tr in generate(seed):
         whole = analyze(tr.series)
         assert {f.kind for f in whole} == tr.labels, tr.name
-        assert key(chunked(tr.series, rng).findings(running=tr.series.running, now=tr.series.now)) == key(whole), tr.name
+        assert key(chunked(tr.series, rng).findings(running=tr.series.running, now=tr.series.now)) == key(
+            whole
+        ), tr.name
 
 
 def test_the_first_samples_agree_at_every_length():
     """The first samples are judged on what there is so far; each prefix, fed sample by sample,
     reads the same as that prefix fed whole."""
     tr = next(t for t in generate(1) if t.name.startswith("single-spike"))
-    y = [(T0 + i, int(v * GiB), TOTAL) for i, v in enumerate([2, 40, 70, 40, 40, 41, 40, 40, 40, 41, 40, 40, 90, 40])]
+    y = [
+        (T0 + i, int(v * GiB), TOTAL)
+        for i, v in enumerate([2, 40, 70, 40, 40, 41, 40, 40, 40, 41, 40, 40, 90, 40])
+    ]
     s = Series(memory={0: y}, config=tr.series.config, devices=[0], running=True)
     run = Run(s)
     for k, x in enumerate(y):
         run.feed_memory(0, [x[0]], [x[1]], [x[2]])
-        prefix = Series(memory={0: y[:k + 1]}, config=s.config, devices=[0], running=True)
+        prefix = Series(memory={0: y[: k + 1]}, config=s.config, devices=[0], running=True)
         assert key(run.findings(running=True)) == key(analyze(prefix)), k
 
 
@@ -75,14 +82,22 @@ def test_the_first_samples_agree_at_every_length():
 
 def new_job(engine, series: Series) -> int:
     with Session(engine) as s:
-        job = Job(name="j", spec="{}", train_yaml=yaml.safe_dump(series.config), status=JobStatus.running,
-                  ds_config=json.dumps(series.ds) if series.ds else None, devices=",".join(map(str, series.devices)))
+        job = Job(
+            name="j",
+            spec="{}",
+            train_yaml=yaml.safe_dump(series.config),
+            status=JobStatus.running,
+            ds_config=json.dumps(series.ds) if series.ds else None,
+            devices=",".join(map(str, series.devices)),
+        )
         s.add(job)
         s.commit()
         return job.id
 
 
-def store(engine, job_id: int, trace, rng: random.Random, tracker: alerts.Tracker, *, until: float | None = None):
+def store(
+    engine, job_id: int, trace, rng: random.Random, tracker: alerts.Tracker, *, until: float | None = None
+):
     """The trace's rows in runner batches of random size, the tracker evaluating after each."""
     s = trace.series
     mem = [(i, x) for i, x in enumerate(s.memory[0]) if until is None or x[0] <= until]
@@ -91,12 +106,29 @@ def store(engine, job_id: int, trace, rng: random.Random, tracker: alerts.Tracke
     seq = 0
     while mem or pts or logs:
         n = rng.choice([1, 4, 9, 30, 120])
-        horizon = (mem[min(n, len(mem)) - 1][1][0] if mem else float("inf"))
-        batch = {"seq": seq, "memory": [{"line": i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot, "name": "AMD Instinct MI300X"}
-                            for i, (t, u, tot) in mem[:n]],
-                 "metrics": [{"line": i, "t": p.t, "raw": json.dumps({"current_steps": p.step, "loss": p.loss})}
-                             for i, p in pts if p.t <= horizon],
-                 "logs": [{"line": i, "t": t, "stream": "stdout", "text": x} for i, (t, x) in logs if t <= horizon]}
+        horizon = mem[min(n, len(mem)) - 1][1][0] if mem else float("inf")
+        batch = {
+            "seq": seq,
+            "memory": [
+                {
+                    "line": i,
+                    "t": t,
+                    "gpu": 0,
+                    "used_bytes": u,
+                    "total_bytes": tot,
+                    "name": "AMD Instinct MI300X",
+                }
+                for i, (t, u, tot) in mem[:n]
+            ],
+            "metrics": [
+                {"line": i, "t": p.t, "raw": json.dumps({"current_steps": p.step, "loss": p.loss})}
+                for i, p in pts
+                if p.t <= horizon
+            ],
+            "logs": [
+                {"line": i, "t": t, "stream": "stdout", "text": x} for i, (t, x) in logs if t <= horizon
+            ],
+        }
         mem, seq = mem[n:], seq + 1
         pts = [(i, p) for i, p in pts if p.t > horizon]
         logs = [(i, x) for i, x in logs if x[0] > horizon]
@@ -128,8 +160,10 @@ def test_the_tracker_reads_only_the_rows_stored_since_its_last_pass(tmp_path):
     upgrade(engine)
     s = next(t for t in generate(0) if t.name.startswith("single-spike")).series
     job_id, other = new_job(engine, s), new_job(engine, s)
-    rows = [{"job_id": job_id, "line": i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot}
-            for i, (t, u, tot) in enumerate(s.memory[0])]
+    rows = [
+        {"job_id": job_id, "line": i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot}
+        for i, (t, u, tot) in enumerate(s.memory[0])
+    ]
     with engine.begin() as conn:
         conn.execute(MemorySample.__table__.insert(), rows[:500])
         conn.execute(MemorySample.__table__.insert(), [{**r, "job_id": other} for r in rows])
@@ -139,7 +173,7 @@ def test_the_tracker_reads_only_the_rows_stored_since_its_last_pass(tmp_path):
     for k in range(500, 600, 20):
         before = tracker.rows
         with engine.begin() as conn:
-            conn.execute(MemorySample.__table__.insert(), rows[k:k + 20])
+            conn.execute(MemorySample.__table__.insert(), rows[k : k + 20])
         tracker.evaluate(job_id, now=rows[k + 19]["t"])
         assert tracker.rows - before == 20
     final = tracker.jobs[job_id].run.findings(running=True, now=rows[-1]["t"])
@@ -155,10 +189,14 @@ def test_rows_stored_out_of_order_rebuild_the_state(tmp_path):
     rng = np.random.default_rng(0)
     y = 50 * GiB + rng.normal(0, 0.05 * GiB, 300)
     y[120:126] += 30 * GiB  # six samples wide, inside the batch that comes late
-    s = Series(memory={0: [(T0 + i, int(v), TOTAL) for i, v in enumerate(y)]}, config={}, devices=[0], running=True)
+    s = Series(
+        memory={0: [(T0 + i, int(v), TOTAL) for i, v in enumerate(y)]}, config={}, devices=[0], running=True
+    )
     job_id = new_job(engine, s)
-    rows = [{"job_id": job_id, "line": i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot}
-            for i, (t, u, tot) in enumerate(s.memory[0])]
+    rows = [
+        {"job_id": job_id, "line": i, "t": t, "gpu": 0, "used_bytes": u, "total_bytes": tot}
+        for i, (t, u, tot) in enumerate(s.memory[0])
+    ]
     tracker = alerts.Tracker(engine, Limits())
     for part in (rows[:100], rows[150:], rows[100:150]):
         with engine.begin() as conn:

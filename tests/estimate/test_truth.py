@@ -126,7 +126,13 @@ def test_model_states_match_deepspeeds_own_estimators(demo_model, tmp_path):
                 "zero2 offload optimizer": model_states(config, zero(2, offload_optimizer=True), gpus),
             }
             for case, expected in truth.items():
-                assert abs(ours[case] - expected) <= 3, (config["hidden_size"], gpus, case, ours[case], expected)
+                assert abs(ours[case] - expected) <= 3, (
+                    config["hidden_size"],
+                    gpus,
+                    case,
+                    ours[case],
+                    expected,
+                )
             # With the optimizer offloaded, DeepSpeed's GPU share is the 16-bit weights whatever is trainable:
             # training the last layer only holds as much as training all of them.
             freeze = {**FULL, "finetuning_type": "freeze", "freeze_trainable_layers": 1}
@@ -135,7 +141,11 @@ def test_model_states_match_deepspeeds_own_estimators(demo_model, tmp_path):
                 ("zero3 offload all", zero(3, True, True)),
                 ("zero2 offload optimizer", zero(2, offload_optimizer=True)),
             ):
-                assert abs(model_states(config, ds, gpus, freeze) - truth[case]) <= 3, (config["hidden_size"], gpus, case)
+                assert abs(model_states(config, ds, gpus, freeze) - truth[case]) <= 3, (
+                    config["hidden_size"],
+                    gpus,
+                    case,
+                )
 
 
 # The ZeRO paper (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter

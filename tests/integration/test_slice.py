@@ -63,8 +63,14 @@ def test_deepspeed_zero3_seed_config(server_factory, assets):
     ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
     ds["fp16"]["enabled"] = False
     server = server_factory()
-    created = server.submit({"name": "zero3", "config": demo_config(assets, max_steps=10, eval_steps=5,
-                                                                     save_steps=10), "deepspeed": ds, "gpus": 0})
+    created = server.submit(
+        {
+            "name": "zero3",
+            "config": demo_config(assets, max_steps=10, eval_steps=5, save_steps=10),
+            "deepspeed": ds,
+            "gpus": 0,
+        }
+    )
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=400)
     assert job["status"] == "succeeded", job
     config = server.api.get(f"/api/jobs/{job['id']}/config").json()
@@ -82,8 +88,14 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
     if deepspeed:  # under torchrun only the workers hold the stop handler
         ds = json.loads((CONFIGS / f"{deepspeed}.json").read_text())
         ds["fp16"]["enabled"] = False
-    created = server.submit({"name": "long", "config": demo_config(assets, max_steps=2000, save_steps=1000),
-                             "deepspeed": ds, "gpus": 0})
+    created = server.submit(
+        {
+            "name": "long",
+            "config": demo_config(assets, max_steps=2000, save_steps=1000),
+            "deepspeed": ds,
+            "gpus": 0,
+        }
+    )
     deadline = time.monotonic() + 120
     while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
         assert time.monotonic() < deadline, "no metric point arrived"
@@ -100,7 +112,9 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
 
 def test_bad_dataset_fails_with_cause(server_factory, assets):
     server = server_factory()
-    created = server.submit({"name": "bad data", "config": demo_config(assets, dataset="no_such_set"), "gpus": 0})
+    created = server.submit(
+        {"name": "bad data", "config": demo_config(assets, dataset="no_such_set"), "gpus": 0}
+    )
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
     assert job["status"] == "failed"
     assert "Undefined dataset no_such_set" in job["error"]
@@ -116,7 +130,9 @@ def test_refused_before_launch(app_factory, assets, tmp_path):
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    r = server.api.post("/api/jobs", json={"name": "escape", "config": demo_config(assets, model_name_or_path=str(outside))})
+    r = server.api.post(
+        "/api/jobs", json={"name": "escape", "config": demo_config(assets, model_name_or_path=str(outside))}
+    )
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == ["config", "model_name_or_path"]
     assert "outside the allowed roots" in r.json()["detail"][0]["msg"]

@@ -131,9 +131,7 @@ def test_values_contradicting_the_training_arguments():
     assert "DS006" not in codes(lint.lint_deepspeed(off, {}))
     # "auto" is filled, never a contradiction.
     assert "DS006" not in codes(
-        lint.lint_deepspeed(
-            json.loads((CONFIGS / "ds_z2_rocm.json").read_text()), {"bf16": True}, gpus=8
-        )
+        lint.lint_deepspeed(json.loads((CONFIGS / "ds_z2_rocm.json").read_text()), {"bf16": True}, gpus=8)
     )
 
 

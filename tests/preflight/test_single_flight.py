@@ -31,8 +31,9 @@ EOF
 
 def test_concurrent_refreshes_share_one_probe(server_factory, tmp_path):
     python, starts, release = counting_python(tmp_path)
-    server = server_factory(TUNEDECK_TRAIN_PYTHON=str(python), TUNEDECK_GPU_SLOTS="0",
-                            TUNEDECK_PREFLIGHT_REFRESH_MIN_S="600")
+    server = server_factory(
+        TUNEDECK_TRAIN_PYTHON=str(python), TUNEDECK_GPU_SLOTS="0", TUNEDECK_PREFLIGHT_REFRESH_MIN_S="600"
+    )
 
     def refresh() -> dict:
         with httpx.Client(base_url=server.url, timeout=180) as c:
@@ -49,7 +50,9 @@ def test_concurrent_refreshes_share_one_probe(server_factory, tmp_path):
         release.touch()
         results = [f.result() for f in asked]
     assert len(starts.read_text().splitlines()) == 1
-    assert len({r["checked_at"] for r in results}) == 1 and results[0]["summary"] == "ROCm 6.2.41133: 2× gfx942"
+    assert (
+        len({r["checked_at"] for r in results}) == 1 and results[0]["summary"] == "ROCm 6.2.41133: 2× gfx942"
+    )
     # A refresh right after it (a page reloaded in a loop) gets the same probe's answer.
     assert refresh()["checked_at"] == results[0]["checked_at"]
     assert len(starts.read_text().splitlines()) == 1

@@ -65,10 +65,18 @@ def test_watch_falls_back_to_polling_and_says_why(tmp_path):
 
 
 def test_memory_rows_go_as_columns():
-    rows = [{"line": 0, "t": 1.0, "gpu": 0, "used_bytes": 5, "total_bytes": 9, "util": None, "name": "A"},
-            {"line": 1, "t": 1.0, "gpu": 1, "used_bytes": 6, "total_bytes": 9, "util": None, "name": None}]
-    assert columns(rows) == {"line": [0, 1], "t": [1.0, 1.0], "gpu": [0, 1], "used_bytes": [5, 6],
-                             "total_bytes": [9, 9], "name": ["A", None]}
+    rows = [
+        {"line": 0, "t": 1.0, "gpu": 0, "used_bytes": 5, "total_bytes": 9, "util": None, "name": "A"},
+        {"line": 1, "t": 1.0, "gpu": 1, "used_bytes": 6, "total_bytes": 9, "util": None, "name": None},
+    ]
+    assert columns(rows) == {
+        "line": [0, 1],
+        "t": [1.0, 1.0],
+        "gpu": [0, 1],
+        "used_bytes": [5, 6],
+        "total_bytes": [9, 9],
+        "name": ["A", None],
+    }
 
 
 def append_in_bursts(log: Path, lines: list[str], rng: random.Random) -> None:
@@ -76,7 +84,7 @@ def append_in_bursts(log: Path, lines: list[str], rng: random.Random) -> None:
     split them."""
     i = 0
     while i < len(lines):
-        burst = lines[i:i + rng.randint(1, 20)]
+        burst = lines[i : i + rng.randint(1, 20)]
         text = "".join(x + "\n" for x in burst)
         cut = rng.randrange(len(text)) if rng.random() < 0.3 else len(text)
         for part in (text[:cut], text[cut:]):
@@ -89,8 +97,10 @@ def append_in_bursts(log: Path, lines: list[str], rng: random.Random) -> None:
 def stream_steps(server, job_id: int, want: int) -> list[int]:
     """The steps of every metric event of the job's stream from the start, until `want` arrived."""
     steps: list[int] = []
-    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(30, read=120)) as c, \
-            c.stream("GET", "/api/stream", params={"job": job_id}) as r:
+    with (
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(30, read=120)) as c,
+        c.stream("GET", "/api/stream", params={"job": job_id}) as r,
+    ):
         for ev in events(r):
             if ev["event"] == "metrics":
                 steps += [p["step"] for p in ev["data"]]
@@ -103,24 +113,37 @@ def stream_steps(server, job_id: int, want: int) -> list[int]:
 def test_runner_delivers_every_appended_line_once(server_factory, assets, tmp_path, watch):
     # Only the watch under test can deliver a line: the flush timer and the memory sampler never fire,
     # and a polling runner polls only in the poll case.
-    server = server_factory(TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "train-env")),
-                            TUNEDECK_RUNNER_WATCH=watch, TUNEDECK_TELEMETRY_FLUSH_S=NEVER,
-                            TUNEDECK_MEMORY_SAMPLE_S=NEVER,
-                            TUNEDECK_RUNNER_POLL_S="0.05" if watch == "poll" else NEVER)
+    server = server_factory(
+        TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "train-env")),
+        TUNEDECK_RUNNER_WATCH=watch,
+        TUNEDECK_TELEMETRY_FLUSH_S=NEVER,
+        TUNEDECK_MEMORY_SAMPLE_S=NEVER,
+        TUNEDECK_RUNNER_POLL_S="0.05" if watch == "poll" else NEVER,
+    )
     job = server.submit({"name": "held", "gpus": 0, "config": demo_config(assets)})  # runs until released
     wait_for(lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job")
     out = Path(job["output_dir"])
     wait_for(out.is_dir, "output folder made by the runner")
     n = 400
-    lines = [json.dumps({"current_steps": s, "total_steps": n, "loss": 1.0 + 1 / s, "epoch": s / n}) for s in range(1, n + 1)]
+    lines = [
+        json.dumps({"current_steps": s, "total_steps": n, "loss": 1.0 + 1 / s, "epoch": s / n})
+        for s in range(1, n + 1)
+    ]
     append_in_bursts(out / "trainer_log.jsonl", lines[:200], random.Random(watch))
     # The first half is delivered while the trainer still runs (the exit flush would hide a dead watch).
-    wait_for(lambda: len(server.api.get(f"/api/jobs/{job['id']}/metrics", params={"limit": 1000}).json()["points"])
-             >= 200, "first half of the lines")
+    wait_for(
+        lambda: (
+            len(server.api.get(f"/api/jobs/{job['id']}/metrics", params={"limit": 1000}).json()["points"])
+            >= 200
+        ),
+        "first half of the lines",
+    )
     append_in_bursts(out / "trainer_log.jsonl", lines[200:], random.Random(watch + "2"))
     assert stream_steps(server, job["id"], n) == list(range(1, n + 1))
     points = server.all(job["id"], "metrics")
-    assert [(p["step"], p["loss"]) for p in points] == [(s, 1.0 + 1 / s) for s in range(1, n + 1)]  # whole lines
+    assert [(p["step"], p["loss"]) for p in points] == [
+        (s, 1.0 + 1 / s) for s in range(1, n + 1)
+    ]  # whole lines
 
     (Path(job["run_dir"]) / "release").touch()
     done = server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)

@@ -15,15 +15,35 @@ from tunedeck.runner.report import Reporter, merge
 
 
 def test_merge_keeps_every_item_and_numbers_as_the_last():
-    a = {"seq": 3, "metrics": [{"line": 0}], "logs": [], "states": [],
-         "memory": {"line": [0, 1], "t": [1.0, 1.0], "gpu": [0, 1], "used_bytes": [5, 6], "name": ["A", "B"]}}
+    a = {
+        "seq": 3,
+        "metrics": [{"line": 0}],
+        "logs": [],
+        "states": [],
+        "memory": {"line": [0, 1], "t": [1.0, 1.0], "gpu": [0, 1], "used_bytes": [5, 6], "name": ["A", "B"]},
+    }
     b = {"seq": 4, "metrics": [], "logs": [{"line": 0}], "states": [{"event": "exited"}]}
-    c = {"seq": 5, "metrics": [{"line": 1}], "logs": [], "states": [],
-         "memory": {"line": [2], "t": [2.0], "gpu": [0], "used_bytes": [7], "util": [0.5]}}
+    c = {
+        "seq": 5,
+        "metrics": [{"line": 1}],
+        "logs": [],
+        "states": [],
+        "memory": {"line": [2], "t": [2.0], "gpu": [0], "used_bytes": [7], "util": [0.5]},
+    }
     assert merge([a, b, c]) == {
-        "seq": 5, "metrics": [{"line": 0}, {"line": 1}], "logs": [{"line": 0}], "states": [{"event": "exited"}],
-        "memory": {"line": [0, 1, 2], "t": [1.0, 1.0, 2.0], "gpu": [0, 1, 0], "used_bytes": [5, 6, 7],
-                   "name": ["A", "B", None], "util": [None, None, 0.5]}}
+        "seq": 5,
+        "metrics": [{"line": 0}, {"line": 1}],
+        "logs": [{"line": 0}],
+        "states": [{"event": "exited"}],
+        "memory": {
+            "line": [0, 1, 2],
+            "t": [1.0, 1.0, 2.0],
+            "gpu": [0, 1, 0],
+            "used_bytes": [5, 6, 7],
+            "name": ["A", "B", None],
+            "util": [None, None, 0.5],
+        },
+    }
     assert merge([a]) is a
 
 
@@ -39,8 +59,10 @@ def test_queued_batches_go_together_and_a_refused_one_alone(server_factory, asse
     job = server.submit({"name": "reporter", "gpus": 0, "config": demo_config(assets)})
     token = "runner-secret"
     with sqlite3.connect(server.workspace / "tunedeck.db") as db:  # what the scheduler does at launch
-        db.execute("UPDATE jobs SET runner_token_hash=? WHERE id=?", (hashlib.sha256(token.encode()).hexdigest(),
-                                                                     job["id"]))
+        db.execute(
+            "UPDATE jobs SET runner_token_hash=? WHERE id=?",
+            (hashlib.sha256(token.encode()).hexdigest(), job["id"]),
+        )
     reporter = Reporter(url=server.url, job_id=job["id"], token=token, run_dir=tmp_path, retry_max_s=1)
     good = [n for n in range(40) if n != 25]
     # The server is stopped while the batches are made: they all wait for one request to end.
@@ -48,8 +70,12 @@ def test_queued_batches_go_together_and_a_refused_one_alone(server_factory, asse
     try:
         for n in range(40):
             sample = {"line": n, "t": 1.0 + n, "gpu": 0, "used_bytes": -1 if n == 25 else 2**30 + n}
-            reporter.add(metrics=[{"line": n, "t": 1.0 + n, "raw": json.dumps({"current_steps": n + 1})}]
-                         if n != 25 else [], memory=[sample])
+            reporter.add(
+                metrics=[{"line": n, "t": 1.0 + n, "raw": json.dumps({"current_steps": n + 1})}]
+                if n != 25
+                else [],
+                memory=[sample],
+            )
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
     assert reporter.drain(120), "batches left undelivered"

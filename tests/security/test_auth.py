@@ -14,7 +14,9 @@ from tests.utils.factories import create_token
 
 def cli(workspace, *args: str) -> subprocess.CompletedProcess:  # noqa: ANN001
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(workspace)}
-    return subprocess.run([sys.executable, "-m", "tunedeck.cli", *args], env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", *args], env=env, capture_output=True, text=True
+    )
 
 
 def token(workspace, name: str, role: str) -> str:  # noqa: ANN001
@@ -34,9 +36,14 @@ def test_roles_and_ownership(app_factory, assets, tmp_path):
     listing = cli(ws, "token", "list").stdout
     assert "alice" in listing and alice not in listing  # values are never shown again
 
-    server = app_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    server = app_factory(
+        TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true"
+    )
     bob = create_token(server.engine, "bob", "submitter")
-    viewer, admin = create_token(server.engine, "wall", "viewer"), create_token(server.engine, "root", "admin")
+    viewer, admin = (
+        create_token(server.engine, "wall", "viewer"),
+        create_token(server.engine, "root", "admin"),
+    )
     api = server.api
     spec = {"name": "held", "config": demo_config(assets), "gpus": 0}
     assert api.get("/api/jobs").status_code == 401
@@ -71,8 +78,13 @@ def test_roles_and_ownership(app_factory, assets, tmp_path):
 
 def test_open_writes_only_on_loopback(tmp_path, assets):
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(tmp_path / "ws")}
-    r = subprocess.run([sys.executable, "-m", "tunedeck.cli", "serve", "--host", "0.0.0.0"], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", "serve", "--host", "0.0.0.0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "TUNEDECK_OPEN_WRITE" in r.stderr
     server = Server(tmp_path / "ws2", assets, TUNEDECK_HOST="0.0.0.0", TUNEDECK_OPEN_WRITE="false")
     try:
@@ -91,15 +103,19 @@ def test_body_limits(server_factory):
         for _ in range(20):
             yield b"a" * 8192
 
-    r = httpx.post(f"{server.url}/api/jobs/yaml?name=x", content=chunks(),
-                   headers={"content-type": "application/yaml", "X-Tunedeck": "1"})
+    r = httpx.post(
+        f"{server.url}/api/jobs/yaml?name=x",
+        content=chunks(),
+        headers={"content-type": "application/yaml", "X-Tunedeck": "1"},
+    )
     assert r.status_code == 413
     deep = "[" * 5000 + "]" * 5000
     r = server.api.post("/api/jobs", content=deep, headers={"content-type": "application/json"})
     assert r.status_code in (400, 422)  # refused as unparseable, not a crash
     bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
-    r = server.api.post("/api/jobs/yaml", params={"name": "bomb"}, content=bomb,
-                        headers={"content-type": "application/yaml"})
+    r = server.api.post(
+        "/api/jobs/yaml", params={"name": "bomb"}, content=bomb, headers={"content-type": "application/yaml"}
+    )
     assert r.status_code == 422 and "aliases" in r.json()["detail"][0]["msg"]
     r = server.api.post("/api/jobs", json={"name": "../../etc", "config": {}})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "name"]

@@ -43,8 +43,12 @@ def test_job_names_follow_one_rule_on_every_route(server, assets):
         assert "pattern" in only(r, ["query", "name"])["msg"]
         r = post(server, "/api/jobs", json={"name": name, "config": demo_config(assets)})
         only(r, ["body", "name"])
-        r = post(server, "/api/runs/import", files={"trainer_log": b'{"current_steps": 1, "loss": 1.0}\n'},
-                 data={"name": name})
+        r = post(
+            server,
+            "/api/runs/import",
+            files={"trainer_log": b'{"current_steps": 1, "loss": 1.0}\n'},
+            data={"name": name},
+        )
         only(r, ["body", "name"])
     r = post(server, "/api/jobs/yaml", params={"name": "fine name_1.0+x"}, content=train_yaml, headers=YAML)
     assert r.status_code == 201, r.text
@@ -64,7 +68,9 @@ def test_yaml_values_json_cannot_carry_are_refused_at_the_key(server, assets):
 
 def test_lone_surrogates_in_a_json_config_are_refused(server, assets):
     # Python's JSON writer escapes what it is given: the lone surrogate goes in as the escape text.
-    value = json.dumps({"name": "s", "config": demo_config(assets, run_name="@@")}).replace('"@@"', r'"\ud800"')
+    value = json.dumps({"name": "s", "config": demo_config(assets, run_name="@@")}).replace(
+        '"@@"', r'"\ud800"'
+    )
     key = json.dumps({"name": "s", "config": demo_config(assets, **{"@@": 1})}).replace('"@@"', r'"\ud800"')
     for body, where in ((value, "run_name"), (key, "a key of config")):
         for path in ("/api/jobs", "/api/lint", "/api/ui/preview"):
@@ -75,20 +81,30 @@ def test_lone_surrogates_in_a_json_config_are_refused(server, assets):
 def test_a_stream_cursor_beyond_64_bits_is_a_422(server):
     huge = "m9223372036854775808-l0-s0-a0-j0"
     with httpx.Client(base_url=server.url, timeout=60) as c:
-        for params, headers, loc in (({"cursor": huge}, {}, ["query", "cursor"]),
-                                     ({}, {"Last-Event-ID": huge}, ["header", "last-event-id"]),
-                                     ({"cursor": "m" + "9" * 5000 + "-l0-s0-a0-j0"}, {}, ["query", "cursor"])):
+        for params, headers, loc in (
+            ({"cursor": huge}, {}, ["query", "cursor"]),
+            ({}, {"Last-Event-ID": huge}, ["header", "last-event-id"]),
+            ({"cursor": "m" + "9" * 5000 + "-l0-s0-a0-j0"}, {}, ["query", "cursor"]),
+        ):
             with c.stream("GET", "/api/stream", params=params, headers=headers) as r:
                 assert r.status_code == 422
                 r.read()
                 assert r.json()["detail"][0]["loc"] == loc
 
 
-@pytest.mark.parametrize("key, value", [
-    ("learning_rate", ".nan"), ("learning_rate", ".inf"), ("learning_rate", "-1.0e-4"),
-    ("max_steps", "1.0e+30"), ("per_device_train_batch_size", "-2"), ("gradient_accumulation_steps", "0"),
-    ("seed", "-1"), ("lora_dropout", "1.5"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("learning_rate", ".nan"),
+        ("learning_rate", ".inf"),
+        ("learning_rate", "-1.0e-4"),
+        ("max_steps", "1.0e+30"),
+        ("per_device_train_batch_size", "-2"),
+        ("gradient_accumulation_steps", "0"),
+        ("seed", "-1"),
+        ("lora_dropout", "1.5"),
+    ],
+)
 def test_values_the_trainer_would_choke_on_are_refused_at_the_key(server, assets, key, value):
     train_yaml = yaml.safe_dump(demo_config(assets)) + f"{key}: {value}\n"
     r = post(server, "/api/jobs/yaml", params={"name": "range"}, content=train_yaml, headers=YAML)
@@ -101,8 +117,11 @@ def test_a_spec_with_too_many_keys_is_refused_before_the_work(server, assets):
     for path in ("/api/lint", "/api/estimate", "/api/ui/preview", "/api/jobs"):
         r = post(server, path, json={"name": "many", "config": {**demo_config(assets), **many}})
         assert "TUNEDECK_SPEC_MAX_KEYS" in only(r, ["config"])["msg"]
-    r = post(server, "/api/lint", json={"name": "many", "config": demo_config(assets),
-                                         "deepspeed": {"zero_optimization": many}})
+    r = post(
+        server,
+        "/api/lint",
+        json={"name": "many", "config": demo_config(assets), "deepspeed": {"zero_optimization": many}},
+    )
     assert "TUNEDECK_SPEC_MAX_KEYS" in only(r, ["config"])["msg"]
     flow = "lora_target: [" + ",".join(["q"] * 300_000) + "]\n"
     for path, params in (("/api/ui/parse-yaml", {}), ("/api/jobs/yaml", {"name": "many"})):
@@ -113,14 +132,20 @@ def test_a_spec_with_too_many_keys_is_refused_before_the_work(server, assets):
 def test_viewers_may_use_the_pure_computations(server_factory, assets, tmp_path):
     ws = tmp_path / "ws"
     viewer = bearer(token(ws, "wall", "viewer"))
-    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    server = server_factory(
+        TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true"
+    )
     spec = {"name": "look", "config": demo_config(assets), "gpus": 0}
     train_yaml = yaml.safe_dump(demo_config(assets))
-    assert post(server, "/api/ui/parse-yaml", content=train_yaml, headers={**YAML, **viewer}).status_code == 200
+    assert (
+        post(server, "/api/ui/parse-yaml", content=train_yaml, headers={**YAML, **viewer}).status_code == 200
+    )
     for path in ("/api/ui/preview", "/api/lint", "/api/estimate"):
         r = post(server, path, json=spec, headers=viewer)
         assert r.status_code == 200, (path, r.text)
         assert post(server, path, json=spec).status_code == 401  # reads still need a token here
     assert post(server, "/api/jobs", json=spec, headers=viewer).status_code == 403
-    r = post(server, "/api/jobs/yaml", params={"name": "look"}, content=train_yaml, headers={**YAML, **viewer})
+    r = post(
+        server, "/api/jobs/yaml", params={"name": "look"}, content=train_yaml, headers={**YAML, **viewer}
+    )
     assert r.status_code == 403

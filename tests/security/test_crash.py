@@ -51,7 +51,9 @@ def test_kill_9_matrix(server_factory, assets):
         server.wait(a["id"], ("failed", "succeeded", "cancelled"))
         server.wait(b["id"], ("failed", "succeeded", "cancelled"))
 
-        c = server.submit({"name": f"server-killed-{r}", "config": demo_config(assets, max_steps=60), "gpus": 0})
+        c = server.submit(
+            {"name": f"server-killed-{r}", "config": demo_config(assets, max_steps=60), "gpus": 0}
+        )
         first_point(server, c["id"])
         server.kill()
         kills["server"] += 1
@@ -77,16 +79,19 @@ def test_kill_9_matrix(server_factory, assets):
 def test_a_reported_trainer_pid_that_is_not_the_jobs_is_never_signalled(server_factory, assets):
     """The trainer pid comes from telemetry: when the server kills a job (its runner ignored a cancel),
     a reported pid whose process is not the job's (a bystander in a session of its own) survives."""
-    server = server_factory(TUNEDECK_GPU_SLOTS="0", TUNEDECK_CANCEL_ABORT_GRACE_S="0",
-                            TUNEDECK_CANCEL_TERM_GRACE_S="0")
+    server = server_factory(
+        TUNEDECK_GPU_SLOTS="0", TUNEDECK_CANCEL_ABORT_GRACE_S="0", TUNEDECK_CANCEL_TERM_GRACE_S="0"
+    )
     bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
         job = server.submit({"name": "stuck", "config": demo_config(assets, max_steps=10**6), "gpus": 0})
         run = Path(job["run_dir"])
         db = sqlite3.connect(f"file:{server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
         deadline = time.monotonic() + 180
-        while not (run / "trainer.pid").exists() or db.execute(
-                "SELECT trainer_pid FROM jobs WHERE id = ?", (job["id"],)).fetchone()[0] is None:
+        while (
+            not (run / "trainer.pid").exists()
+            or db.execute("SELECT trainer_pid FROM jobs WHERE id = ?", (job["id"],)).fetchone()[0] is None
+        ):
             assert time.monotonic() < deadline, "the runner never reported its trainer"
             time.sleep(0.2)
         # A runner that hangs (stopped, with its trainer), after reporting a pid that is not the job's.
@@ -96,8 +101,11 @@ def test_a_reported_trainer_pid_that_is_not_the_jobs_is_never_signalled(server_f
 
         def started(pid: int):
             batch = {"seq": 10**6, "states": [{"event": "started", "trainer_pid": pid}]}
-            return server.api.post(f"/api/jobs/{job['id']}/telemetry", json=batch,
-                                   headers={"Authorization": f"Bearer {token}", "X-Tunedeck": "1"})
+            return server.api.post(
+                f"/api/jobs/{job['id']}/telemetry",
+                json=batch,
+                headers={"Authorization": f"Bearer {token}", "X-Tunedeck": "1"},
+            )
 
         r = started(-1)  # not a pid at all (a negative one made every scheduler pass fail)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "trainer_pid", r.text

@@ -16,16 +16,32 @@ PAGE = 4096
 
 
 def trainer_log(lines: int) -> bytes:
-    return "".join(json.dumps({"current_steps": i + 1, "total_steps": lines, "loss": 2.0 - i / lines,
-                               "learning_rate": 1e-4, "epoch": i / lines, "note": "x" * 80}) + "\n"
-                   for i in range(lines)).encode()
+    return "".join(
+        json.dumps(
+            {
+                "current_steps": i + 1,
+                "total_steps": lines,
+                "loss": 2.0 - i / lines,
+                "learning_rate": 1e-4,
+                "epoch": i / lines,
+                "note": "x" * 80,
+            }
+        )
+        + "\n"
+        for i in range(lines)
+    ).encode()
 
 
 def refused(ws: Path) -> str:
     """`tunedeck serve` on this workspace must exit by itself, non-zero; its output."""
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(ws), "TUNEDECK_PORT": str(free_port())}
-    proc = subprocess.Popen([sys.executable, "-m", "tunedeck.cli", "serve"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tunedeck.cli", "serve"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -44,8 +60,10 @@ def test_a_held_write_lock_is_a_503_to_retry(server_factory, assets):
     other = sqlite3.connect(server.workspace / "tunedeck.db", isolation_level=None, timeout=120)
     other.execute("BEGIN IMMEDIATE")  # a backup or a sqlite3 shell holding the write lock
     try:
-        for r in (server.api.post("/api/jobs", json=spec),
-                  server.api.post("/api/runs/import", files={"trainer_log": trainer_log(3)}, data={"name": "busy"})):
+        for r in (
+            server.api.post("/api/jobs", json=spec),
+            server.api.post("/api/runs/import", files={"trainer_log": trainer_log(3)}, data={"name": "busy"}),
+        ):
             assert r.status_code == 503, r.text
             assert r.json()["detail"].startswith("database busy, retry")
             assert int(r.headers["retry-after"]) > 0
@@ -89,7 +107,9 @@ def test_damage_at_run_time_is_a_503_and_refused_at_start_until_restored(tmp_pat
     db = ws / "tunedeck.db"
     server = Server(ws, assets).start()
     try:
-        r = server.api.post("/api/runs/import", files={"trainer_log": trainer_log(4000)}, data={"name": "big"})
+        r = server.api.post(
+            "/api/runs/import", files={"trainer_log": trainer_log(4000)}, data={"name": "big"}
+        )
         assert r.status_code == 201, r.text
         job = r.json()["id"]
     finally:

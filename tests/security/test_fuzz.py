@@ -41,9 +41,10 @@ WRITE = {"X-Tunedeck": "1"}  # the header a cross-site form cannot send (the CSR
 NO_SHRINK = [Phase.explicit, Phase.generate]
 STREAM = "GET /api/stream"
 TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
-JOB_READS = [STREAM] + [f"GET /api/jobs/{{job_id}}{tail}" for tail in
-                        ("", "/metrics", "/logs", "/config", "/files", "/series", "/memory", "/alerts",
-                         "/estimate")]
+JOB_READS = [STREAM] + [
+    f"GET /api/jobs/{{job_id}}{tail}"
+    for tail in ("", "/metrics", "/logs", "/config", "/files", "/series", "/memory", "/alerts", "/estimate")
+]
 BODY_LIMIT = 262144  # the fuzz server's TUNEDECK_MAX_BODY_BYTES
 START = "m0-l0-s0-a0-j0"  # a stream cursor before every row
 NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,30}", fullmatch=True)
@@ -53,8 +54,13 @@ NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,30}", fullmatch=True)
 def conformance_checks() -> list:
     from schemathesis import checks
 
-    return [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-            checks.response_schema_conformance, checks.response_headers_conformance]
+    return [
+        checks.not_a_server_error,
+        checks.status_code_conformance,
+        checks.content_type_conformance,
+        checks.response_schema_conformance,
+        checks.response_headers_conformance,
+    ]
 
 
 # ---------------------------------------------------------------- what was sent and what came back
@@ -79,17 +85,20 @@ class Tally:
         return sum(n for status, n in self.statuses[label].items() if 200 <= status < 300)
 
     def report(self) -> dict:
-        return {"requests": sum(sum(c.values()) for c in self.statuses.values()),
-                "seconds": round(time.monotonic() - self.started, 1),
-                "requests_per_test": dict(self.by_phase),
-                "operations": {label: dict(sorted(c.items())) for label, c in sorted(self.statuses.items())},
-                "seconds_per_operation": {label: round(t, 1) for label, t in self.seconds.most_common()},
-                "failures": self.failures_of(),
-                "known": dict(self.known)}
+        return {
+            "requests": sum(sum(c.values()) for c in self.statuses.values()),
+            "seconds": round(time.monotonic() - self.started, 1),
+            "requests_per_test": dict(self.by_phase),
+            "operations": {label: dict(sorted(c.items())) for label, c in sorted(self.statuses.items())},
+            "seconds_per_operation": {label: round(t, 1) for label, t in self.seconds.most_common()},
+            "failures": self.failures_of(),
+            "known": dict(self.known),
+        }
 
     def failures_of(self, phase: str | None = None) -> list[str]:
-        return [f"{op}: {what}\n  {curl}" for (ph, op, what), curl in self.failures.items()
-                if phase in (None, ph)]
+        return [
+            f"{op}: {what}\n  {curl}" for (ph, op, what), curl in self.failures.items() if phase in (None, ph)
+        ]
 
 
 TALLY = Tally()
@@ -111,8 +120,10 @@ def exercise(case, headers: dict[str, str]):
             TALLY.known[reason] += 1
             return response
         for failure in group.exceptions:
-            TALLY.failures.setdefault((TALLY.phase, label, f"{failure.title} ({response.status_code})"),
-                                      case.as_curl_command(headers=headers))
+            TALLY.failures.setdefault(
+                (TALLY.phase, label, f"{failure.title} ({response.status_code})"),
+                case.as_curl_command(headers=headers),
+            )
     return response
 
 
@@ -127,7 +138,7 @@ def follows_name_rules(name: object) -> bool:
 
 
 def known_bug(case, response) -> str | None:
-    """A failure that another change of issue 9 fixes: counted and listed, not failed on.
+    """A failure that another change fixes: counted and listed, not failed on.
 
     Drop each entry once that change has landed (the fuzzer then holds the line)."""
     return None
@@ -144,28 +155,47 @@ def stream_config():
 
 def valid_specs(assets: Path) -> st.SearchStrategy[dict]:
     """Job specs that must be accepted: the demo preset with train keys varied inside sane ranges."""
-    overrides = st.fixed_dictionaries({}, optional={
-        "learning_rate": st.floats(1e-6, 1e-2),
-        "max_steps": st.integers(1, 500),
-        "per_device_train_batch_size": st.integers(1, 8),
-        "gradient_accumulation_steps": st.integers(1, 8),
-        "cutoff_len": st.integers(16, 1024),
-        "lora_rank": st.sampled_from([4, 8, 16]),
-        "seed": st.integers(0, 2**31 - 1),
-        "warmup_steps": st.integers(0, 10),
-        "lr_scheduler_type": st.sampled_from(["cosine", "linear", "constant"]),
-    })
-    return st.builds(lambda name, o, gpus: {"name": name, "config": demo_config(assets, **o), "gpus": gpus},
-                     NAMES, overrides, st.sampled_from([0, None]))
+    overrides = st.fixed_dictionaries(
+        {},
+        optional={
+            "learning_rate": st.floats(1e-6, 1e-2),
+            "max_steps": st.integers(1, 500),
+            "per_device_train_batch_size": st.integers(1, 8),
+            "gradient_accumulation_steps": st.integers(1, 8),
+            "cutoff_len": st.integers(16, 1024),
+            "lora_rank": st.sampled_from([4, 8, 16]),
+            "seed": st.integers(0, 2**31 - 1),
+            "warmup_steps": st.integers(0, 10),
+            "lr_scheduler_type": st.sampled_from(["cosine", "linear", "constant"]),
+        },
+    )
+    return st.builds(
+        lambda name, o, gpus: {"name": name, "config": demo_config(assets, **o), "gpus": gpus},
+        NAMES,
+        overrides,
+        st.sampled_from([0, None]),
+    )
 
 
 def trainer_log(losses: list[float]) -> str:
     """LLaMA-Factory's trainer_log.jsonl for these per-step losses."""
     n = len(losses)
-    return "".join(json.dumps({"current_steps": i + 1, "total_steps": n, "loss": loss, "lr": 1e-4,
-                               "epoch": (i + 1) / n, "percentage": round(100 * (i + 1) / n, 2),
-                               "elapsed_time": "0:00:01", "remaining_time": "0:00:01"}) + "\n"
-                   for i, loss in enumerate(losses))
+    return "".join(
+        json.dumps(
+            {
+                "current_steps": i + 1,
+                "total_steps": n,
+                "loss": loss,
+                "lr": 1e-4,
+                "epoch": (i + 1) / n,
+                "percentage": round(100 * (i + 1) / n, 2),
+                "elapsed_time": "0:00:01",
+                "remaining_time": "0:00:01",
+            }
+        )
+        + "\n"
+        for i, loss in enumerate(losses)
+    )
 
 
 TRAINER_LOGS = st.lists(st.floats(0.01, 20.0), min_size=1, max_size=30).map(trainer_log)
@@ -173,14 +203,27 @@ TRAINER_LOGS = st.lists(st.floats(0.01, 20.0), min_size=1, max_size=30).map(trai
 
 def valid_batches(job_line: int = 10**6) -> st.SearchStrategy[dict]:
     """Runner batches that must be stored (lines far above the runner's own, so they never collide)."""
-    point = st.builds(lambda i, loss: {"line": job_line + i, "t": time.time(),
-                                       "raw": json.dumps({"current_steps": i + 1, "loss": loss})},
-                      st.integers(0, 1000), st.floats(0.01, 20.0))
-    line = st.builds(lambda i, text: {"line": job_line + i, "t": time.time(), "stream": "stdout",
-                                      "text": text},
-                     st.integers(0, 1000), st.text(max_size=80, alphabet=st.characters(codec="utf-8")))
-    return st.fixed_dictionaries({"seq": st.integers(0, 2**31), "metrics": st.lists(point, max_size=5),
-                                  "logs": st.lists(line, max_size=5)})
+    point = st.builds(
+        lambda i, loss: {
+            "line": job_line + i,
+            "t": time.time(),
+            "raw": json.dumps({"current_steps": i + 1, "loss": loss}),
+        },
+        st.integers(0, 1000),
+        st.floats(0.01, 20.0),
+    )
+    line = st.builds(
+        lambda i, text: {"line": job_line + i, "t": time.time(), "stream": "stdout", "text": text},
+        st.integers(0, 1000),
+        st.text(max_size=80, alphabet=st.characters(codec="utf-8")),
+    )
+    return st.fixed_dictionaries(
+        {
+            "seq": st.integers(0, 2**31),
+            "metrics": st.lists(point, max_size=5),
+            "logs": st.lists(line, max_size=5),
+        }
+    )
 
 
 @st.composite
@@ -201,19 +244,26 @@ def valid_variants(op, assets: Path) -> list[st.SearchStrategy]:
     # `1:` and `null:` are keys too in YAML.
     keys = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans())
     mappings = st.dictionaries(keys, scalars, max_size=6).map(
-        lambda d: yaml.safe_dump(d, sort_keys=False).encode())
+        lambda d: yaml.safe_dump(d, sort_keys=False).encode()
+    )
     return {
         "POST /api/jobs": [replaced(op, body=specs)],
         "POST /api/lint": [replaced(op, body=specs)],
         "POST /api/ui/preview": [replaced(op, body=specs)],
-        "POST /api/estimate": [replaced(op, body=st.builds(lambda s, b: {**s, "device_total_bytes": b}, specs,
-                                                           st.integers(2**30, 2**40)))],
-        "POST /api/jobs/yaml": [replaced(op, body=yaml_text,
-                                         query=st.fixed_dictionaries({"name": NAMES, "gpus": st.just(0)})),
-                                replaced(op, body=mappings)],
+        "POST /api/estimate": [
+            replaced(
+                op,
+                body=st.builds(lambda s, b: {**s, "device_total_bytes": b}, specs, st.integers(2**30, 2**40)),
+            )
+        ],
+        "POST /api/jobs/yaml": [
+            replaced(op, body=yaml_text, query=st.fixed_dictionaries({"name": NAMES, "gpus": st.just(0)})),
+            replaced(op, body=mappings),
+        ],
         "POST /api/ui/parse-yaml": [replaced(op, body=yaml_text), replaced(op, body=mappings)],
-        "POST /api/runs/import": [replaced(op, body=st.fixed_dictionaries({"trainer_log": TRAINER_LOGS,
-                                                                            "name": NAMES}))],
+        "POST /api/runs/import": [
+            replaced(op, body=st.fixed_dictionaries({"trainer_log": TRAINER_LOGS, "name": NAMES}))
+        ],
     }.get(op.label, [])
 
 
@@ -229,8 +279,14 @@ class Seeds:
 
 def cli_token(server: Server, name: str, role: str) -> str:
     """A token made the way an admin makes one: `tunedeck token create` on the server's workspace."""
-    out = subprocess.run([PYTHON, "-m", "tunedeck.cli", "token", "create", "--name", name, "--role", role],
-                         env=server.env, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [PYTHON, "-m", "tunedeck.cli", "token", "create", "--name", name, "--role", role],
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -241,15 +297,24 @@ def headers_for(token: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory, assets):
     # Closed, and launches paused: valid jobs stay queued instead of training.
-    server = Server(tmp_path_factory.mktemp("fuzz") / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true",
-                    TUNEDECK_MAX_BODY_BYTES=str(BODY_LIMIT), TUNEDECK_OPEN_WRITE="false",
-                    TUNEDECK_OPEN_READ="false", TUNEDECK_GPU_SLOTS="0")
+    server = Server(
+        tmp_path_factory.mktemp("fuzz") / "ws",
+        assets,
+        TUNEDECK_LAUNCH_PAUSED="true",
+        TUNEDECK_MAX_BODY_BYTES=str(BODY_LIMIT),
+        TUNEDECK_OPEN_WRITE="false",
+        TUNEDECK_OPEN_READ="false",
+        TUNEDECK_GPU_SLOTS="0",
+    )
     server.start()
     TALLY.started = time.monotonic()
     server.tokens = {name: cli_token(server, name, "submitter") for name in ("fuzzer", "rival")}
     # The node's preflight probe imports torch once: start it now, while the rows are seeded.
-    probe = threading.Thread(target=httpx.get, args=(f"{server.url}/api/nodes/local/preflight",),
-                             kwargs={"headers": headers_for(server.tokens["fuzzer"]), "timeout": 300})
+    probe = threading.Thread(
+        target=httpx.get,
+        args=(f"{server.url}/api/nodes/local/preflight",),
+        kwargs={"headers": headers_for(server.tokens["fuzzer"]), "timeout": 300},
+    )
     probe.start()
     yield server
     probe.join()
@@ -272,25 +337,35 @@ def schema(fuzz_server):
 @pytest.fixture(scope="module")
 def seeds(fuzz_server, assets, tmp_path_factory) -> Seeds:
     """Real rows for generated requests to name: queued, another owner's, cancelled and imported jobs."""
-    me, rival = (httpx.Client(base_url=fuzz_server.url, headers=headers_for(fuzz_server.tokens[who]),
-                              timeout=60) for who in ("fuzzer", "rival"))
+    me, rival = (
+        httpx.Client(base_url=fuzz_server.url, headers=headers_for(fuzz_server.tokens[who]), timeout=60)
+        for who in ("fuzzer", "rival")
+    )
 
     def created(r: httpx.Response) -> int:
         assert r.status_code == 201, r.text
         return r.json()["id"]
 
     queued = created(me.post("/api/jobs", json={"name": "seed-json", "config": demo_config(assets)}))
-    from_yaml = created(me.post("/api/jobs/yaml", params={"name": "seed yaml"},
-                                content=yaml.safe_dump(demo_config(assets)),
-                                headers={"Content-Type": "application/yaml"}))
+    from_yaml = created(
+        me.post(
+            "/api/jobs/yaml",
+            params={"name": "seed yaml"},
+            content=yaml.safe_dump(demo_config(assets)),
+            headers={"Content-Type": "application/yaml"},
+        )
+    )
     theirs = created(rival.post("/api/jobs", json={"name": "seed-rival", "config": demo_config(assets)}))
     ended = created(me.post("/api/jobs", json={"name": "seed-cancelled", "config": demo_config(assets)}))
     assert me.post(f"/api/jobs/{ended}/cancel").json()["status"] == "cancelled"
     trace = next(t for t in generate(0) if t.name.startswith("single-spike"))
     run = write_run(trace, tmp_path_factory.mktemp("outside"))
-    files = {"trainer_log": (run / "output" / "trainer_log.jsonl").read_bytes(),
-             "memory": (run / "memory.csv").read_bytes(), "config": (run / "train.yaml").read_bytes(),
-             "log": (run / "output" / "train.log").read_bytes()}
+    files = {
+        "trainer_log": (run / "output" / "trainer_log.jsonl").read_bytes(),
+        "memory": (run / "memory.csv").read_bytes(),
+        "config": (run / "train.yaml").read_bytes(),
+        "log": (run / "output" / "train.log").read_bytes(),
+    }
     imported = created(me.post("/api/runs/import", files=files, data={"name": "seed import"}))
     # The imported run must give the reads something to return.
     assert me.get(f"/api/jobs/{imported}/metrics").json()["points"]
@@ -330,8 +405,13 @@ def test_every_operation_conforms_and_reaches_the_data(fuzz_server, schema, seed
 
         # An event stream is read for a second when it has nothing to say: fewer cases there.
         @given(case=st.one_of(*variants(op, seeds, assets)))
-        @settings(max_examples=CASES // 3 if op.label == STREAM else CASES, deadline=None, database=None,
-                  phases=NO_SHRINK, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=CASES // 3 if op.label == STREAM else CASES,
+            deadline=None,
+            database=None,
+            phases=NO_SHRINK,
+            suppress_health_check=list(HealthCheck),
+        )
         def run(case) -> None:
             exercise(case, headers)
 
@@ -371,24 +451,28 @@ def test_job_lifecycle_state_machine(fuzz_server, schema, seeds, assets):
         @rule(target=jobs, spec=valid_specs(assets), as_yaml=st.booleans())
         def submit(self, spec: dict, as_yaml: bool) -> int:
             if as_yaml:
-                case = ops["POST /api/jobs/yaml"].Case(query={"name": spec["name"], "gpus": 0},
-                                                       body=yaml.safe_dump(spec["config"]).encode(),
-                                                       media_type="application/yaml")
+                case = ops["POST /api/jobs/yaml"].Case(
+                    query={"name": spec["name"], "gpus": 0},
+                    body=yaml.safe_dump(spec["config"]).encode(),
+                    media_type="application/yaml",
+                )
             else:
                 case = ops["POST /api/jobs"].Case(body=spec, media_type="application/json")
             return self.created(exercise(case, headers), "queued")
 
         @rule(target=jobs, log=TRAINER_LOGS, name=NAMES)
         def import_run(self, log: str, name: str) -> int:
-            case = ops["POST /api/runs/import"].Case(body={"trainer_log": log, "name": name},
-                                                     media_type="multipart/form-data")
+            case = ops["POST /api/runs/import"].Case(
+                body={"trainer_log": log, "name": name}, media_type="multipart/form-data"
+            )
             return self.created(exercise(case, headers), "succeeded")
 
         @rule(job=jobs, op=st.sampled_from(reads), data=st.data())
         def read(self, job: int, op, data) -> None:
             if op.label == STREAM:  # from the start: the job's row comes first (bad cursors: the test above)
-                strategy = op.as_strategy(query={"job": job, "cursor": START},
-                                          headers={"last-event-id": START})
+                strategy = op.as_strategy(
+                    query={"job": job, "cursor": START}, headers={"last-event-id": START}
+                )
             else:
                 strategy = op.as_strategy(path_parameters={"job_id": job})
             case = data.draw(strategy)
@@ -407,9 +491,17 @@ def test_job_lifecycle_state_machine(fuzz_server, schema, seeds, assets):
             else:
                 assert response.status_code == 409, response.text
 
-    run_state_machine_as_test(Lifecycle, settings=settings(
-        max_examples=RUNS, stateful_step_count=STEPS, deadline=None, database=None, phases=NO_SHRINK,
-        suppress_health_check=list(HealthCheck)))
+    run_state_machine_as_test(
+        Lifecycle,
+        settings=settings(
+            max_examples=RUNS,
+            stateful_step_count=STEPS,
+            deadline=None,
+            database=None,
+            phases=NO_SHRINK,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
     assert TALLY.failures_of(TALLY.phase) == [], "\n".join(TALLY.failures_of(TALLY.phase))
 
 
@@ -420,21 +512,35 @@ def test_runner_telemetry_conforms(server_factory, assets):
     """Telemetry needs a launched job's runner token: fuzz the route with one while the job runs."""
     server = server_factory(TUNEDECK_GPU_SLOTS="0")
     TALLY.phase = "runner telemetry"
-    job = server.api.post("/api/jobs", json={"name": "long", "config": demo_config(assets, max_steps=10**6)},
-                          headers=WRITE).json()
+    job = server.api.post(
+        "/api/jobs", json={"name": "long", "config": demo_config(assets, max_steps=10**6)}, headers=WRITE
+    ).json()
     token = runner_token(server, job["id"])
     schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", config=stream_config())
     op = schema["/api/jobs/{job_id}/telemetry"]["POST"]
     headers = headers_for(token)
     line = {"line": 10**6, "t": time.time(), "stream": "runner", "text": "fuzz"}
-    first = op.Case(path_parameters={"job_id": job["id"]}, media_type="application/json",
-                    body={"seq": 0, "metrics": [], "logs": [line]})
+    first = op.Case(
+        path_parameters={"job_id": job["id"]},
+        media_type="application/json",
+        body={"seq": 0, "metrics": [], "logs": [line]},
+    )
 
-    @given(case=st.one_of(op.as_strategy(), op.as_strategy(path_parameters={"job_id": job["id"]}),
-                          replaced(op, path_parameters=st.just({"job_id": job["id"]}), body=valid_batches())))
+    @given(
+        case=st.one_of(
+            op.as_strategy(),
+            op.as_strategy(path_parameters={"job_id": job["id"]}),
+            replaced(op, path_parameters=st.just({"job_id": job["id"]}), body=valid_batches()),
+        )
+    )
     @example(case=first)  # explicit cases run first: one valid batch while the job surely runs
-    @settings(max_examples=CASES, deadline=None, database=None, phases=NO_SHRINK,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        database=None,
+        phases=NO_SHRINK,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case) -> None:
         exercise(case, headers)
 
@@ -455,11 +561,14 @@ def test_nothing_stored_is_garbage(fuzz_server, seeds):
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
     runs = (fuzz_server.workspace / "runs").resolve()
-    rows = db.execute("SELECT id, name, owner, status, gpus, spec, train_yaml, run_dir, output_dir, "
-                      "started_at, finished_at FROM jobs").fetchall()
+    rows = db.execute(
+        "SELECT id, name, owner, status, gpus, spec, train_yaml, run_dir, output_dir, "
+        "started_at, finished_at FROM jobs"
+    ).fetchall()
     assert len(rows) >= len(seeds.jobs)
     problems = []
     for job_id, name, owner, status, gpus, spec, train_yaml, run_dir, output_dir, started, finished in rows:
+
         def bad(why: str, job_id=job_id) -> None:
             problems.append(f"job {job_id}: {why}")
 

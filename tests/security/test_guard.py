@@ -32,17 +32,28 @@ def non_loopback_address() -> str | None:
 def test_writes_need_the_header_and_the_right_origin_and_host(server_factory, assets):
     server = server_factory(TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_ALLOWED_HOSTS='["gpu-box.lab"]')
     bare = httpx.Client(base_url=server.url, timeout=30)  # what a form or a no-cors fetch can send
-    config = {"model_name_or_path": str(assets / "demo" / "model"), "dataset_dir": str(assets / "demo" / "data"),
-              "dataset": "demo_sft", "template": "qwen", "stage": "sft", "finetuning_type": "lora"}
+    config = {
+        "model_name_or_path": str(assets / "demo" / "model"),
+        "dataset_dir": str(assets / "demo" / "data"),
+        "dataset": "demo_sft",
+        "template": "qwen",
+        "stage": "sft",
+        "finetuning_type": "lora",
+    }
     yaml_text = "".join(f"{k}: {v}\n" for k, v in config.items())
 
-    r = bare.post("/api/jobs/yaml", params={"name": "x"}, content=yaml_text, headers={"content-type": "text/plain"})
+    r = bare.post(
+        "/api/jobs/yaml", params={"name": "x"}, content=yaml_text, headers={"content-type": "text/plain"}
+    )
     assert r.status_code == 403, r.text
     assert r.json()["detail"][0]["loc"] == ["header", "X-Tunedeck"]
     assert bare.post("/api/jobs", json={"name": "x", "config": config}).status_code == 403
     job = server.submit({"name": "mine", "config": config})  # the same request with the header
     assert bare.post(f"/api/jobs/{job['id']}/cancel").status_code == 403
-    assert bare.post("/api/ui/parse-yaml", content=YAML, headers={"content-type": "text/plain"}).status_code == 403
+    assert (
+        bare.post("/api/ui/parse-yaml", content=YAML, headers={"content-type": "text/plain"}).status_code
+        == 403
+    )
     assert bare.get("/api/jobs").status_code == 200  # reads need nothing
 
     # Origin: only the server's own (scheme, host, port), whatever the method.
@@ -60,8 +71,13 @@ def test_writes_need_the_header_and_the_right_origin_and_host(server_factory, as
         r = bare.get("/api/jobs", headers={"Host": host})
         assert r.status_code == 400 and r.json()["detail"][0]["loc"] == ["header", "Host"], host
         assert bare.get("/", headers={"Host": host}).status_code == 400
-    for host in (f"localhost:{server.port}", f"[::1]:{server.port}", f"gpu-box.lab:{server.port}",
-                 f"GPU-BOX.lab:{server.port}", f"192.0.2.7:{server.port}"):  # an IP literal cannot be rebound
+    for host in (
+        f"localhost:{server.port}",
+        f"[::1]:{server.port}",
+        f"gpu-box.lab:{server.port}",
+        f"GPU-BOX.lab:{server.port}",
+        f"192.0.2.7:{server.port}",
+    ):  # an IP literal cannot be rebound
         assert bare.get("/api/jobs", headers={"Host": host}).status_code == 200, host
 
     jobs = server.api.get("/api/jobs").json()["jobs"]
@@ -91,11 +107,25 @@ class Uvicorn:
         workspace.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "tunedeck.main:create_app", "--host", host,
-                 "--port", str(self.port)],
-                env={**os.environ, "TUNEDECK_WORKSPACE": str(workspace), **env}, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True)
-        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30, headers={"X-Tunedeck": "1"})
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "tunedeck.main:create_app",
+                    "--host",
+                    host,
+                    "--port",
+                    str(self.port),
+                ],
+                env={**os.environ, "TUNEDECK_WORKSPACE": str(workspace), **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.api = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}", timeout=30, headers={"X-Tunedeck": "1"}
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -142,11 +172,17 @@ def test_open_writes_on_all_addresses_are_refused_under_plain_uvicorn(tmp_path, 
     finally:
         server.stop()
     # Loopback with open writes is the default set-up: it serves.
-    server = Uvicorn(tmp_path / "loopback", "127.0.0.1", TUNEDECK_LAUNCH_PAUSED="true",
-                     TUNEDECK_ALLOWED_ROOTS=f'["{assets}"]')
+    server = Uvicorn(
+        tmp_path / "loopback",
+        "127.0.0.1",
+        TUNEDECK_LAUNCH_PAUSED="true",
+        TUNEDECK_ALLOWED_ROOTS=f'["{assets}"]',
+    )
     try:
         assert server.api.get("/api/health").status_code == 200
-        assert server.api.post("/api/jobs", json={"name": "x", "config": {}}).status_code == 422  # reached the route
+        assert (
+            server.api.post("/api/jobs", json={"name": "x", "config": {}}).status_code == 422
+        )  # reached the route
     finally:
         server.stop()
 

@@ -24,7 +24,9 @@ def mode(path: Path) -> int:
 
 def test_a_finished_jobs_runner_token_is_dead_and_its_files_are_private(server_factory, assets, tmp_path):
     server = server_factory()
-    job = server.submit({"name": "short", "config": demo_config(assets, max_steps=2, eval_steps=2, save_steps=2)})
+    job = server.submit(
+        {"name": "short", "config": demo_config(assets, max_steps=2, eval_steps=2, save_steps=2)}
+    )
     job = server.wait(job["id"], ("succeeded", "failed"))
     assert job["status"] == "succeeded", job["error"]
     run_dir = Path(job["run_dir"])
@@ -35,14 +37,22 @@ def test_a_finished_jobs_runner_token_is_dead_and_its_files_are_private(server_f
     # The route refuses an ended job even with a token that matches what an older row still holds.
     runner_token = secrets.token_urlsafe(32)
     with closing(sqlite3.connect(db_file)) as db, db:
-        db.execute("UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
-                   (hashlib.sha256(runner_token.encode()).hexdigest(), job["id"]))
+        db.execute(
+            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            (hashlib.sha256(runner_token.encode()).hexdigest(), job["id"]),
+        )
     logs_before = len(server.all(job["id"], "logs"))
 
-    batch = {"seq": 10_000, "logs": [{"line": 10_000, "t": 1.0, "stream": "stdout", "text": "forged"}],
-             "states": [{"event": "started", "trainer_pid": 1}]}
-    r = httpx.post(f"{server.url}/api/jobs/{job['id']}/telemetry", json=batch,
-                   headers={"Authorization": f"Bearer {runner_token}", "X-Tunedeck": "1"})
+    batch = {
+        "seq": 10_000,
+        "logs": [{"line": 10_000, "t": 1.0, "stream": "stdout", "text": "forged"}],
+        "states": [{"event": "started", "trainer_pid": 1}],
+    }
+    r = httpx.post(
+        f"{server.url}/api/jobs/{job['id']}/telemetry",
+        json=batch,
+        headers={"Authorization": f"Bearer {runner_token}", "X-Tunedeck": "1"},
+    )
     assert r.status_code == 401, r.text
     after = server.api.get(f"/api/jobs/{job['id']}").json()
     assert len(server.all(job["id"], "logs")) == logs_before
@@ -64,8 +74,14 @@ def test_a_finished_jobs_runner_token_is_dead_and_its_files_are_private(server_f
 
 def test_a_database_made_by_the_cli_is_private(tmp_path):
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(tmp_path / "ws")}
-    r = subprocess.run([sys.executable, "-m", "tunedeck.cli", "token", "create", "--name", "a"], env=env,
-                       capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", "token", "create", "--name", "a"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert mode(tmp_path / "ws" / "tunedeck.db") == 0o600
     assert mode(tmp_path / "ws") == 0o700

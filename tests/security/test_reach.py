@@ -24,12 +24,29 @@ from tunedeck.spec import SpecError, launch_env, spec_from_yaml
 from tunedeck.submission import Node, Submission, resolve
 
 # The keys a hostile teammate used in the reports: the table walk must find at least these.
-REPORTED_LF = {"profiler_output_dir", "offload_folder", "export_dir", "swanlab_logdir", "adapter_folder",
-               "ref_model_adapters", "new_special_tokens_config", "hyper_parallel_args", "fsdp_config",
-               "accelerator_config", "model_name_or_path", "dataset_dir", "tokenized_path", "cache_dir"}
-REPORTED_DS = {("zero_optimization", "offload_param", "nvme_path"),
-               ("zero_optimization", "offload_optimizer", "nvme_path"), ("flops_profiler", "output_file"),
-               ("tensorboard", "output_path"), ("csv_monitor", "output_path")}
+REPORTED_LF = {
+    "profiler_output_dir",
+    "offload_folder",
+    "export_dir",
+    "swanlab_logdir",
+    "adapter_folder",
+    "ref_model_adapters",
+    "new_special_tokens_config",
+    "hyper_parallel_args",
+    "fsdp_config",
+    "accelerator_config",
+    "model_name_or_path",
+    "dataset_dir",
+    "tokenized_path",
+    "cache_dir",
+}
+REPORTED_DS = {
+    ("zero_optimization", "offload_param", "nvme_path"),
+    ("zero_optimization", "offload_optimizer", "nvme_path"),
+    ("flops_profiler", "output_file"),
+    ("tensorboard", "output_path"),
+    ("csv_monitor", "output_path"),
+}
 
 
 def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Submission:
@@ -77,9 +94,18 @@ def cached(cache: Path, repo: str, kind: str = "model", **files: str) -> Path:
     return snap
 
 
-QWEN2 = json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584,
-                    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-                    "intermediate_size": 18944, "vocab_size": 152064})
+QWEN2 = json.dumps(
+    {
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+    }
+)
 AUTO_MAP = json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}})
 
 
@@ -124,37 +150,61 @@ def test_every_path_key_of_the_llamafactory_table_is_confined(ws, tmp_path, key)
 
 
 def test_the_reported_profiler_escape_is_refused(ws, tmp_path):
-    errs = errors(lambda: prepare(spec(enable_torch_profiler=True, profiler_output_dir=str(tmp_path / "outside")),
-                                  settings=settings(ws), node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(enable_torch_profiler=True, profiler_output_dir=str(tmp_path / "outside")),
+            settings=settings(ws),
+            node_gpus=0,
+        )
+    )
     assert list(errs) == [("config", "profiler_output_dir")]
 
 
 def test_relative_paths_resolve_in_the_workspace_and_subfolders_stay_relative(ws):
-    p = prepare(spec(offload_folder="offload", adapter_name_or_path="models/m", adapter_folder="sub"),
-                settings=settings(ws), node_gpus=0)
+    p = prepare(
+        spec(offload_folder="offload", adapter_name_or_path="models/m", adapter_folder="sub"),
+        settings=settings(ws),
+        node_gpus=0,
+    )
     assert p.config["offload_folder"] == str(ws / "offload")
     assert p.config["adapter_folder"] == "sub"  # LLaMA-Factory joins it onto the adapter's folder
-    errs = errors(lambda: prepare(spec(adapter_name_or_path="models/m", adapter_folder="../../../outside"),
-                                  settings=settings(ws), node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(adapter_name_or_path="models/m", adapter_folder="../../../outside"),
+            settings=settings(ws),
+            node_gpus=0,
+        )
+    )
     assert ("config", "adapter_folder") in errs
 
 
 def test_comma_lists_are_confined_part_by_part(ws, tmp_path):
-    errs = errors(lambda: prepare(spec(ref_model_adapters=f"models/m,{tmp_path / 'outside'}"),
-                                  settings=settings(ws), node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(ref_model_adapters=f"models/m,{tmp_path / 'outside'}"), settings=settings(ws), node_gpus=0
+        )
+    )
     assert ("config", "ref_model_adapters") in errs
     p = prepare(spec(adapter_name_or_path="models/m, models/m"), settings=settings(ws), node_gpus=0)
     assert p.config["adapter_name_or_path"] == f"{ws / 'models' / 'm'},{ws / 'models' / 'm'}"
 
 
 def test_paths_inside_dict_valued_keys_are_confined(ws, tmp_path):
-    errs = errors(lambda: prepare(spec(vllm_config={"download_dir": str(tmp_path / "outside")}),
-                                  settings=settings(ws), node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(vllm_config={"download_dir": str(tmp_path / "outside")}), settings=settings(ws), node_gpus=0
+        )
+    )
     assert ("config", "vllm_config", "download_dir") in errs
     # transformers reads a dict-typed argument given as JSON text as that JSON.
     for key in ("fsdp_config", "vllm_config"):
-        errs = errors(lambda key=key: prepare(spec(**{key: json.dumps({"x_dir": str(tmp_path / "outside")})}),
-                                              settings=settings(ws), node_gpus=0))
+        errs = errors(
+            lambda key=key: prepare(
+                spec(**{key: json.dumps({"x_dir": str(tmp_path / "outside")})}),
+                settings=settings(ws),
+                node_gpus=0,
+            )
+        )
         assert ("config", key, "x_dir") in errs
     errs = errors(lambda: prepare(spec(cache_dir=3), settings=settings(ws), node_gpus=0))
     assert ("config", "cache_dir") in errs
@@ -176,8 +226,13 @@ def test_every_path_key_of_the_deepspeed_table_is_confined(ws, tmp_path, loc):
         return ds
 
     s = settings(ws)
-    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, deepspeed=ds_with(str(tmp_path / "outside"))),
-                                  settings=s, node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            JobSpec(name="t", config=spec().config, deepspeed=ds_with(str(tmp_path / "outside"))),
+            settings=s,
+            node_gpus=0,
+        )
+    )
     assert ("deepspeed", *loc) in errs, errs
     p = prepare(JobSpec(name="t", config=spec().config, deepspeed=ds_with("in/x")), settings=s, node_gpus=0)
     assert value_at(p.ds_config) == str(ws / "in" / "x")
@@ -186,12 +241,29 @@ def test_every_path_key_of_the_deepspeed_table_is_confined(ws, tmp_path, loc):
 
 
 def test_deepspeed_paths_outside_the_table_are_found_by_name(ws, tmp_path):
-    ds = {"data_efficiency": {"data_sampling": {"curriculum_learning": {"curriculum_metrics": {
-        "seqlen": {"index_to_sample_path": str(tmp_path / "outside")}}}}}}
-    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, deepspeed=ds), settings=settings(ws),
-                                  node_gpus=0))
-    assert ("deepspeed", "data_efficiency", "data_sampling", "curriculum_learning", "curriculum_metrics",
-            "seqlen", "index_to_sample_path") in errs
+    ds = {
+        "data_efficiency": {
+            "data_sampling": {
+                "curriculum_learning": {
+                    "curriculum_metrics": {"seqlen": {"index_to_sample_path": str(tmp_path / "outside")}}
+                }
+            }
+        }
+    }
+    errs = errors(
+        lambda: prepare(
+            JobSpec(name="t", config=spec().config, deepspeed=ds), settings=settings(ws), node_gpus=0
+        )
+    )
+    assert (
+        "deepspeed",
+        "data_efficiency",
+        "data_sampling",
+        "curriculum_learning",
+        "curriculum_metrics",
+        "seqlen",
+        "index_to_sample_path",
+    ) in errs
 
 
 def test_the_submitted_spec_is_not_rewritten(ws):
@@ -208,8 +280,11 @@ def test_online_datasets_given_as_paths_are_confined(ws, tmp_path):
     s = settings(ws)
     for key in ("dataset", "eval_dataset"):
         for bad in (str(tmp_path / "outside"), "../outside", f"d,{tmp_path / 'outside'}"):
-            errs = errors(lambda bad=bad, key=key: prepare(spec(dataset_dir="ONLINE", **{key: bad}), settings=s,
-                                                           node_gpus=0))
+            errs = errors(
+                lambda bad=bad, key=key: prepare(
+                    spec(dataset_dir="ONLINE", **{key: bad}), settings=s, node_gpus=0
+                )
+            )
             assert ("config", key) in errs, (key, bad, errs)
     (ws / "sets" / "mine").mkdir(parents=True)
     p = prepare(spec(dataset_dir="ONLINE", dataset=str(ws / "sets" / "mine")), settings=s, node_gpus=0)
@@ -219,14 +294,22 @@ def test_online_datasets_given_as_paths_are_confined(ws, tmp_path):
 
 
 def test_online_hub_datasets_must_be_in_the_cache(ws, tmp_path):
-    errs = errors(lambda: prepare(spec(dataset_dir="ONLINE", dataset="org/set"), settings=settings(ws), node_gpus=0))
+    errs = errors(
+        lambda: prepare(spec(dataset_dir="ONLINE", dataset="org/set"), settings=settings(ws), node_gpus=0)
+    )
     e = errs[("config", "dataset")]
     assert e["code"] == "LF013" and "TUNEDECK_ALLOW_HUB" in e["msg"]
     cached(tmp_path / "hf" / "hub", "org/set", kind="dataset", data__json="[]")
     p = prepare(spec(dataset_dir="ONLINE", dataset="org/set"), settings=settings(ws), node_gpus=0)
     assert p.config["dataset"] == "org/set"
-    assert prepare(spec(dataset_dir="ONLINE", dataset="other/set"), settings=settings(ws, allow_hub=True),
-                   node_gpus=0).config["dataset"] == "other/set"
+    assert (
+        prepare(
+            spec(dataset_dir="ONLINE", dataset="other/set"),
+            settings=settings(ws, allow_hub=True),
+            node_gpus=0,
+        ).config["dataset"]
+        == "other/set"
+    )
     errs = errors(lambda: prepare(spec(dataset_dir="REMOTE:org/nowhere"), settings=settings(ws), node_gpus=0))
     assert errs[("config", "dataset_dir")]["code"] == "LF013"
 
@@ -235,10 +318,18 @@ def test_online_hub_datasets_must_be_in_the_cache(ws, tmp_path):
 
 
 NETWORK = [
-    ("push_to_hub", True), ("hub_model_id", "me/model"), ("hub_token", "hf_x"), ("hf_hub_token", "hf_x"),
-    ("export_hub_model_id", "me/merged"), ("use_swanlab", True), ("swanlab_api_key", "k"),
-    ("report_to", "wandb"), ("report_to", ["tensorboard", "mlflow"]), ("report_to", "all"),
-    ("generation_config", "https://example.com/gen.json"), ("reward_model", "http://127.0.0.1:9/score"),
+    ("push_to_hub", True),
+    ("hub_model_id", "me/model"),
+    ("hub_token", "hf_x"),
+    ("hf_hub_token", "hf_x"),
+    ("export_hub_model_id", "me/merged"),
+    ("use_swanlab", True),
+    ("swanlab_api_key", "k"),
+    ("report_to", "wandb"),
+    ("report_to", ["tensorboard", "mlflow"]),
+    ("report_to", "all"),
+    ("generation_config", "https://example.com/gen.json"),
+    ("reward_model", "http://127.0.0.1:9/score"),
 ]
 
 
@@ -256,48 +347,70 @@ def test_every_network_key_of_the_table_is_refused(ws):
     assert {"push_to_hub", "hub_token", "hub_model_id", "use_swanlab"} <= set(reach.lf_network_keys())
     for key in reach.lf_network_keys():
         value = True if args[key]["type"] == "bool" else "x-not-the-default"
-        errs = errors(lambda key=key, value=value: prepare(spec(**{key: value}), settings=settings(ws), node_gpus=0))
+        errs = errors(
+            lambda key=key, value=value: prepare(spec(**{key: value}), settings=settings(ws), node_gpus=0)
+        )
         assert errs[("config", key)]["code"] == "LF012", key
 
 
 def test_local_reporting_and_local_modes_pass(ws):
     for value in ("none", "tensorboard", ["none"], "tensorboard,none"):
         prepare(spec(report_to=value), settings=settings(ws), node_gpus=0)
-    prepare(spec(use_swanlab=True, swanlab_mode="local", swanlab_logdir="sw"), settings=settings(ws), node_gpus=0)
+    prepare(
+        spec(use_swanlab=True, swanlab_mode="local", swanlab_logdir="sw"), settings=settings(ws), node_gpus=0
+    )
 
 
 def test_push_to_hub_also_needs_the_hub(ws):
-    errs = errors(lambda: prepare(spec(push_to_hub=True), settings=settings(ws, allow_network_keys=True),
-                                  node_gpus=0))
+    errs = errors(
+        lambda: prepare(spec(push_to_hub=True), settings=settings(ws, allow_network_keys=True), node_gpus=0)
+    )
     assert "TUNEDECK_ALLOW_HUB" in errs[("config", "push_to_hub")]["msg"]
 
 
 @pytest.mark.parametrize("section", reach.ds_remote_monitors())
 def test_deepspeed_monitors_that_send_out_need_the_setting(ws, section):
     ds = {section: {"enabled": True}}
-    errs = errors(lambda: prepare(JobSpec(name="t", config=spec().config, deepspeed=ds), settings=settings(ws),
-                                  node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            JobSpec(name="t", config=spec().config, deepspeed=ds), settings=settings(ws), node_gpus=0
+        )
+    )
     assert errs[("deepspeed", section, "enabled")]["code"] == "DS010"
-    prepare(JobSpec(name="t", config=spec().config, deepspeed=ds), settings=settings(ws, allow_network_keys=True),
-            node_gpus=0)
-    prepare(JobSpec(name="t", config=spec().config, deepspeed={"tensorboard": {"enabled": True}}),
-            settings=settings(ws), node_gpus=0)
+    prepare(
+        JobSpec(name="t", config=spec().config, deepspeed=ds),
+        settings=settings(ws, allow_network_keys=True),
+        node_gpus=0,
+    )
+    prepare(
+        JobSpec(name="t", config=spec().config, deepspeed={"tensorboard": {"enabled": True}}),
+        settings=settings(ws),
+        node_gpus=0,
+    )
 
 
 def test_hub_models_must_be_in_the_cache_while_runs_are_offline(ws, tmp_path):
-    errs = errors(lambda: prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct"), settings=settings(ws),
-                                  node_gpus=0))
+    errs = errors(
+        lambda: prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct"), settings=settings(ws), node_gpus=0)
+    )
     e = errs[("config", "model_name_or_path")]
     assert e["code"] == "LF013" and "TUNEDECK_ALLOW_HUB" in e["msg"]
     cached(tmp_path / "hf" / "hub", "Qwen/Qwen2-7B-Instruct", config__json=QWEN2)
     p = prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct"), settings=settings(ws), node_gpus=0)
     assert p.config["model_name_or_path"] == "Qwen/Qwen2-7B-Instruct"
     # A job's own cache_dir is where the trainer looks, so that is where it must be.
-    errs = errors(lambda: prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct", cache_dir="hf"),
-                                  settings=settings(ws), node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(model_name_or_path="Qwen/Qwen2-7B-Instruct", cache_dir="hf"),
+            settings=settings(ws),
+            node_gpus=0,
+        )
+    )
     assert errs[("config", "model_name_or_path")]["code"] == "LF013"
     cached(ws / "hf", "Qwen/Qwen2-7B-Instruct", config__json=QWEN2)
-    prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct", cache_dir="hf"), settings=settings(ws), node_gpus=0)
+    prepare(
+        spec(model_name_or_path="Qwen/Qwen2-7B-Instruct", cache_dir="hf"), settings=settings(ws), node_gpus=0
+    )
     prepare(spec(model_name_or_path="Org/Other"), settings=settings(ws, allow_hub=True), node_gpus=0)
 
 
@@ -318,14 +431,22 @@ def model_with(ws: Path, name: str, **files: str) -> str:
     return f"models/{name}"
 
 
-@pytest.mark.parametrize("files", [{"config__json": AUTO_MAP},
-                                   {"tokenizer_config__json": json.dumps({"auto_map": {"AutoTokenizer": ["t.T", None]}})},
-                                   {"modeling_evil__py": "import os\n"}],
-                         ids=["config-auto_map", "tokenizer-auto_map", "py-file"])
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"config__json": AUTO_MAP},
+        {"tokenizer_config__json": json.dumps({"auto_map": {"AutoTokenizer": ["t.T", None]}})},
+        {"modeling_evil__py": "import os\n"},
+    ],
+    ids=["config-auto_map", "tokenizer-auto_map", "py-file"],
+)
 def test_remote_code_is_refused_unless_allowed(ws, files):
     model = model_with(ws, "evil", **files)
-    errs = errors(lambda: prepare(spec(model_name_or_path=model, trust_remote_code=True), settings=settings(ws),
-                                  node_gpus=0))
+    errs = errors(
+        lambda: prepare(
+            spec(model_name_or_path=model, trust_remote_code=True), settings=settings(ws), node_gpus=0
+        )
+    )
     e = errs[("config", "trust_remote_code")]
     assert e["code"] == "LF010" and "TUNEDECK_ALLOW_REMOTE_CODE" in e["msg"]
     prepare(spec(model_name_or_path=model, trust_remote_code=False), settings=settings(ws), node_gpus=0)
@@ -347,8 +468,12 @@ def test_the_seed_yaml_is_accepted_when_its_model_has_no_code(ws, tmp_path):
     assert seed.config["trust_remote_code"] is True
     errs = errors(lambda: prepare(seed, settings=settings(ws), node_gpus=0))  # not downloaded: cannot load
     assert errs[("config", "model_name_or_path")]["code"] == "LF013"
-    snap = cached(tmp_path / "hf" / "hub", "Qwen/Qwen2-7B-Instruct", config__json=QWEN2,
-                  tokenizer_config__json=json.dumps({"tokenizer_class": "Qwen2Tokenizer"}))
+    snap = cached(
+        tmp_path / "hf" / "hub",
+        "Qwen/Qwen2-7B-Instruct",
+        config__json=QWEN2,
+        tokenizer_config__json=json.dumps({"tokenizer_class": "Qwen2Tokenizer"}),
+    )
     p = prepare(seed, settings=settings(ws), node_gpus=0)
     assert p.config["trust_remote_code"] is True and p.ds_config["zero_optimization"]["stage"] == 3
     assert "LF009" in {f["code"] for f in lint_spec(seed, settings=settings(ws))}
@@ -367,13 +492,23 @@ def test_submission_refuses_remote_code_at_the_field(server_factory, assets, tmp
     for f in (assets / "demo" / "model").iterdir():
         (evil / f.name).write_bytes(f.read_bytes())
     (evil / "configuration_evil.py").write_text("import os\n")
-    r = server.api.post("/api/jobs", json={"name": "evil", "gpus": 0, "config": demo_config(
-        assets, model_name_or_path=str(evil), trust_remote_code=True)})
+    r = server.api.post(
+        "/api/jobs",
+        json={
+            "name": "evil",
+            "gpus": 0,
+            "config": demo_config(assets, model_name_or_path=str(evil), trust_remote_code=True),
+        },
+    )
     assert r.status_code == 422, r.text
     (d,) = [d for d in r.json()["detail"] if d["loc"] == ["config", "trust_remote_code"]]
     assert d["code"] == "LF010" and "TUNEDECK_ALLOW_REMOTE_CODE" in d["msg"]
-    r = server.api.post("/api/jobs/yaml", params={"name": "seed"}, content=(CONFIGS / "qwen2_lora_sft.yaml")
-                        .read_bytes(), headers={"content-type": "application/yaml"})
+    r = server.api.post(
+        "/api/jobs/yaml",
+        params={"name": "seed"},
+        content=(CONFIGS / "qwen2_lora_sft.yaml").read_bytes(),
+        headers={"content-type": "application/yaml"},
+    )
     assert r.status_code == 201, r.text
     assert "LF009" in {f["code"] for f in r.json()["findings"]}
 
@@ -386,7 +521,7 @@ def token_windows(data: bytes):
     for run in re.finditer(rb"[A-Za-z0-9_-]{43,}", data):
         text = run.group()
         for i in range(len(text) - 42):
-            yield text[i:i + 43]
+            yield text[i : i + 43]
 
 
 @pytest.mark.slow
@@ -396,8 +531,9 @@ def test_the_trainer_can_read_no_token(server_factory, assets):
     server's own CLI token, while the runner, which got it on stdin, keeps reporting."""
     cli_token = "cli-" + secrets.token_hex(20)
     server = server_factory(TUNEDECK_TOKEN=cli_token)
-    created = server.submit({"name": "no token", "gpus": 0,
-                             "config": demo_config(assets, max_steps=2000, save_steps=1000)})
+    created = server.submit(
+        {"name": "no token", "gpus": 0, "config": demo_config(assets, max_steps=2000, save_steps=1000)}
+    )
     deadline = time.monotonic() + 180
     while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
         assert time.monotonic() < deadline, "no metric point arrived: the runner could not report"

@@ -17,7 +17,9 @@ def small_fs(tmp_path):
     """A 4 MiB tmpfs of our own (root on this machine can mount); skipped where mounting is denied."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     yield mnt
@@ -28,8 +30,9 @@ def test_read_only_workspace_is_refused_at_start(small_fs):
     (small_fs / "ws").mkdir()
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(small_fs / "ws"), "TUNEDECK_PORT": "0"}
-    r = subprocess.run([sys.executable, "-m", "tunedeck.cli", "serve"], env=env, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli", "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode != 0
     assert f"workspace {small_fs / 'ws'} is not writable" in r.stdout + r.stderr
 
@@ -46,7 +49,9 @@ def test_full_disk_is_a_clear_error_and_nothing_breaks(small_fs, assets):
                     f.flush()
             except OSError:
                 pass
-        r = server.api.post("/api/jobs", json={"name": "big", "config": demo_config(assets, lora_target="a" * 200_000)})
+        r = server.api.post(
+            "/api/jobs", json={"name": "big", "config": demo_config(assets, lora_target="a" * 200_000)}
+        )
         assert r.status_code == 507, r.text
         assert "full" in r.json()["detail"] or "No space" in r.json()["detail"]
         filler.unlink()

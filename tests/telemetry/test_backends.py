@@ -20,11 +20,25 @@ from tunedeck.telemetry.cpu import CpuBackend
 
 FAKES = ROOT / "tests" / "fakes"
 GiB = 1024**3
-MI300X = {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "activity": 87, "power": 612.5,
-          "temp": 58, "processes": [{"pid": 4242, "vram": 30 * GiB}],
-          "vram": [v * GiB for v in (0, 10, 31, 12, 12, 40, 13, 20, 20)]}  # 0: read by the inventory at open
-MI250X = {"name": "AMD Instinct MI250X", "bdf": "0000:03:00.0", "total": 64 * GiB, "activity": 3, "power": 95,
-          "temp": 41, "vram": [v * GiB for v in (0, 1, 2, 3, 4, 5, 6, 7, 8)]}
+MI300X = {
+    "name": "AMD Instinct MI300X",
+    "bdf": "0000:0c:00.0",
+    "total": 192 * GiB,
+    "activity": 87,
+    "power": 612.5,
+    "temp": 58,
+    "processes": [{"pid": 4242, "vram": 30 * GiB}],
+    "vram": [v * GiB for v in (0, 10, 31, 12, 12, 40, 13, 20, 20)],
+}  # 0: read by the inventory at open
+MI250X = {
+    "name": "AMD Instinct MI250X",
+    "bdf": "0000:03:00.0",
+    "total": 64 * GiB,
+    "activity": 3,
+    "power": 95,
+    "temp": 41,
+    "vram": [v * GiB for v in (0, 1, 2, 3, 4, 5, 6, 7, 8)],
+}
 
 
 def run_sampler(tmp_path: Path, path: Path | list[Path], devices: list[dict], visible: list[int]) -> dict:
@@ -48,9 +62,14 @@ def run_sampler(tmp_path: Path, path: Path | list[Path], devices: list[dict], vi
         print(json.dumps({{"backend": s.backend_name, "reason": s.reason, "indices": s.indices,
                            "samples": samples + s.drain()}}))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(ROOT / "backend")]),
-           "TUNEDECK_FAKE_SMI_TRACE": str(trace)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([*map(str, paths), str(ROOT / "backend")]),
+        "TUNEDECK_FAKE_SMI_TRACE": str(trace),
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -86,7 +105,9 @@ def test_nvml_path_over_stand_in_pynvml(tmp_path):
     # ROCm is tried first: on a ROCm host its real library would answer, so this host has none.
     no_rocm = tmp_path / "no-rocm"
     (no_rocm / "amdsmi").mkdir(parents=True)
-    (no_rocm / "amdsmi" / "__init__.py").write_text("raise ImportError('no ROCm on this stand-in NVIDIA host')\n")
+    (no_rocm / "amdsmi" / "__init__.py").write_text(
+        "raise ImportError('no ROCm on this stand-in NVIDIA host')\n"
+    )
     out = run_sampler(tmp_path, [no_rocm, FAKES / "nvml"], [MI300X], visible=[0])
     assert out["backend"] == "nvidia"
     s = per_gpu(out)[0]
@@ -99,12 +120,18 @@ def test_absent_and_broken_libraries_mean_no_gpu(tmp_path):
     (broken / "amdsmi").mkdir(parents=True)
     # What the PyPI amdsmi wheel does without ROCm: a KeyError at import, not an ImportError.
     (broken / "amdsmi" / "__init__.py").write_text("raise KeyError('libamd_smi.so')\n")
-    (broken / "pynvml.py").write_text("class NVMLError_LibraryNotFound(Exception):\n    pass\n"
-                                      "def nvmlInit():\n    raise NVMLError_LibraryNotFound('libnvidia-ml.so.1')\n")
-    code = ("from tunedeck.telemetry import open_backend; b, r = open_backend(); print(b.name); print(r);"
-            "print(b.read()[0].used_bytes > 0)")
+    (broken / "pynvml.py").write_text(
+        "class NVMLError_LibraryNotFound(Exception):\n    pass\n"
+        "def nvmlInit():\n    raise NVMLError_LibraryNotFound('libnvidia-ml.so.1')\n"
+    )
+    code = (
+        "from tunedeck.telemetry import open_backend; b, r = open_backend(); print(b.name); print(r);"
+        "print(b.read()[0].used_bytes > 0)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(broken), str(ROOT / "backend")])}
-    r = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     name, reason, ok = r.stdout.strip().splitlines()
     assert name == "cpu" and ok == "True"
@@ -121,9 +148,11 @@ def test_bus_id_matching_beats_index_order():
 
 def test_cpu_backend_counts_the_whole_process_tree():
     # A child that starts a grandchild holding ~200 MB: the tree's RSS must include it.
-    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
-            "'b = bytearray(200 * 1024 * 1024); import time; print(1, flush=True); time.sleep(30)'], "
-            "stdout=subprocess.PIPE); p.stdout.readline(); print(1, flush=True); time.sleep(30)")
+    code = (
+        "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+        "'b = bytearray(200 * 1024 * 1024); import time; print(1, flush=True); time.sleep(30)'], "
+        "stdout=subprocess.PIPE); p.stdout.readline(); print(1, flush=True); time.sleep(30)"
+    )
     root = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         root.stdout.readline()

@@ -35,8 +35,9 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
     # As many samples as the run lasted: the checks below need a dozen, and imports alone last longer.
     assert len(samples) >= 12 and not full["downsampled"]
     assert {s["gpu"] for s in samples} == {-1}  # host memory of the job's process tree
-    assert full["gpus"] == [{"gpu": -1, "name": "host memory (job process tree)",
-                             "total_bytes": psutil.virtual_memory().total}]
+    assert full["gpus"] == [
+        {"gpu": -1, "name": "host memory (job process tree)", "total_bytes": psutil.virtual_memory().total}
+    ]
     peak = max(s["used_bytes"] for s in samples)
     assert 100 * 1024**2 < peak < psutil.virtual_memory().total  # a real process tree: torch, the model, data
     small = server.api.get(f"/api/jobs/{job['id']}/memory", params={"max_points": 5}).json()
@@ -59,10 +60,26 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
         assert node["backend"] == "cpu" and node["gpus"] == [] and "pyrsmi" in node["reason"]
     # The same run folder read from outside: `tunedeck analyze` over the real trainer_log.jsonl.
     csv = Path(job["run_dir"]) / "memory.csv"
-    csv.write_text("t,gpu,used_bytes,total_bytes\n" + "".join(
-        f"{s['t']},{s['gpu']},{s['used_bytes']},{s['total_bytes']}\n" for s in samples))
-    r = subprocess.run([sys.executable, "-m", "tunedeck.cli", "analyze", job["output_dir"], "--memory", str(csv),
-                        "--config", str(Path(job["run_dir"]) / "train.yaml"), "--json"], capture_output=True, text=True)
+    csv.write_text(
+        "t,gpu,used_bytes,total_bytes\n"
+        + "".join(f"{s['t']},{s['gpu']},{s['used_bytes']},{s['total_bytes']}\n" for s in samples)
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tunedeck.cli",
+            "analyze",
+            job["output_dir"],
+            "--memory",
+            str(csv),
+            "--config",
+            str(Path(job["run_dir"]) / "train.yaml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert {f["kind"] for f in json.loads(r.stdout)} <= {"vram_plateau"}
 
@@ -75,8 +92,13 @@ def test_out_of_memory_run_fails_with_that_cause_and_an_oom_alert(server_factory
     assert job["status"] == "failed", job
     assert job["error"].startswith("out of memory: "), job["error"]
     deadline = time.monotonic() + 120
-    while not (oom := [a for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
-                       if a["kind"] == "oom" and not a["open"]]):  # closed once the job's end is judged
+    while not (
+        oom := [
+            a
+            for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+            if a["kind"] == "oom" and not a["open"]
+        ]
+    ):  # closed once the job's end is judged
         assert time.monotonic() < deadline, "no closed oom alert"
         time.sleep(0.3)
     assert oom[0]["severity"] == "critical"
@@ -93,16 +115,48 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     trace = tmp_path / "trace.json"
     # The trace is keyed to the sampler's reads, and the spike waits for training step 100: at least
     # 12 samples of baseline before it and the rest of the run after it, however slow the start.
-    trace.write_text(json.dumps({"gate": {"at": 48, "log": "output/trainer_log.jsonl", "step": 100}, "devices": [
-        {"name": "AMD Instinct MI300X", "bdf": "0000:0c:00.0", "total": 192 * GiB, "vram": flat, "activity": 90,
-         "power": 600, "temp": 60},
-        {"name": "AMD Instinct MI300X", "bdf": "0000:1c:00.0", "total": 192 * GiB, "vram": [GiB], "activity": 0}]}))
-    server = server_factory(PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
-                            TUNEDECK_FAKE_SMI_TRACE=str(trace), TUNEDECK_MEMORY_SAMPLE_S="0.5")
+    trace.write_text(
+        json.dumps(
+            {
+                "gate": {"at": 48, "log": "output/trainer_log.jsonl", "step": 100},
+                "devices": [
+                    {
+                        "name": "AMD Instinct MI300X",
+                        "bdf": "0000:0c:00.0",
+                        "total": 192 * GiB,
+                        "vram": flat,
+                        "activity": 90,
+                        "power": 600,
+                        "temp": 60,
+                    },
+                    {
+                        "name": "AMD Instinct MI300X",
+                        "bdf": "0000:1c:00.0",
+                        "total": 192 * GiB,
+                        "vram": [GiB],
+                        "activity": 0,
+                    },
+                ],
+            }
+        )
+    )
+    server = server_factory(
+        PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
+        TUNEDECK_FAKE_SMI_TRACE=str(trace),
+        TUNEDECK_MEMORY_SAMPLE_S="0.5",
+    )
     (node,) = server.api.get("/api/nodes").json()
-    assert node["backend"] == "rocm" and [g["bus_id"] for g in node["gpus"]] == ["0000:0c:00.0", "0000:1c:00.0"]
-    job = server.submit({"name": "on gpu0", "config": demo_config(assets, max_steps=400, save_steps=1000,
-                                                                   eval_steps=1000), "gpus": 1})
+    assert node["backend"] == "rocm" and [g["bus_id"] for g in node["gpus"]] == [
+        "0000:0c:00.0",
+        "0000:1c:00.0",
+    ]
+    job = server.submit(
+        {
+            "name": "on gpu0",
+            "config": demo_config(assets, max_steps=400, save_steps=1000, eval_steps=1000),
+            "gpus": 1,
+        }
+    )
     assert Path(job["output_dir"]) == Path(job["run_dir"]) / "output"  # where the gate reads the trainer log
     server.wait(job["id"], ("running",), timeout=240)
     (node,) = server.api.get("/api/nodes").json()
@@ -117,8 +171,9 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     spikes = [a for a in alerts if a["kind"] == "vram_spike"]
     assert len(spikes) == 1 and spikes[0]["gpu"] == 0, alerts
     # The baseline's noise phase decides the last digit; the evidence must be the scripted +30 GiB.
-    assert re.search(r"reached 70\.\d GiB, \+(29\.9|30\.0) GiB above the 40\.\d GiB baseline",
-                     spikes[0]["message"]), spikes[0]["message"]
+    assert re.search(
+        r"reached 70\.\d GiB, \+(29\.9|30\.0) GiB above the 40\.\d GiB baseline", spikes[0]["message"]
+    ), spikes[0]["message"]
     assert {a["kind"] for a in alerts} <= {"vram_spike", "vram_plateau"}
 
 
@@ -129,8 +184,11 @@ def test_the_runner_samples_the_gpu_it_was_given_by_bus_id(server_factory, asset
     mi250x = {"name": "AMD Instinct MI250X", "bdf": "0000:1c:00.0", "total": 64 * GiB, "vram": [GiB]}
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"devices": [mi300x, mi250x]}))
-    server = server_factory(PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
-                            TUNEDECK_FAKE_SMI_TRACE=str(trace), TUNEDECK_MEMORY_SAMPLE_S="0.2")
+    server = server_factory(
+        PYTHONPATH=os.pathsep.join([str(FAKES), str(ROOT / "backend")]),
+        TUNEDECK_FAKE_SMI_TRACE=str(trace),
+        TUNEDECK_MEMORY_SAMPLE_S="0.2",
+    )
     (node,) = server.api.get("/api/nodes").json()  # the server has read its numbering: MI300X is 0
     assert [g["name"] for g in node["gpus"]] == ["AMD Instinct MI300X", "AMD Instinct MI250X"]
     trace.write_text(json.dumps({"devices": [mi250x, mi300x]}))  # the runner's library: MI250X is 0

@@ -10,8 +10,14 @@ import pytest
 from tests.conftest import OUTPUT
 
 CHROMIUM = Path(os.environ.get("TUNEDECK_CHROMIUM", "/usr/bin/chromium"))
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SHOTS = OUTPUT / "ui"
 
 
@@ -27,8 +33,9 @@ def browser():
 
 
 def _page(browser, *, bypass_csp: bool):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True,
-                                  bypass_csp=bypass_csp)
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 1000}, accept_downloads=True, bypass_csp=bypass_csp
+    )
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))

@@ -51,10 +51,14 @@ def test_submit_watch_and_stop(server_factory, assets, page):
     row.locator("a").click()
     page.wait_for_url(f"**/jobs/{job_id}")
     ready(page)
-    page.wait_for_function("window.tunedeck.metrics.loss && window.tunedeck.metrics.loss.y.length >= 5", timeout=WAIT)
+    page.wait_for_function(
+        "window.tunedeck.metrics.loss && window.tunedeck.metrics.loss.y.length >= 5", timeout=WAIT
+    )
     page.wait_for_function("[...window.tunedeck.mem.values()].some(g => g.y.length >= 2)", timeout=WAIT)
     n = page.evaluate("window.tunedeck.metrics.loss.y.length")
-    page.wait_for_function(f"window.tunedeck.metrics.loss.y.length > {n}", timeout=WAIT)  # still arriving live
+    page.wait_for_function(
+        f"window.tunedeck.metrics.loss.y.length > {n}", timeout=WAIT
+    )  # still arriving live
     assert page.locator("#loss-chart .scatterlayer .trace").count() >= 2
     assert page.locator("#mem-chart .scatterlayer .trace").count() >= 1
     page.wait_for_function("document.querySelector('#logs').textContent.length > 0", timeout=WAIT)
@@ -70,9 +74,12 @@ def test_submit_watch_and_stop(server_factory, assets, page):
     # An alert, as the alert engine stores one: it reaches the open page and the team page live.
     t = page.evaluate("window.tunedeck.metrics.loss.t.at(-1)")
     with sqlite3.connect(server.workspace / "tunedeck.db") as con:
-        con.execute("INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
-                    " last_t, count) VALUES (?, 'loss_spike', 'warning', NULL, ?, 3, 'loss jumped 3x in one step',"
-                    " 'lower learning_rate', 1, ?, ?, 1)", (job_id, t, t, t))
+        con.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'loss_spike', 'warning', NULL, ?, 3, 'loss jumped 3x in one step',"
+            " 'lower learning_rate', 1, ?, ?, 1)",
+            (job_id, t, t, t),
+        )
     item = page.locator('.alert-item[data-kind="loss_spike"]')
     item.wait_for(timeout=30_000)
     assert "lower learning_rate" in item.inner_text()
@@ -91,9 +98,11 @@ def test_import_yaml_fills_fields(server_factory, assets, page, tmp_path):
     server = server_factory()
     page.goto(f"{server.url}/new")
     ready(page)
-    text = ("model_name_or_path: demo/model\nstage: sft\nfinetuning_type: lora\nlora_target: all\n"
-            "dataset: demo_identity\ntemplate: qwen\nlearning_rate: 1.0e-4\nfp16: true\n"
-            "num_train_epochs: 3.0\nneftune_noise_alpha: 5\ndeepspeed: examples/deepspeed/ds_z3_rocm.json\n")
+    text = (
+        "model_name_or_path: demo/model\nstage: sft\nfinetuning_type: lora\nlora_target: all\n"
+        "dataset: demo_identity\ntemplate: qwen\nlearning_rate: 1.0e-4\nfp16: true\n"
+        "num_train_epochs: 3.0\nneftune_noise_alpha: 5\ndeepspeed: examples/deepspeed/ds_z3_rocm.json\n"
+    )
     path = tmp_path / "qwen2_lora_sft.yaml"
     path.write_text(text)
     page.set_input_files("#import-file", str(path))

@@ -67,8 +67,13 @@ def test_another_site_cannot_submit_or_cancel(server_factory, assets, page):
     yaml_text = yaml.safe_dump(demo_config(assets), sort_keys=False)
     # A text/plain form sends `name=value`: the field's name carries the YAML, a comment swallows `=`.
     field = html.escape(yaml_text + "#").replace("\n", "&#10;")
-    page_html = (ATTACK.replace("TARGET", server.url).replace("JOB", str(job["id"]))
-                 .replace("YAML", json.dumps(yaml_text)).replace("NAME", field).replace("VALUE", ""))
+    page_html = (
+        ATTACK.replace("TARGET", server.url)
+        .replace("JOB", str(job["id"]))
+        .replace("YAML", json.dumps(yaml_text))
+        .replace("NAME", field)
+        .replace("VALUE", "")
+    )
     httpd, url = attacker_site(page_html)
     try:
         page.goto(url)
@@ -83,8 +88,11 @@ def test_another_site_cannot_submit_or_cancel(server_factory, assets, page):
     jobs = server.api.get("/api/jobs").json()["jobs"]
     assert [(j["name"], j["status"]) for j in jobs] == [("mine", "queued")]
     log = "".join(p.read_text() for p in server.workspace.glob("server-*.log"))
-    for request in ("POST /api/jobs/yaml?name=evil-fetch", "POST /api/jobs/yaml?name=evil-form",
-                    f"POST /api/jobs/{job['id']}/cancel"):
+    for request in (
+        "POST /api/jobs/yaml?name=evil-fetch",
+        "POST /api/jobs/yaml?name=evil-form",
+        f"POST /api/jobs/{job['id']}/cancel",
+    ):
         assert f'{request} HTTP/1.1" 403' in log, request  # they reached the server and were refused
 
 
@@ -95,12 +103,16 @@ def test_gpu_names_are_text_in_the_chart_legend(server_factory, assets, strict_p
     gib = 1 << 30
     with sqlite3.connect(server.workspace / "tunedeck.db") as db:
         for line in range(3):
-            db.execute("INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes, name) "
-                       "VALUES (?, ?, ?, 0, ?, ?, ?)", (job["id"], line, 1000.0 + line, (10 + line) * gib, 192 * gib,
-                                                         evil))
-        db.execute("INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t, "
-                   "last_t, count) VALUES (?, 'vram_spike', 'warning', 0, 1001.0, NULL, ?, 'x', 1, 1001.0, 1001.0, 1)",
-                   (job["id"], evil))
+            db.execute(
+                "INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes, name) "
+                "VALUES (?, ?, ?, 0, ?, ?, ?)",
+                (job["id"], line, 1000.0 + line, (10 + line) * gib, 192 * gib, evil),
+            )
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t, "
+            "last_t, count) VALUES (?, 'vram_spike', 'warning', 0, 1001.0, NULL, ?, 'x', 1, 1001.0, 1001.0, 1)",
+            (job["id"], evil),
+        )
     page = strict_page
     page.goto(f"{server.url}/jobs/{job['id']}")
     legend = page.locator("#mem-chart .legend")

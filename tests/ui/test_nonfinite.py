@@ -13,8 +13,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def trainer_log(last_loss: float) -> bytes:
-    lines = [{"current_steps": s, "total_steps": 3, "loss": v, "elapsed_time": f"0:00:0{s}"}
-             for s, v in ((1, 2.5), (2, float("nan")), (3, last_loss))]
+    lines = [
+        {"current_steps": s, "total_steps": 3, "loss": v, "elapsed_time": f"0:00:0{s}"}
+        for s, v in ((1, 2.5), (2, float("nan")), (3, last_loss))
+    ]
     return "".join(json.dumps(x) + "\n" for x in lines).encode()
 
 
@@ -22,7 +24,9 @@ def test_team_page_shows_every_row_when_a_loss_is_infinite(server_factory, page)
     server = server_factory()
     ids = []
     for i, last in enumerate((1.5, float("inf"), 1.25, 1.0, 0.75)):
-        r = server.api.post("/api/runs/import", files={"trainer_log": trainer_log(last)}, data={"name": f"run {i}"})
+        r = server.api.post(
+            "/api/runs/import", files={"trainer_log": trainer_log(last)}, data={"name": f"run {i}"}
+        )
         assert r.status_code == 201, r.text
         ids.append(r.json()["id"])
     page.goto(f"{server.url}/")

@@ -9,10 +9,15 @@ from tests.ui.conftest import shot
 
 def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
     wall = token(tmp_path / "ws", "wall", "viewer")
-    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    server = server_factory(
+        TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true"
+    )
     admin = token(tmp_path / "ws", "root", "admin")
-    r = server.api.post("/api/jobs", json={"name": "held", "config": demo_config(assets)},
-                        headers={"Authorization": f"Bearer {admin}"})
+    r = server.api.post(
+        "/api/jobs",
+        json={"name": "held", "config": demo_config(assets)},
+        headers={"Authorization": f"Bearer {admin}"},
+    )
     assert r.status_code == 201
     asked: list[str] = []
 
@@ -39,8 +44,10 @@ def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
     job = server.submit({"name": "held", "config": demo_config(assets)})
     evil = '<img src=x onerror="window.pwned=1"><b>bold</b>'
     with sqlite3.connect(server.workspace / "tunedeck.db") as db:
-        db.execute("INSERT INTO log_lines (job_id, line, t, stream, text) VALUES (?, 0, 1.0, 'stderr', ?)",
-                   (job["id"], evil))
+        db.execute(
+            "INSERT INTO log_lines (job_id, line, t, stream, text) VALUES (?, 0, 1.0, 'stderr', ?)",
+            (job["id"], evil),
+        )
     page.goto(f"{server.url}/jobs/{job['id']}")
     page.wait_for_function("document.querySelector('#logs').textContent.includes('onerror')", timeout=30_000)
     assert page.evaluate("window.pwned") is None
@@ -50,11 +57,16 @@ def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
 def test_a_viewer_compares_jobs_with_one_prompt(server_factory, assets, page, tmp_path):
     """Reading a job's YAML back into fields changes nothing: a viewer's token is enough for it."""
     wall = token(tmp_path / "ws", "wall", "viewer")
-    server = server_factory(TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true")
+    server = server_factory(
+        TUNEDECK_OPEN_READ="false", TUNEDECK_OPEN_WRITE="false", TUNEDECK_LAUNCH_PAUSED="true"
+    )
     admin = {"Authorization": f"Bearer {token(tmp_path / 'ws', 'root', 'admin')}"}
     for lr in (1e-4, 3e-4):
-        r = server.api.post("/api/jobs", json={"name": f"lr {lr}", "config": demo_config(assets, learning_rate=lr)},
-                            headers=admin)
+        r = server.api.post(
+            "/api/jobs",
+            json={"name": f"lr {lr}", "config": demo_config(assets, learning_rate=lr)},
+            headers=admin,
+        )
         assert r.status_code == 201, r.text
     asked: list[str] = []
 

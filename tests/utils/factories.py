@@ -29,9 +29,19 @@ def create_token(engine: Engine, name: str, role: str = "submitter") -> str:
         return auth.create_token(session, name=name, role=auth.Role(role))
 
 
-def create_job(engine: Engine, settings: Settings, *, config: dict[str, Any], name: str = "job",
-               deepspeed: str | dict | None = None, gpus: int = 0, owner: str | None = None,
-               node_gpus: int = 0, runner_token: str | None = None, **columns: Any) -> Job:
+def create_job(
+    engine: Engine,
+    settings: Settings,
+    *,
+    config: dict[str, Any],
+    name: str = "job",
+    deepspeed: str | dict | None = None,
+    gpus: int = 0,
+    owner: str | None = None,
+    node_gpus: int = 0,
+    runner_token: str | None = None,
+    **columns: Any,
+) -> Job:
     """A job as a submission makes it (lint, run folder, train.yaml), then any column a test needs.
 
     `runner_token` is the credential the scheduler hands the job's runner when it starts it, for
@@ -39,12 +49,20 @@ def create_job(engine: Engine, settings: Settings, *, config: dict[str, Any], na
     runner (so the scheduler does not find the runner lost)."""
     spec = JobSpec(name=name, config=config, deepspeed=deepspeed, gpus=gpus)
     with Session(engine) as session:
-        job, _ = jobs.create_job(session, settings=settings, spec=spec, node=Node(gpus=node_gpus), owner=owner)
+        job, _ = jobs.create_job(
+            session, settings=settings, spec=spec, node=Node(gpus=node_gpus), owner=owner
+        )
         if runner_token is not None:
             standin = _standin_runner()
             with JobState(engine).begin() as conn:
-                move(conn, job.id, JobStatus.running, runner_token_hash=token_hash(runner_token),
-                     runner_pid=standin.pid, runner_started=procs.create_time(standin.pid))
+                move(
+                    conn,
+                    job.id,
+                    JobStatus.running,
+                    runner_token_hash=token_hash(runner_token),
+                    runner_pid=standin.pid,
+                    runner_started=procs.create_time(standin.pid),
+                )
             session.refresh(job)
         for key, value in columns.items():
             if key not in Job.model_fields:
@@ -67,21 +85,34 @@ def _standin_runner() -> subprocess.Popen:
     return p
 
 
-def post_telemetry(client: httpx.Client, job_id: int, runner_token: str, *, seq: int, start_line: int = 0,
-                   points: Sequence[dict] = (), logs: Sequence[str] = (), memory: Sequence[dict] = (),
-                   states: Sequence[dict] = (), t: float = 1_800_000_000.0) -> httpx.Response:
+def post_telemetry(
+    client: httpx.Client,
+    job_id: int,
+    runner_token: str,
+    *,
+    seq: int,
+    start_line: int = 0,
+    points: Sequence[dict] = (),
+    logs: Sequence[str] = (),
+    memory: Sequence[dict] = (),
+    states: Sequence[dict] = (),
+    t: float = 1_800_000_000.0,
+) -> httpx.Response:
     """A runner's batch through the telemetry route: `points` are trainer_log.jsonl lines (dicts),
     `logs` output lines, both numbered from `start_line` as a runner numbers the lines it read;
     `memory` and `states` go as they are (models.MemoryIn, models.RunnerState)."""
     batch = {
         "seq": seq,
         "metrics": [{"line": start_line + i, "t": t + i, "raw": json.dumps(p)} for i, p in enumerate(points)],
-        "logs": [{"line": start_line + i, "t": t + i, "stream": "stdout", "text": s} for i, s in enumerate(logs)],
+        "logs": [
+            {"line": start_line + i, "t": t + i, "stream": "stdout", "text": s} for i, s in enumerate(logs)
+        ],
         "memory": list(memory),
         "states": list(states),
     }
-    return client.post(f"/api/jobs/{job_id}/telemetry", json=batch,
-                       headers={"Authorization": f"Bearer {runner_token}"})
+    return client.post(
+        f"/api/jobs/{job_id}/telemetry", json=batch, headers={"Authorization": f"Bearer {runner_token}"}
+    )
 
 
 def create_import(engine: Engine, settings: Settings, folder: Path, *, name: str = "imported run") -> Job:
@@ -91,7 +122,12 @@ def create_import(engine: Engine, settings: Settings, folder: Path, *, name: str
     def text(path: Path) -> str | None:
         return path.read_text() if path.exists() else None
 
-    return imports.import_run(engine, settings=settings, name=name,
-                              trainer_log=(folder / "output" / "trainer_log.jsonl").read_text(),
-                              memory_csv=text(folder / "memory.csv"), config=text(folder / "train.yaml"),
-                              log_text=text(folder / "output" / "train.log"))
+    return imports.import_run(
+        engine,
+        settings=settings,
+        name=name,
+        trainer_log=(folder / "output" / "trainer_log.jsonl").read_text(),
+        memory_csv=text(folder / "memory.csv"),
+        config=text(folder / "train.yaml"),
+        log_text=text(folder / "output" / "train.log"),
+    )

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-TRAINER = '''#!{python}
+TRAINER = """#!{python}
 import json, os, signal, sys, time
 from pathlib import Path
 
@@ -36,14 +36,14 @@ if "held" in name:
     sys.exit(0)
 for i in range(1, 4):
     print(f"stand-in step {{i}}", flush=True)
-'''
+"""
 
 
 def training_env(folder: Path) -> Path:
     """The stand-in environment in `folder`; returns its python, for TUNEDECK_TRAIN_PYTHON."""
     folder.mkdir(parents=True, exist_ok=True)
     python = folder / "python"
-    python.write_text(f"#!/bin/sh\nexec {json.dumps(sys.executable)} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\nexec {json.dumps(sys.executable)} "$@"\n')
     cli = folder / "llamafactory-cli"
     cli.write_text(TRAINER.format(python=sys.executable))
     for f in (python, cli):

@@ -10,8 +10,18 @@ from __future__ import annotations
 from tunedeck.alerts.series import Finding, Limits, Point, Series
 from tunedeck.alerts.stream import OutOfOrder, Run, feed_series
 
-KINDS = ("vram_spike", "vram_periodic_spikes", "vram_near_oom", "oom", "alloc_flush", "stall", "loss_nan",
-         "loss_divergence", "loss_oscillation", "vram_plateau")
+KINDS = (
+    "vram_spike",
+    "vram_periodic_spikes",
+    "vram_near_oom",
+    "oom",
+    "alloc_flush",
+    "stall",
+    "loss_nan",
+    "loss_divergence",
+    "loss_oscillation",
+    "vram_plateau",
+)
 SEVERITIES = ("info", "warning", "critical")
 
 
@@ -20,7 +30,18 @@ def at_least(severity: str, floor: str) -> bool:
     return SEVERITIES.index(severity) >= SEVERITIES.index(floor)
 
 
-__all__ = ["KINDS", "SEVERITIES", "at_least", "Finding", "Limits", "OutOfOrder", "Point", "Run", "Series", "analyze"]
+__all__ = [
+    "KINDS",
+    "SEVERITIES",
+    "at_least",
+    "Finding",
+    "Limits",
+    "OutOfOrder",
+    "Point",
+    "Run",
+    "Series",
+    "analyze",
+]
 
 
 def analyze(s: Series, limits: Limits | None = None) -> list[Finding]:

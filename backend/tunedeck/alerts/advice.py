@@ -47,7 +47,7 @@ def _bucket(s: Series, key: str, alias: str | None = None) -> str | None:
         return None
     v = z[name]
     if v == "auto":
-        return f"zero_optimization.{name} is \"auto\" (hidden² elements): set it explicitly, e.g. 5e7"
+        return f'zero_optimization.{name} is "auto" (hidden² elements): set it explicitly, e.g. 5e7'
     n = _num(v)
     return f"lower zero_optimization.{name} from {sci(n)} to {sci(n / 10)}" if n else None
 
@@ -63,10 +63,16 @@ def prefetch_bucket(s: Series) -> str | None:
 def smaller_batch(s: Series) -> str:
     bs, g = batch(s), ga(s)
     if bs > 1:
-        return (f"lower per_device_train_batch_size from {bs} to {max(1, bs // 2)} and raise "
-                f"gradient_accumulation_steps from {g} to {g * 2} (same effective batch)")
+        return (
+            f"lower per_device_train_batch_size from {bs} to {max(1, bs // 2)} and raise "
+            f"gradient_accumulation_steps from {g} to {g * 2} (same effective batch)"
+        )
     cl = _num(s.config.get("cutoff_len"))
-    return f"lower cutoff_len from {int(cl)} to {int(cl) // 2}" if cl and cl > 256 else "use a smaller micro-batch"
+    return (
+        f"lower cutoff_len from {int(cl)} to {int(cl) // 2}"
+        if cl and cl > 256
+        else "use a smaller micro-batch"
+    )
 
 
 def memory_relief(s: Series) -> str:

@@ -58,23 +58,25 @@ def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     d = np.diff(full)  # d[r] = full[r + 1] - full[r]
     # Windows cut short by the start of the run (only ever in its first WINDOW + 1 samples).
     for p in range(h, min(h + m, WINDOW + 1)):
-        noise[p - h] = _mad(d[max(0, p - 1 - WINDOW):max(0, p - 1)])
+        noise[p - h] = _mad(d[max(0, p - 1 - WINDOW) : max(0, p - 1)])
         if p < LEVEL:
             base[p - h] = float(np.median(full[:p])) if p else math.nan
             spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
         if p < SMOOTH - 1:
-            smooth[p - h] = float(np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[:p + 1]])))
+            smooth[p - h] = float(
+                np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[: p + 1]]))
+            )
     lo = max(h, LEVEL)
     if lo < h + m:
-        w = sliding_window_view(full[:-1], LEVEL)[lo - LEVEL:]
-        base[lo - h:], spread[lo - h:] = np.median(w, axis=1), np.ptp(w, axis=1)
+        w = sliding_window_view(full[:-1], LEVEL)[lo - LEVEL :]
+        base[lo - h :], spread[lo - h :] = np.median(w, axis=1), np.ptp(w, axis=1)
     lo = max(h, WINDOW + 1)
     if lo < h + m:
-        w = sliding_window_view(d[:-1], WINDOW)[lo - 1 - WINDOW:]
-        noise[lo - h:] = np.median(np.abs(w - np.median(w, axis=1)[:, None]), axis=1) * NOISE
+        w = sliding_window_view(d[:-1], WINDOW)[lo - 1 - WINDOW :]
+        noise[lo - h :] = np.median(np.abs(w - np.median(w, axis=1)[:, None]), axis=1) * NOISE
     lo = max(h, SMOOTH - 1)
     if lo < h + m:
-        smooth[lo - h:] = np.median(sliding_window_view(full, SMOOTH)[lo - SMOOTH + 1:], axis=1)
+        smooth[lo - h :] = np.median(sliding_window_view(full, SMOOTH)[lo - SMOOTH + 1 :], axis=1)
     return base, spread, noise, smooth
 
 
@@ -93,10 +95,14 @@ def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, in
         for j in range(i + 1, i + MAX_SPIKE + 1):
             if j + AFTER > n:
                 break
-            ref = float(np.median(y[j:j + AFTER]))
+            ref = float(np.median(y[j : j + AFTER]))
             thr = threshold(ref, 0.0, total)
-            if (y[i - 1] <= ref + thr / 2 and y[i:j].min() > ref + thr / 2 and y[i:j].max() > ref + thr
-                    and y[j] <= ref + thr / 2):
+            if (
+                y[i - 1] <= ref + thr / 2
+                and y[i:j].min() > ref + thr / 2
+                and y[i:j].max() > ref + thr
+                and y[j] <= ref + thr / 2
+            ):
                 hit = j, ref
                 break
         if hit is None:
@@ -184,7 +190,7 @@ class Gpu:
             if self.n == EARLY:
                 self._settle()
         self.t_last, self.total = float(t[-1]), float(tot[-1])
-        self._hist = full[-(WINDOW + 1):]
+        self._hist = full[-(WINDOW + 1) :]
 
     def _settle(self) -> None:
         """Judge the first samples (the early rule), then go on judging each against the level before it."""
@@ -193,7 +199,7 @@ class Gpu:
         found, resume = early_spikes(y, early[-1][-1] or None)
         for start, peak, ref in found:
             self._spike(early[start][0], float(y[peak]), ref, early=True)
-        for sample in early[max(HISTORY, resume):]:
+        for sample in early[max(HISTORY, resume) :]:
             self._step(*sample)
 
     def _step(self, t: float, y: float, base: float, spread: float, noise: float, total: float) -> None:
@@ -203,7 +209,9 @@ class Gpu:
                 # A wide one must have risen from a settled level and come back to it: falling far below
                 # (memory freed at the end of a run) is another change, and a climb has no level to leave.
                 if e.n <= MAX_SPIKE or (e.settled and y >= e.base - e.thr / 2):
-                    self._spike(e.t0, max(x.peak for x in up[i:]), e.base, lasted=t - e.t0 if e.n > MAX_SPIKE else 0.0)
+                    self._spike(
+                        e.t0, max(x.peak for x in up[i:]), e.base, lasted=t - e.t0 if e.n > MAX_SPIKE else 0.0
+                    )
                 del up[i:]
                 break
         while up and t - up[0].t0 >= EXCURSION_S:  # still up after that long: the level changed
@@ -220,7 +228,9 @@ class Gpu:
         elif up:
             up[-1].recent.append(y)
 
-    def _spike(self, t0: float, peak: float, base: float, *, early: bool = False, lasted: float = 0.0) -> None:
+    def _spike(
+        self, t0: float, peak: float, base: float, *, early: bool = False, lasted: float = 0.0
+    ) -> None:
         self.spikes.add(t0)
         if peak - base > self.largest[0] - self.largest[1]:
             self.largest = (peak, base, early)
@@ -245,8 +255,10 @@ class Gpu:
         self.blocks.append(b)
         self._cur = None
         if len(self.blocks) == BLOCKS:  # twice as coarse: the summary stays this size however long the run
-            self.blocks = [[a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
-                           for a, c in zip(self.blocks[::2], self.blocks[1::2])]
+            self.blocks = [
+                [a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
+                for a, c in zip(self.blocks[::2], self.blocks[1::2])
+            ]
             self.block *= 2
 
     # ------------------------------------------------------------------ findings
@@ -258,10 +270,15 @@ class Gpu:
         if self._early is not None:  # the first samples, judged on what there is so far
             judged = copy.deepcopy(self)
             judged._settle()
-        return [*judged._spike_findings(s, steps, lim, now, running), *self._near_findings(s, steps, lim, running),
-                *self._plateau_findings(s, steps, running)]
+        return [
+            *judged._spike_findings(s, steps, lim, now, running),
+            *self._near_findings(s, steps, lim, running),
+            *self._plateau_findings(s, steps, running),
+        ]
 
-    def _spike_findings(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
+    def _spike_findings(
+        self, s: Series, steps: Steps, lim: Limits, now: float, running: bool
+    ) -> list[Finding]:
         occ, gpu, total = self.spikes, self.gpu, self.total or None
         if not occ.n:
             return []
@@ -270,18 +287,34 @@ class Gpu:
         recent = running and now - times[-1] <= lim.hold_s
         period = periodic(times)
         if period is None:
-            msg = (f"GPU {gpu}: {occ.n} transient VRAM spike(s); the largest reached {gib(peak)}, "
-                   f"+{gib(peak - base)} above the {gib(base)} baseline"
-                   + (f" ({100 * peak / total:.0f}% of {gib(total)})" if total else "")
-                   + (f"; the longest lasted {self.widest:.0f} s" if self.widest else ""))
+            msg = (
+                f"GPU {gpu}: {occ.n} transient VRAM spike(s); the largest reached {gib(peak)}, "
+                f"+{gib(peak - base)} above the {gib(base)} baseline"
+                + (f" ({100 * peak / total:.0f}% of {gib(total)})" if total else "")
+                + (f"; the longest lasted {self.widest:.0f} s" if self.widest else "")
+            )
             if early:  # no batch to blame yet: the job was starting (loading, first batches)
                 sug = "a peak while the job started, above the level it then held; if it nears capacity, "
             else:
-                sug = (f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); "
-                       "if it recurs, ")
+                sug = (
+                    f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); "
+                    "if it recurs, "
+                )
             sug += advice.memory_relief(s)
-            return [Finding("vram_spike", "warning", gpu, times, steps.step_at(times[-1]), msg, sug, recent,
-                            occ.n, occ.first)]
+            return [
+                Finding(
+                    "vram_spike",
+                    "warning",
+                    gpu,
+                    times,
+                    steps.step_at(times[-1]),
+                    msg,
+                    sug,
+                    recent,
+                    occ.n,
+                    occ.first,
+                )
+            ]
         g = advice.ga(s)
         at = steps.at(times)
         every = ""
@@ -291,30 +324,61 @@ class Gpu:
             mb = sp * g
             every = f" (≈{sp:.1f} optimizer steps = {mb:.0f} micro-batches)"
             if g > 1:
-                sug_parts.append(f"gradient_accumulation_steps is {g} and the spikes recur every {mb:.0f} "
-                                 f"micro-batches: try {max(1, g // 2)}")
+                sug_parts.append(
+                    f"gradient_accumulation_steps is {g} and the spikes recur every {mb:.0f} "
+                    f"micro-batches: try {max(1, g // 2)}"
+                )
         elif g > 1:
-            sug_parts.append(f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {g // 2}")
+            sug_parts.append(
+                f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {g // 2}"
+            )
         rb = advice.reduce_bucket(s)
         if rb:
             sug_parts.append(rb)
         if not sug_parts:
             sug_parts.append("spikes at the optimizer step: " + advice.memory_relief(s))
-        msg = (f"GPU {gpu}: VRAM spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
-               f"{occ.n} spikes")
-        return [Finding("vram_periodic_spikes", "warning", gpu, times, steps.step_at(times[-1]), msg,
-                        ", or ".join(sug_parts), recent, occ.n, occ.first)]
+        msg = (
+            f"GPU {gpu}: VRAM spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
+            f"{occ.n} spikes"
+        )
+        return [
+            Finding(
+                "vram_periodic_spikes",
+                "warning",
+                gpu,
+                times,
+                steps.step_at(times[-1]),
+                msg,
+                ", or ".join(sug_parts),
+                recent,
+                occ.n,
+                occ.first,
+            )
+        ]
 
     def _near_findings(self, s: Series, steps: Steps, lim: Limits, running: bool) -> list[Finding]:
         total = self.total
         if not total or not self.near.n:
             return []
         times, peak = self.near.times(), self.near_peak
-        msg = (f"GPU {self.gpu}: {gib(peak)} of {gib(total)} in use ({100 * peak / total:.1f}%, over "
-               f"{100 * lim.near_oom_share:.0f}% for {self.longest} samples)")
-        return [Finding("vram_near_oom", "critical", self.gpu, times, steps.step_at(times[-1]), msg,
-                        "close to out-of-memory: " + advice.memory_relief(s), running and self.run >= 3,
-                        self.near.n, self.near.first)]
+        msg = (
+            f"GPU {self.gpu}: {gib(peak)} of {gib(total)} in use ({100 * peak / total:.1f}%, over "
+            f"{100 * lim.near_oom_share:.0f}% for {self.longest} samples)"
+        )
+        return [
+            Finding(
+                "vram_near_oom",
+                "critical",
+                self.gpu,
+                times,
+                steps.step_at(times[-1]),
+                msg,
+                "close to out-of-memory: " + advice.memory_relief(s),
+                running and self.run >= 3,
+                self.near.n,
+                self.near.first,
+            )
+        ]
 
     def _plateau_findings(self, s: Series, steps: Steps, running: bool) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
@@ -343,10 +407,14 @@ class Gpu:
         if n - first[0] < 10 or end - start < 0.5 * (end - t_warm):
             return []
         share = f" ({100 * level / total:.0f}% of {gib(total)})" if total else ""
-        msg = (f"GPU {self.gpu}: memory settled at {gib(level)}{share} after {start - self.t_first:.0f} s and stayed "
-               f"within {gib(hi - lo)} for {end - start:.0f} s: the healthy flat line")
+        msg = (
+            f"GPU {self.gpu}: memory settled at {gib(level)}{share} after {start - self.t_first:.0f} s and stayed "
+            f"within {gib(hi - lo)} for {end - start:.0f} s: the healthy flat line"
+        )
         sug = None
         if total and level < 0.5 * total:
             bs = advice.batch(s)
             sug = f"{gib(total - level)} headroom: per_device_train_batch_size {bs} could go to {bs * 2} for throughput"
-        return [Finding("vram_plateau", "info", self.gpu, [start, end], steps.step_at(end), msg, sug, running)]
+        return [
+            Finding("vram_plateau", "info", self.gpu, [start, end], steps.step_at(end), msg, sug, running)
+        ]

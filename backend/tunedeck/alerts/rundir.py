@@ -42,7 +42,9 @@ def parse_memory_csv(text: str) -> dict[int, list[tuple[float, int, int | None]]
             total = int(float(r[3])) if len(r) > 3 and r[3].strip() else None
         except (ValueError, IndexError, OverflowError):
             raise BadInput(f"memory CSV line {n}: expected t,gpu,used_bytes,total_bytes numbers") from None
-        if not (math.isfinite(t) and -1 <= gpu <= 1_000_000 and 0 <= used < 2**62 and 0 <= (total or 0) < 2**62):
+        if not (
+            math.isfinite(t) and -1 <= gpu <= 1_000_000 and 0 <= used < 2**62 and 0 <= (total or 0) < 2**62
+        ):
             raise BadInput(f"memory CSV line {n}: a value out of range")
         out.setdefault(gpu, []).append((t, used, total))
     for xs in out.values():
@@ -76,8 +78,14 @@ def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str,
         step = num("current_steps")
         if step is not None and not (math.isfinite(step) and 0 <= step < 2**62):
             raise BadInput(f"trainer_log.jsonl line {n}: current_steps out of range")
-        points.append(Point(t=last_t, step=int(step) if step is not None else None, loss=num("loss"),
-                            eval_loss=num("eval_loss")))
+        points.append(
+            Point(
+                t=last_t,
+                step=int(step) if step is not None else None,
+                loss=num("loss"),
+                eval_loss=num("eval_loss"),
+            )
+        )
         lines.append({"t": last_t, "raw": raw})
     if not points:
         raise BadInput("trainer_log.jsonl holds no line")
@@ -96,8 +104,14 @@ def parse_config(text: str | None) -> dict[str, Any]:
     return cfg
 
 
-def build(*, trainer_log: str, memory_csv: str | None = None, config: str | None = None,
-          ds_config: dict[str, Any] | None = None, log_text: str | None = None) -> tuple[Series, list[dict[str, Any]]]:
+def build(
+    *,
+    trainer_log: str,
+    memory_csv: str | None = None,
+    config: str | None = None,
+    ds_config: dict[str, Any] | None = None,
+    log_text: str | None = None,
+) -> tuple[Series, list[dict[str, Any]]]:
     memory = parse_memory_csv(memory_csv) if memory_csv else {}
     t0 = min((xs[0][0] for xs in memory.values() if xs), default=0.0)
     points, lines = parse_trainer_log(trainer_log, t0)
@@ -105,7 +119,9 @@ def build(*, trainer_log: str, memory_csv: str | None = None, config: str | None
     logs = [(end, x) for x in (log_text or "").splitlines() if OOM.search(x) or FLUSH.search(x)]
     cfg = parse_config(config)
     gpus = sorted(g for g in memory if g >= 0)
-    series = Series(memory=memory, points=points, logs=logs, config=cfg, ds=ds_config, devices=gpus, running=False)
+    series = Series(
+        memory=memory, points=points, logs=logs, config=cfg, ds=ds_config, devices=gpus, running=False
+    )
     return series, lines
 
 
@@ -130,8 +146,17 @@ def read_run_dir(run_dir: Path, *, memory: Path | None = None, config: Path | No
                 except ValueError:
                     raise BadInput(f"{p} is not JSON") from None
                 break
-    log_text = "\n".join(p.read_text(errors="replace") for d in {run_dir, log.parent} for name in LOG_NAMES
-                         if (p := d / name).is_file())
-    series, _ = build(trainer_log=log.read_text(), memory_csv=memory.read_text() if memory else None,
-                      config=config_text, ds_config=ds, log_text=log_text)
+    log_text = "\n".join(
+        p.read_text(errors="replace")
+        for d in {run_dir, log.parent}
+        for name in LOG_NAMES
+        if (p := d / name).is_file()
+    )
+    series, _ = build(
+        trainer_log=log.read_text(),
+        memory_csv=memory.read_text() if memory else None,
+        config=config_text,
+        ds_config=ds,
+        log_text=log_text,
+    )
     return series

@@ -22,7 +22,9 @@ class Point:
 
 @dataclass
 class Series:
-    memory: dict[int, list[tuple[float, int, int | None]]] = field(default_factory=dict)  # gpu -> (t, used, total)
+    memory: dict[int, list[tuple[float, int, int | None]]] = field(
+        default_factory=dict
+    )  # gpu -> (t, used, total)
     points: list[Point] = field(default_factory=list)
     logs: list[tuple[float, str]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)  # the train.yaml keys
@@ -60,8 +62,15 @@ class Finding:
         return self.count == len(self.times)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "severity": self.severity, "gpu": self.gpu, "t": self.t, "step": self.step,
-                "message": self.message, "suggestion": self.suggestion}
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "gpu": self.gpu,
+            "t": self.t,
+            "step": self.step,
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
 
 
 class Occurrences:
@@ -117,7 +126,10 @@ class Steps:
         if len(self.t) < 2:
             return None
         if self._arrays is None:
-            self._arrays = (np.fromiter(self.t, np.float64, len(self.t)), np.fromiter(self.step, np.float64, len(self.t)))
+            self._arrays = (
+                np.fromiter(self.t, np.float64, len(self.t)),
+                np.fromiter(self.step, np.float64, len(self.t)),
+            )
         return [float(x) for x in np.interp(times, *self._arrays)]
 
     def before(self, t: float) -> int | None:

@@ -25,8 +25,9 @@ class Run:
         self.last_point_t: float | None = None
         self.last_log_t: float | None = None
 
-    def feed_memory(self, gpu: int, t: Sequence[float], used: Sequence[float],
-                    total: Sequence[float | None] | None = None) -> None:
+    def feed_memory(
+        self, gpu: int, t: Sequence[float], used: Sequence[float], total: Sequence[float | None] | None = None
+    ) -> None:
         """One device's samples, in time order; OutOfOrder when older than what it has."""
         state = self.gpus.get(gpu)
         if state is None:

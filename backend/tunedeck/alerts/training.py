@@ -16,8 +16,11 @@ from tunedeck.alerts import advice
 from tunedeck.alerts.series import Finding, Limits, Occurrences, Point, Series, Steps
 
 # CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS.
-OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|^\s*MemoryError\b|"
-                 r"memory allocation of \d+ bytes failed", re.IGNORECASE)
+OOM = re.compile(
+    r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|^\s*MemoryError\b|"
+    r"memory allocation of \d+ bytes failed",
+    re.IGNORECASE,
+)
 OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
 FLUSH = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 
@@ -31,7 +34,7 @@ SETTLE = 8  # intervals seen before each new one is judged on arrival
 def _median(x: list[float], k: int) -> np.ndarray:
     a = np.asarray(x, dtype=np.float64)
     h = k // 2
-    return np.array([np.median(a[max(0, i - h): i + h + 1]) for i in range(len(a))])
+    return np.array([np.median(a[max(0, i - h) : i + h + 1]) for i in range(len(a))])
 
 
 class Training:
@@ -131,37 +134,88 @@ class Training:
             self.stalls.add(gap[0] + bar)
             self.last_gap = gap
 
-    def findings(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool,
-                 alive_until: float | None, host_memory: bool) -> list[Finding]:
-        return [*self._nan(s, running), *self._divergence(s, running), *self._oscillation(s, running),
-                *self._oom(s, steps, running, host_memory), *self._alloc_flush(s, steps, lim, now, running),
-                *self._stall(s, now, running, alive_until)]
+    def findings(
+        self,
+        s: Series,
+        steps: Steps,
+        lim: Limits,
+        now: float,
+        running: bool,
+        alive_until: float | None,
+        host_memory: bool,
+    ) -> list[Finding]:
+        return [
+            *self._nan(s, running),
+            *self._divergence(s, running),
+            *self._oscillation(s, running),
+            *self._oom(s, steps, running, host_memory),
+            *self._alloc_flush(s, steps, lim, now, running),
+            *self._stall(s, now, running, alive_until),
+        ]
 
     def _nan(self, s: Series, running: bool) -> list[Finding]:
         if not self.bad.n:
             return []
         step0, what = self.bad_first
         still = self.last is not None and self.last.loss is not None and not math.isfinite(self.last.loss)
-        tips = [x for x in (advice.precision(s), advice.learning_rate(s, 10),
-                            "set max_grad_norm: 1.0" if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "") if x]
+        tips = [
+            x
+            for x in (
+                advice.precision(s),
+                advice.learning_rate(s, 10),
+                "set max_grad_norm: 1.0" if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "",
+            )
+            if x
+        ]
         sug = "; ".join(tips)
         if not advice.fp16(s):
             sug += "; gradient blow-ups want AMP off (fp16: false)"
-        return [Finding("loss_nan", "critical", None, self.bad.times(), step0,
-                        f"{what} became NaN/inf at step {step0} ({self.bad.n} point(s))", sug, running and still,
-                        self.bad.n, self.bad.first)]
+        return [
+            Finding(
+                "loss_nan",
+                "critical",
+                None,
+                self.bad.times(),
+                step0,
+                f"{what} became NaN/inf at step {step0} ({self.bad.n} point(s))",
+                sug,
+                running and still,
+                self.bad.n,
+                self.bad.first,
+            )
+        ]
 
     def _divergence(self, s: Series, running: bool) -> list[Finding]:
         if self.finite < 15 or self.tail < 5 or not self.over.n or self.ups / (self.tail - 1) < 0.5:
             return []
         lo, sm = self.lo, self.sm
-        msg = (f"loss diverging: smoothed {sm:.3g} against a minimum of {lo:.3g} at step {self.lo_step} "
-               f"(×{sm / lo:.1f})" if lo > 0 else f"loss diverging: {sm:.3g} from {lo:.3g}")
-        tips = [advice.learning_rate(s, 4),
-                "add warmup_ratio: 0.1" if not (s.config.get("warmup_ratio") or s.config.get("warmup_steps")) else "",
-                advice.precision(s) or "gradient blow-ups want AMP off (fp16/bf16 false) to check"]
-        return [Finding("loss_divergence", "critical", None, self.over.times(), self.over_step, msg,
-                        "; ".join(x for x in tips if x), running and sm >= self.bar, self.over.n, self.over.first)]
+        msg = (
+            f"loss diverging: smoothed {sm:.3g} against a minimum of {lo:.3g} at step {self.lo_step} "
+            f"(×{sm / lo:.1f})"
+            if lo > 0
+            else f"loss diverging: {sm:.3g} from {lo:.3g}"
+        )
+        tips = [
+            advice.learning_rate(s, 4),
+            "add warmup_ratio: 0.1"
+            if not (s.config.get("warmup_ratio") or s.config.get("warmup_steps"))
+            else "",
+            advice.precision(s) or "gradient blow-ups want AMP off (fp16/bf16 false) to check",
+        ]
+        return [
+            Finding(
+                "loss_divergence",
+                "critical",
+                None,
+                self.over.times(),
+                self.over_step,
+                msg,
+                "; ".join(x for x in tips if x),
+                running and sm >= self.bar,
+                self.over.n,
+                self.over.first,
+            )
+        ]
 
     def _oscillation(self, s: Series, running: bool) -> list[Finding]:
         if self.finite < 20:
@@ -175,11 +229,17 @@ class Training:
         alt = float(np.mean(d[1:] * d[:-1] < 0)) if len(d) > 2 else 0.0
         if rel < 0.15 or alt < 0.6:
             return []
-        msg = (f"loss oscillates: step-to-step swings of ±{100 * rel:.0f}% around {level:.3g}, the direction "
-               f"flipping on {100 * alt:.0f}% of the last {len(pts)} points")
-        sug = advice.precision(s) or (f"{advice.learning_rate(s, 2)}, or raise gradient_accumulation_steps from "
-                                      f"{advice.ga(s)} to {advice.ga(s) * 2} for a steadier gradient")
-        return [Finding("loss_oscillation", "warning", None, [x[0] for x in pts], pts[-1][1], msg, sug, running)]
+        msg = (
+            f"loss oscillates: step-to-step swings of ±{100 * rel:.0f}% around {level:.3g}, the direction "
+            f"flipping on {100 * alt:.0f}% of the last {len(pts)} points"
+        )
+        sug = advice.precision(s) or (
+            f"{advice.learning_rate(s, 2)}, or raise gradient_accumulation_steps from "
+            f"{advice.ga(s)} to {advice.ga(s) * 2} for a steadier gradient"
+        )
+        return [
+            Finding("loss_oscillation", "warning", None, [x[0] for x in pts], pts[-1][1], msg, sug, running)
+        ]
 
     def _oom(self, s: Series, steps: Steps, running: bool, host_memory: bool) -> list[Finding]:
         if not self.oom.n:
@@ -190,9 +250,20 @@ class Training:
             gpu = s.devices[local] if local < len(s.devices) else local
         elif not s.devices:
             gpu = -1 if host_memory else None
-        return [Finding("oom", "critical", gpu, self.oom.times(), steps.before(self.oom.first),
-                        f"out of memory in the trainer output: {self.oom_line.strip()[:300]}",
-                        advice.memory_relief(s), running, self.oom.n, self.oom.first)]
+        return [
+            Finding(
+                "oom",
+                "critical",
+                gpu,
+                self.oom.times(),
+                steps.before(self.oom.first),
+                f"out of memory in the trainer output: {self.oom_line.strip()[:300]}",
+                advice.memory_relief(s),
+                running,
+                self.oom.n,
+                self.oom.first,
+            )
+        ]
 
     def _alloc_flush(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
         if not self.flush.n:
@@ -200,11 +271,21 @@ class Training:
         tips = [x for x in (advice.prefetch_bucket(s), advice.reduce_bucket(s)) if x]
         tips.append(advice.smaller_batch(s))
         last = self.flush.recent[-1]
-        return [Finding("alloc_flush", "warning", s.devices[0] if s.devices else None, self.flush.times(),
-                        steps.before(last),
-                        f"DeepSpeed flushed the PyTorch allocator cache {self.flush.n} time(s), up to "
-                        f"{self.flush_worst} per step: memory is fragmented at the limit and every flush stalls the step",
-                        "; ".join(tips), running and now - last <= lim.hold_s, self.flush.n, self.flush.first)]
+        return [
+            Finding(
+                "alloc_flush",
+                "warning",
+                s.devices[0] if s.devices else None,
+                self.flush.times(),
+                steps.before(last),
+                f"DeepSpeed flushed the PyTorch allocator cache {self.flush.n} time(s), up to "
+                f"{self.flush_worst} per step: memory is fragmented at the limit and every flush stalls the step",
+                "; ".join(tips),
+                running and now - last <= lim.hold_s,
+                self.flush.n,
+                self.flush.first,
+            )
+        ]
 
     def _stall(self, s: Series, now: float, running: bool, alive_until: float | None) -> list[Finding]:
         if self.steps < 3:
@@ -228,11 +309,24 @@ class Training:
         a, b, step = last
         z = advice.zero(s)
         if z.get("overlap_comm") is True or z.get("contiguous_gradients") is False:
-            sug = ("possible RCCL/NCCL deadlock: set zero_optimization.overlap_comm: false and contiguous_gradients: "
-                   "true, then rerun with NCCL_DEBUG=INFO to see the stuck collective")
+            sug = (
+                "possible RCCL/NCCL deadlock: set zero_optimization.overlap_comm: false and contiguous_gradients: "
+                "true, then rerun with NCCL_DEBUG=INFO to see the stuck collective"
+            )
         else:
             sug = "possible collective-communication hang: rerun with NCCL_DEBUG=INFO and py-spy dump the workers"
-        return [Finding("stall", "critical", None, times, step,
-                        f"no step progress for {b - a:.0f} s after step {step} "
-                        f"(a step usually takes {usual:.1f} s) while the process lived", sug, running and ongoing,
-                        count, self.stalls.first if self.stalls.n else times[0])]
+        return [
+            Finding(
+                "stall",
+                "critical",
+                None,
+                times,
+                step,
+                f"no step progress for {b - a:.0f} s after step {step} "
+                f"(a step usually takes {usual:.1f} s) while the process lived",
+                sug,
+                running and ongoing,
+                count,
+                self.stalls.first if self.stalls.n else times[0],
+            )
+        ]

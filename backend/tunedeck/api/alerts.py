@@ -17,7 +17,9 @@ Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="an alert id: o
 
 
 @router.get("/jobs/{job_id}/alerts", response_model=list[AlertOut], responses=errors(404))
-def job_alerts(job_id: JobId, session: SessionDep, open: bool | None = None, after: Cursor = None) -> list[AlertOut]:
+def job_alerts(
+    job_id: JobId, session: SessionDep, open: bool | None = None, after: Cursor = None
+) -> list[AlertOut]:
     """A job's alerts, oldest first, with the evidence and what to change."""
     rows = service.list_alerts(session, job_id=job_id, open_only=open, after=after)
     return [AlertOut.model_validate(r, from_attributes=True) for r in rows]

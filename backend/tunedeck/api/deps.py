@@ -21,8 +21,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 def get_node(request: Request) -> Node:
     """This node as a submission is checked against, from the cached inventory and preflight."""
     state = request.app.state
-    return Node(gpus=state.node_gpus, preflight=node_preflight(state.settings),
-                device_total_bytes=state.nodes.smallest_gpu_bytes() if state.node_gpus else None)
+    return Node(
+        gpus=state.node_gpus,
+        preflight=node_preflight(state.settings),
+        device_total_bytes=state.nodes.smallest_gpu_bytes() if state.node_gpus else None,
+    )
 
 
 NodeDep = Annotated[Node, Depends(get_node)]

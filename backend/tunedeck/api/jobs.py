@@ -39,15 +39,17 @@ def _limit(settings, limit: int | None) -> int:
 
 def _created(request: Request, session, settings, node, spec: JobSpec) -> JobCreated:
     principal = getattr(request.state, "principal", None)
-    job, checked = service.create_job(session, settings=settings, spec=spec, node=node,
-                                      owner=principal.name if principal else None)
+    job, checked = service.create_job(
+        session, settings=settings, spec=spec, node=node, owner=principal.name if principal else None
+    )
     request.app.state.scheduler.wake()
     return JobCreated(**JobOut.of(job).model_dump(), warnings=checked.warnings, findings=checked.notes)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
-def submit_job(spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep,
-               node: NodeDep) -> JobCreated:
+def submit_job(
+    spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep
+) -> JobCreated:
     """Submit a fine-tune: LLaMA-Factory train keys, an optional DeepSpeed config, a GPU count."""
     return _created(request, session, settings, node, spec)
 
@@ -63,13 +65,23 @@ def submit_yaml(
     gpus: Annotated[int | None, Query(ge=0, le=64)] = None,
 ) -> JobCreated:
     """Submit a LLaMA-Factory train YAML as-is."""
-    return _created(request, session, settings, node, specs.spec_from_yaml(body, name=name, gpus=gpus,
-                                                                               max_items=settings.spec_max_keys))
+    return _created(
+        request,
+        session,
+        settings,
+        node,
+        specs.spec_from_yaml(body, name=name, gpus=gpus, max_items=settings.spec_max_keys),
+    )
 
 
 @router.get("", response_model=JobPage)
-def list_jobs(session: SessionDep, settings: SettingsDep, status: JobStatus | None = None,
-              after: Cursor = None, limit: Annotated[int | None, Query(ge=1)] = None) -> JobPage:
+def list_jobs(
+    session: SessionDep,
+    settings: SettingsDep,
+    status: JobStatus | None = None,
+    after: Cursor = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> JobPage:
     """List jobs, newest first, optionally by status."""
     jobs, nxt = service.list_jobs(session, status=status, after=after, limit=_limit(settings, limit))
     return JobPage(jobs=[JobOut.of(j) for j in jobs], next=nxt)
@@ -82,16 +94,26 @@ def get_job(job_id: int, session: SessionDep) -> JobOut:
 
 
 @router.get("/{job_id}/metrics", response_model=MetricPage, responses=NOT_FOUND)
-def get_metrics(job_id: int, session: SessionDep, settings: SettingsDep, after: Cursor = None,
-                limit: Annotated[int | None, Query(ge=1)] = None) -> MetricPage:
+def get_metrics(
+    job_id: int,
+    session: SessionDep,
+    settings: SettingsDep,
+    after: Cursor = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> MetricPage:
     """Metric points (one per trainer_log.jsonl line) after a cursor."""
     rows, nxt = service.metric_page(session, job_id=job_id, after=after, limit=_limit(settings, limit))
     return MetricPage(points=[MetricOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
 
 
 @router.get("/{job_id}/logs", response_model=LogPage, responses=NOT_FOUND)
-def get_logs(job_id: int, session: SessionDep, settings: SettingsDep, after: Cursor = None,
-             limit: Annotated[int | None, Query(ge=1)] = None) -> LogPage:
+def get_logs(
+    job_id: int,
+    session: SessionDep,
+    settings: SettingsDep,
+    after: Cursor = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> LogPage:
     """Output lines (stdout, stderr, runner notes), cleaned of progress-bar control characters."""
     rows, nxt = service.log_page(session, job_id=job_id, after=after, limit=_limit(settings, limit))
     return LogPage(lines=[LogOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
@@ -101,8 +123,9 @@ def get_logs(job_id: int, session: SessionDep, settings: SettingsDep, after: Cur
 def get_config(job_id: int, session: SessionDep) -> JobConfigOut:
     """The exact train.yaml and ds_config.json the job runs with."""
     job = service.get_job(session, job_id)
-    return JobConfigOut(train_yaml=job.train_yaml, ds_config=job.ds_config, run_dir=job.run_dir,
-                        output_dir=job.output_dir)
+    return JobConfigOut(
+        train_yaml=job.train_yaml, ds_config=job.ds_config, run_dir=job.run_dir, output_dir=job.output_dir
+    )
 
 
 @router.get("/{job_id}/files", response_model=list[FileOut], responses=NOT_FOUND)
@@ -116,6 +139,11 @@ def cancel_job(job_id: int, request: Request, session: SessionDep, settings: Set
     """Stop a job: queued ones at once, running ones gracefully (they save first)."""
     job = service.get_job(session, job_id)
     if not auth.may_cancel(getattr(request.state, "principal", None), job.owner, settings):
-        raise HTTPException(status_code=403, detail=f"only its owner ({job.owner}) or an admin may cancel job {job_id}")
-    return JobOut.of(service.request_cancel(session, job_id=job_id, executor=request.app.state.executor,
-                                            state=request.app.state.jobstate))
+        raise HTTPException(
+            status_code=403, detail=f"only its owner ({job.owner}) or an admin may cancel job {job_id}"
+        )
+    return JobOut.of(
+        service.request_cancel(
+            session, job_id=job_id, executor=request.app.state.executor, state=request.app.state.jobstate
+        )
+    )

@@ -22,5 +22,9 @@ def node_preflight(node: str, settings: SettingsDep, refresh: bool = False) -> d
             status_code=404,
             detail=f"unknown node {node!r}: this server runs jobs on 'local' ({socket.gethostname()})",
         )
-    return preflight.run(settings.train_python, ttl=settings.preflight_ttl_s, refresh=refresh,
-                         refresh_min_s=settings.preflight_refresh_min_s)
+    return preflight.run(
+        settings.train_python,
+        ttl=settings.preflight_ttl_s,
+        refresh=refresh,
+        refresh_min_s=settings.preflight_refresh_min_s,
+    )

@@ -22,8 +22,12 @@ def registry_of(request: Request) -> CollectorRegistry:
     return registry
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus metrics",
-            responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="Prometheus metrics",
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+)
 def metrics(request: Request) -> Response:
     """Jobs' step, loss, tokens/s and VRAM; open alerts; queue; ingest backlog; live streams."""
     encode, content_type = choose_encoder(request.headers.get("accept"))

@@ -30,8 +30,9 @@ TOO_LARGE = {"description": WHY[413], "content": {"text/plain": {"schema": {"typ
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries for these statuses, each answered as {"detail": "..."} (413: plain text)."""
-    return {code: TOO_LARGE if code == 413 else {"model": Message, "description": WHY[code]}
-            for code in codes}
+    return {
+        code: TOO_LARGE if code == 413 else {"model": Message, "description": WHY[code]} for code in codes
+    }
 
 
 # Every /api route: the token guard and the storage errors any database access can meet.

@@ -23,10 +23,17 @@ def get_series(
     max_points: Annotated[int | None, Query(ge=10, le=100_000)] = None,
     x0: Annotated[float | None, Query(description="first step of a zoomed window")] = None,
     x1: Annotated[float | None, Query(description="last step of a zoomed window")] = None,
-    until: Annotated[int | None, Query(ge=0, le=2**62,
-                                       description="only points with id <= until (a stream cursor's m)")] = None,
+    until: Annotated[
+        int | None, Query(ge=0, le=2**62, description="only points with id <= until (a stream cursor's m)")
+    ] = None,
 ) -> dict:
     """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""
     jobs_service.get_job(session, job_id)
-    return service.metric_series(session.get_bind(), job_id=job_id, max_points=max_points or settings.chart_points,
-                                 x0=x0, x1=x1, until=until)
+    return service.metric_series(
+        session.get_bind(),
+        job_id=job_id,
+        max_points=max_points or settings.chart_points,
+        x0=x0,
+        x1=x1,
+        until=until,
+    )

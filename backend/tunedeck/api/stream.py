@@ -21,7 +21,9 @@ def _cursor(last_event_id: str | None, cursor: str | None) -> feed.Cursor:
         return feed.Cursor.parse(last_event_id or cursor)
     except feed.BadCursor as e:
         loc = ["header", "last-event-id"] if last_event_id else ["query", "cursor"]
-        raise HTTPException(status_code=422, detail=[{"loc": loc, "msg": str(e), "type": "value_error"}]) from None
+        raise HTTPException(
+            status_code=422, detail=[{"loc": loc, "msg": str(e), "type": "value_error"}]
+        ) from None
 
 
 async def _follow(request: Request, job: int | None, cur: feed.Cursor):
@@ -36,7 +38,8 @@ async def _follow(request: Request, job: int | None, cur: feed.Cursor):
             more = bool(events)
         else:
             events, cur, more = await hub.shared(
-                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit))
+                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit)
+            )
         for ev in events:
             yield ev.sse()
         if not more:
@@ -44,32 +47,53 @@ async def _follow(request: Request, job: int | None, cur: feed.Cursor):
 
 
 # One event of the stream (OpenAPI 3.1: an event-stream schema describes each event).
-EVENT = {"type": "object", "required": ["event", "data", "id"], "properties": {
-    "event": {"enum": ["job", "metrics", "logs", "memory", "alerts", "jobs"]},
-    "data": {"type": "string", "contentMediaType": "application/json"},
-    "id": {"type": "string", "description": "the cursor after this event (send it back as Last-Event-ID)"},
-}}
+EVENT = {
+    "type": "object",
+    "required": ["event", "data", "id"],
+    "properties": {
+        "event": {"enum": ["job", "metrics", "logs", "memory", "alerts", "jobs"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {
+            "type": "string",
+            "description": "the cursor after this event (send it back as Last-Event-ID)",
+        },
+    },
+}
 
 
-@router.get("", response_class=EventSourceResponse, responses={
-    200: {"description": "events until the client leaves",
-          "content": {"text/event-stream": {"schema": EVENT}}},
-    **errors(404),
-})
+@router.get(
+    "",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "events until the client leaves",
+            "content": {"text/event-stream": {"schema": EVENT}},
+        },
+        **errors(404),
+    },
+)
 async def stream(
     request: Request,
-    job: Annotated[int | None, Query(ge=1, description="one job's stream; omit for the team's job rows")] = None,
-    cursor: Annotated[str | None, Query(description="start after this cursor (m<n>-l<n>-s<n>-a<n>-j<n>)")] = None,
+    job: Annotated[
+        int | None, Query(ge=1, description="one job's stream; omit for the team's job rows")
+    ] = None,
+    cursor: Annotated[
+        str | None, Query(description="start after this cursor (m<n>-l<n>-s<n>-a<n>-j<n>)")
+    ] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """Server-Sent Events after a cursor: `job`, `metrics`, `logs`, `memory`, `alerts` (or `jobs`)."""
     cur = _cursor(last_event_id, cursor)
     if job is not None and not await anyio.to_thread.run_sync(
-            lambda: feed.job_rows(request.app.state.engine, [job])):
+        lambda: feed.job_rows(request.app.state.engine, [job])
+    ):
         raise HTTPException(status_code=404, detail=f"job {job} not found")
     events = request.app.state.events.counted(_follow(request, job, cur))
-    return EventSourceResponse(events, ping=request.app.state.settings.stream_ping_s,
-                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return EventSourceResponse(
+        events,
+        ping=request.app.state.settings.stream_ping_s,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.get("/cursor", response_model=CursorOut)

@@ -18,8 +18,13 @@ def health(request: Request, session: SessionDep) -> dict:
     """Liveness, version and what the scheduler sees (answers anyone: no paths)."""
     session.exec(text("SELECT 1"))
     state = request.app.state
-    return {"status": "ok", "version": __version__, "executor": state.executor.name, "gpus": state.node_gpus,
-            "cpu_slots": state.settings.cpu_slots}
+    return {
+        "status": "ok",
+        "version": __version__,
+        "executor": state.executor.name,
+        "gpus": state.node_gpus,
+        "cpu_slots": state.settings.cpu_slots,
+    }
 
 
 @router.get("/presets", response_model=list[Preset])

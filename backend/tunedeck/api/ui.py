@@ -28,8 +28,10 @@ router = APIRouter(prefix="/api/ui", tags=["ui"])
 
 
 @router.post("/parse-yaml", response_model=ParsedYaml, responses=errors(413))
-def parse_yaml(body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
-               settings: SettingsDep) -> dict:
+def parse_yaml(
+    body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
+    settings: SettingsDep,
+) -> dict:
     """A LLaMA-Factory train YAML as the form's fields: `config` and `deepspeed`."""
     config = specs.load_yaml(body, max_items=settings.spec_max_keys)
     return {"config": config, "deepspeed": config.pop("deepspeed", None)}
@@ -40,9 +42,15 @@ def preview(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict:
     """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
     checked = resolve(spec, settings, node).checked()
     run = Path("<run folder>")
-    train_yaml, ds_config = checked.render(output_dir=runfiles.output_dir(run),
-                                           ds_path=run / runfiles.DS_CONFIG)
-    return {"train_yaml": train_yaml, "ds_config": ds_config, "gpus": checked.gpus, "warnings": checked.warnings}
+    train_yaml, ds_config = checked.render(
+        output_dir=runfiles.output_dir(run), ds_path=run / runfiles.DS_CONFIG
+    )
+    return {
+        "train_yaml": train_yaml,
+        "ds_config": ds_config,
+        "gpus": checked.gpus,
+        "warnings": checked.warnings,
+    }
 
 
 def _page(name: str):

@@ -26,7 +26,9 @@ class LocalExecutor:
         self.inventory = inventory  # the devices' PCI bus ids, for the runner's memory sampler
         self._children: dict[int, subprocess.Popen] = {}
 
-    def launch(self, job: Job, *, devices: list[int], token: str, server_url: str) -> tuple[int, float | None]:
+    def launch(
+        self, job: Job, *, devices: list[int], token: str, server_url: str
+    ) -> tuple[int, float | None]:
         run_dir = Path(job.run_dir)
         s = self.settings
         RunnerConfig(
@@ -35,8 +37,9 @@ class LocalExecutor:
             server_url=server_url,
             output_dir=job.output_dir,
             train_python=str(s.train_python),
-            env=spec.launch_env(gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None,
-                                offline=not s.allow_hub),
+            env=spec.launch_env(
+                gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None, offline=not s.allow_hub
+            ),
             abort_grace_s=s.cancel_abort_grace_s,
             term_grace_s=s.cancel_term_grace_s,
             flush_s=s.telemetry_flush_s,
@@ -55,7 +58,11 @@ class LocalExecutor:
         with open(run_dir / runfiles.RUNNER_LOG, "ab") as log:
             p = subprocess.Popen(
                 [str(s.train_python), "-m", "tunedeck.runner", str(run_dir)],
-                cwd=run_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                cwd=run_dir,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         # The token travels through a pipe the runner reads once: no file or environment the

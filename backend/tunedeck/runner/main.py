@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path
 
 from tunedeck import procs, runfiles
-from tunedeck.alerts.training import OOM  # issue 3: one definition of an out-of-memory line
+from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
 from tunedeck.protocol import RunnerConfig
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
@@ -69,12 +69,18 @@ class Runner:
         self.run_dir = run_dir
         self.cfg = RunnerConfig.read(run_dir)
         self.reporter = Reporter(
-            url=self.cfg.server_url, job_id=self.cfg.job_id, token=token,
-            run_dir=run_dir, retry_max_s=self.cfg.retry_max_s, merge_items=self.cfg.batch_max,
+            url=self.cfg.server_url,
+            job_id=self.cfg.job_id,
+            token=token,
+            run_dir=run_dir,
+            retry_max_s=self.cfg.retry_max_s,
+            merge_items=self.cfg.batch_max,
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.cancel = threading.Event()
-        self.wake = threading.Event()  # set by the trainer_log watch, the sampler, cancel and the trainer's exit
+        self.wake = (
+            threading.Event()
+        )  # set by the trainer_log watch, the sampler, cancel and the trainer's exit
         self.watch: FileWatch | None = None
         self.cancelled = False
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
@@ -82,7 +88,7 @@ class Runner:
         self._log_line = 0
         self._recent: deque[str] = deque(maxlen=200)
         self._raw = open(run_dir / runfiles.TRAIN_LOG, "ab")  # the human log, raw bytes; open for the run
-        self.sampler: Sampler | None = None  # issue 3: memory of the job's own devices
+        self.sampler: Sampler | None = None  # memory of the job's own devices
 
     # ---------------------------------------------------------------- output readers
     def _reader(self, stream: str, fd) -> None:
@@ -127,7 +133,7 @@ class Runner:
             take_m = metrics[:limit]
             take_l = logs[: max(0, limit - len(take_m))]
             take_s = memory[: max(0, limit - len(take_m) - len(take_l))]
-            metrics, logs, memory = metrics[len(take_m):], logs[len(take_l):], memory[len(take_s):]
+            metrics, logs, memory = metrics[len(take_m) :], logs[len(take_l) :], memory[len(take_s) :]
             self.reporter.add(metrics=take_m, logs=take_l, memory=take_s)
         return sent
 
@@ -137,7 +143,9 @@ class Runner:
         me = {os.getpid()}
         self.cancelled = True
         targets = procs.training_processes(trainer.pid)
-        self.note(f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step")
+        self.note(
+            f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step"
+        )
         procs.signal_all(targets, signal.SIGABRT)
         for sig, grace in ((signal.SIGTERM, self.cfg.abort_grace_s), (signal.SIGKILL, self.cfg.term_grace_s)):
             try:
@@ -161,8 +169,13 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
         try:
             trainer = subprocess.Popen(
-                [str(cli), "train", runfiles.TRAIN_YAML], cwd=self.run_dir, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                [str(cli), "train", runfiles.TRAIN_YAML],
+                cwd=self.run_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
                 preexec_fn=_limit_as(self.cfg.rlimit_as_bytes),
             )
         except OSError as e:
@@ -171,8 +184,10 @@ class Runner:
         self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
         self.sampler = self._start_sampler(trainer.pid)
         self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
-        readers = [threading.Thread(target=self._reader, args=(name, fd), daemon=True)
-                   for name, fd in (("stdout", trainer.stdout), ("stderr", trainer.stderr))]
+        readers = [
+            threading.Thread(target=self._reader, args=(name, fd), daemon=True)
+            for name, fd in (("stdout", trainer.stdout), ("stderr", trainer.stderr))
+        ]
         for r in readers:
             r.start()
         self._follow(trainer)
@@ -201,7 +216,9 @@ class Runner:
         """Until the trainer exits: wake on a trainer_log write, a memory sample or cancel (or each
         `poll_s` when polling) and send what is new; output lines alone wait up to `flush_s`."""
         stopper = None
-        threading.Thread(target=lambda: (trainer.wait(), self.wake.set()), name="trainer-exit", daemon=True).start()
+        threading.Thread(
+            target=lambda: (trainer.wait(), self.wake.set()), name="trainer-exit", daemon=True
+        ).start()
         flush_s = self.cfg.flush_s
         next_flush = time.monotonic() + flush_s
         while trainer.poll() is None:
@@ -221,19 +238,32 @@ class Runner:
             return []
         if s.ready.is_set() and not getattr(self, "_sampler_noted", False):
             self._sampler_noted = True
-            what = f"{s.backend_name} GPUs {s.indices}" if s.backend_name != "cpu" else "host memory of the job"
-            self.note(f"memory sampler: {what}, every {s.interval_s:g}s (max of {s.polls} polls)"
-                      + (f"; no GPU telemetry: {s.reason}" if s.gpus and s.backend_name == "cpu" else ""))
+            what = (
+                f"{s.backend_name} GPUs {s.indices}" if s.backend_name != "cpu" else "host memory of the job"
+            )
+            self.note(
+                f"memory sampler: {what}, every {s.interval_s:g}s (max of {s.polls} polls)"
+                + (f"; no GPU telemetry: {s.reason}" if s.gpus and s.backend_name == "cpu" else "")
+            )
         return s.drain()
 
     def _start_sampler(self, trainer_pid: int) -> Sampler | None:
         env = self.cfg.env
-        visible = [int(d) for d in (env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or "").split(",")
-                   if d.strip().isdigit()]
+        visible = [
+            int(d)
+            for d in (env.get("HIP_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES") or "").split(",")
+            if d.strip().isdigit()
+        ]
         try:
-            return Sampler(interval_s=self.cfg.memory_sample_s, polls=self.cfg.memory_polls,
-                           gpus=bool(visible), visible=visible, bus_ids=self.cfg.bus_ids,
-                           root_pid=trainer_pid, on_sample=self.wake.set).start()
+            return Sampler(
+                interval_s=self.cfg.memory_sample_s,
+                polls=self.cfg.memory_polls,
+                gpus=bool(visible),
+                visible=visible,
+                bus_ids=self.cfg.bus_ids,
+                root_pid=trainer_pid,
+                on_sample=self.wake.set,
+            ).start()
         except Exception as e:
             self.note(f"memory sampler not started: {e}")
             return None
@@ -251,8 +281,10 @@ class Runner:
         self.tail.close()
         self._raw.close()
         if not self.reporter.drain(self.cfg.give_up_s):
-            print(f"[tunedeck runner] server unreachable; {self.reporter.pending} batch(es) left in the outbox",
-                  file=sys.stderr)
+            print(
+                f"[tunedeck runner] server unreachable; {self.reporter.pending} batch(es) left in the outbox",
+                file=sys.stderr,
+            )
         self.reporter.close()
         return 0
 

@@ -59,8 +59,9 @@ def _items(batch: dict[str, Any]) -> int:
 
 
 class Reporter:
-    def __init__(self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float,
-                 merge_items: int = 2000):
+    def __init__(
+        self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float, merge_items: int = 2000
+    ):
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
         self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
         self.outbox = run_dir / runfiles.OUTBOX
@@ -78,7 +79,7 @@ class Reporter:
         if not (metrics or logs or states or memory):
             return
         batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
-        if memory:  # issue 3: the sampler's VRAM / host-memory samples
+        if memory:  # the sampler's VRAM / host-memory samples
             batch["memory"] = columns(list(memory))
         self.seq += 1
         line = json.dumps(batch) + "\n"
@@ -112,8 +113,12 @@ class Reporter:
         group: list[dict[str, Any]] = []
         size = items = states = 0
         for batch, n in self._pending:
-            if group and (len(group) >= most or size + n > MERGE_BYTES or items + _items(batch) > self.merge_items
-                          or states + len(batch["states"]) > STATES_MAX):
+            if group and (
+                len(group) >= most
+                or size + n > MERGE_BYTES
+                or items + _items(batch) > self.merge_items
+                or states + len(batch["states"]) > STATES_MAX
+            ):
                 break
             group.append(batch)
             size, items, states = size + n, items + _items(batch), states + len(batch["states"])
@@ -144,8 +149,11 @@ class Reporter:
                 if ok or permanent:
                     if permanent:  # the server will never take it; it stays in the outbox file
                         most = LIST_MAX
-                        print(f"[tunedeck runner] batch {group[0]['seq']} refused: {r.status_code} {r.text[:300]}",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"[tunedeck runner] batch {group[0]['seq']} refused: {r.status_code} {r.text[:300]}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     with self._cond:
                         for _ in group:
                             self._pending.popleft()

@@ -81,7 +81,9 @@ def _watch(folder: Path):
 
     ino = INotify()
     try:
-        ino.add_watch(folder, flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF)
+        ino.add_watch(
+            folder, flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
+        )
     except OSError:
         ino.close()
         raise

@@ -22,16 +22,25 @@ from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample, Metric
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
-LOG_PATTERNS = ("%out of memory%", "%OutOfMemoryError%", "%allocate memory%", "%MemoryError%",
-                "%memory allocation of%", "%allocator cache flushes%")  # a cheap prefilter of OOM/FLUSH
+LOG_PATTERNS = (
+    "%out of memory%",
+    "%OutOfMemoryError%",
+    "%allocate memory%",
+    "%MemoryError%",
+    "%memory allocation of%",
+    "%allocator cache flushes%",
+)  # a cheap prefilter of OOM/FLUSH
 MEMORY, METRICS, LOGS = MemorySample.__table__, MetricPoint.__table__, LogLine.__table__
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
 
 
 def limits_of(settings: Settings) -> Limits:
-    return Limits(near_oom_share=settings.alert_near_oom_share, stall_min_s=settings.alert_stall_min_s,
-                  hold_s=settings.alert_hold_s)
+    return Limits(
+        near_oom_share=settings.alert_near_oom_share,
+        stall_min_s=settings.alert_stall_min_s,
+        hold_s=settings.alert_hold_s,
+    )
 
 
 def job_config(job: Job) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -46,10 +55,15 @@ def job_config(job: Job) -> tuple[dict[str, Any], dict[str, Any] | None]:
     return (cfg if isinstance(cfg, dict) else {}), ds
 
 
-def _loss(nonfinite: str | None, loss: float | None, eval_loss: float | None) -> tuple[float | None, float | None]:
+def _loss(
+    nonfinite: str | None, loss: float | None, eval_loss: float | None
+) -> tuple[float | None, float | None]:
     # The columns hold finite numbers only; `nonfinite` names an inf or NaN ("inf" reads back as a float).
     bad = json.loads(nonfinite) if nonfinite else {}
-    return (float(bad["loss"]) if "loss" in bad else loss, float(bad["eval_loss"]) if "eval_loss" in bad else eval_loss)
+    return (
+        float(bad["loss"]) if "loss" in bad else loss,
+        float(bad["eval_loss"]) if "eval_loss" in bad else eval_loss,
+    )
 
 
 def meta_of(job: Job) -> Series:
@@ -62,13 +76,15 @@ def _memory_rows(q: Select) -> Select:
 
 
 def _metric_rows(q: Select) -> Select:
-    return q.add_columns(METRICS.c.line, METRICS.c.t, METRICS.c.step, METRICS.c.loss, METRICS.c.eval_loss,
-                         METRICS.c.nonfinite)
+    return q.add_columns(
+        METRICS.c.line, METRICS.c.t, METRICS.c.step, METRICS.c.loss, METRICS.c.eval_loss, METRICS.c.nonfinite
+    )
 
 
 def _log_rows(q: Select) -> Select:
-    return (q.add_columns(LOGS.c.line, LOGS.c.t, LOGS.c.text)
-            .where(or_(*(LOGS.c.text.like(x) for x in LOG_PATTERNS))))
+    return q.add_columns(LOGS.c.line, LOGS.c.t, LOGS.c.text).where(
+        or_(*(LOGS.c.text.like(x) for x in LOG_PATTERNS))
+    )
 
 
 class _Followed:
@@ -191,8 +207,13 @@ class Tracker:
                 self._logs(job.id, [(None, None, *r[1:]) for r in part])
         return st
 
-    def evaluate(self, job_id: int, *, now: float | None = None,
-                 on_new: Callable[[Job, list[Alert]], None] | None = None) -> list[Alert]:
+    def evaluate(
+        self,
+        job_id: int,
+        *,
+        now: float | None = None,
+        on_new: Callable[[Job, list[Alert]], None] | None = None,
+    ) -> list[Alert]:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now."""
         self.pull()
         with Session(self.engine) as session:
@@ -233,8 +254,15 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
         seen.add(key)
         row = latest.get(key)
         is_open = f.open and not finished
-        fields = {"severity": f.severity, "t": f.t, "step": f.step, "message": f.message, "suggestion": f.suggestion,
-                  "open": is_open, "last_t": f.t}
+        fields = {
+            "severity": f.severity,
+            "t": f.t,
+            "step": f.step,
+            "message": f.message,
+            "suggestion": f.suggestion,
+            "open": is_open,
+            "last_t": f.t,
+        }
         if row is None or (not row.open and f.t > row.last_t and any(t > row.last_t for t in f.times)):
             # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
             times = f.times if row is None else [t for t in f.times if t > row.last_t]
@@ -262,8 +290,14 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
     return new
 
 
-def list_alerts(session: Session, *, job_id: int | None = None, open_only: bool | None = None,
-                after: int | None = None, limit: int = 1000) -> list[Alert]:
+def list_alerts(
+    session: Session,
+    *,
+    job_id: int | None = None,
+    open_only: bool | None = None,
+    after: int | None = None,
+    limit: int = 1000,
+) -> list[Alert]:
     if job_id is not None and session.get(Job, job_id) is None:
         raise NotFound(f"job {job_id} not found")
     q = select(Alert).order_by(col(Alert.id)).limit(limit)
@@ -283,8 +317,13 @@ class AlertEngine(Worker):
 
     name = "alert-engine"
 
-    def __init__(self, engine: Engine, settings: Settings, on_new: Callable[[Job, list[Alert]], None] | None = None,
-                 sweep_s: float = 30.0):
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        on_new: Callable[[Job, list[Alert]], None] | None = None,
+        sweep_s: float = 30.0,
+    ):
         super().__init__()
         self.engine, self.settings, self.on_new, self.sweep_s = engine, settings, on_new, sweep_s
         self.interval_s = settings.alert_interval_s
@@ -318,7 +357,11 @@ class AlertEngine(Worker):
             except Exception:
                 log.exception("alert sweep failed")
         with self._lock:
-            due = {j for j in self._dirty if time.monotonic() - self._last.get(j, 0.0) >= self.settings.alert_interval_s}
+            due = {
+                j
+                for j in self._dirty
+                if time.monotonic() - self._last.get(j, 0.0) >= self.settings.alert_interval_s
+            }
             self._dirty -= due
         for job_id in sorted(due):
             self._last[job_id] = time.monotonic()
@@ -329,5 +372,3 @@ class AlertEngine(Worker):
         if self._dirty:  # jobs evaluated too recently: look again shortly, not a whole interval later
             self.wake()
             time.sleep(0.05)
-
-

@@ -126,14 +126,21 @@ class Broadcaster:
         with self.engine.connect() as conn:
             first = self._seen_seq is None
             if first:
-                self._seen_seq = conn.execute(text("SELECT coalesce(max(seq), 0) FROM job_changes")).scalar_one()
-            rows = conn.execute(text("SELECT seq, job_id FROM job_changes WHERE seq > :s"),
-                                {"s": self._seen_seq}).all()
+                self._seen_seq = conn.execute(
+                    text("SELECT coalesce(max(seq), 0) FROM job_changes")
+                ).scalar_one()
+            rows = conn.execute(
+                text("SELECT seq, job_id FROM job_changes WHERE seq > :s"), {"s": self._seen_seq}
+            ).all()
             alerts: list = []
             try:
                 if self._seen_alert is None:
-                    self._seen_alert = conn.execute(text("SELECT coalesce(max(id), 0) FROM alerts")).scalar_one()
-                alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a"), {"a": self._seen_alert}).all()
+                    self._seen_alert = conn.execute(
+                        text("SELECT coalesce(max(id), 0) FROM alerts")
+                    ).scalar_one()
+                alerts = conn.execute(
+                    text("SELECT id, job_id FROM alerts WHERE id > :a"), {"a": self._seen_alert}
+                ).all()
             except Exception:
                 conn.rollback()
         if rows:

@@ -72,26 +72,39 @@ def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
 
 def job_extras(conn: Connection, job_id: int) -> dict:
     """The jobs page's columns beyond JobOut: last loss, peak VRAM of the job, open alerts."""
-    out: dict[str, Any] = {"last_loss": None, "peak_vram_bytes": None, "total_vram_bytes": None,
-                           "open_alerts": 0, "alert_severity": None, "nonfinite": None}
+    out: dict[str, Any] = {
+        "last_loss": None,
+        "peak_vram_bytes": None,
+        "total_vram_bytes": None,
+        "open_alerts": 0,
+        "alert_severity": None,
+        "nonfinite": None,
+    }
     # (job_id, line) is unique, hence indexed: the newest loss is found from the end. An inf or NaN
     # loss is the newest loss too: the row says so (strictjson's `nonfinite`).
-    row = conn.execute(text(
-        "SELECT loss, json_extract(nonfinite, '$.loss') FROM metric_points WHERE job_id=:j AND "
-        "(loss IS NOT NULL OR json_extract(nonfinite, '$.loss') IS NOT NULL) ORDER BY line DESC LIMIT 1"),
-        {"j": job_id}).first()
+    row = conn.execute(
+        text(
+            "SELECT loss, json_extract(nonfinite, '$.loss') FROM metric_points WHERE job_id=:j AND "
+            "(loss IS NOT NULL OR json_extract(nonfinite, '$.loss') IS NOT NULL) ORDER BY line DESC LIMIT 1"
+        ),
+        {"j": job_id},
+    ).first()
     if row is not None:
         out["last_loss"] = row[0]
         out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
-    row = conn.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"),
-                       {"j": job_id}).one()
+    row = conn.execute(
+        text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"), {"j": job_id}
+    ).one()
     out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
-    rows = conn.execute(text("SELECT severity, count(*) FROM alerts WHERE job_id=:j AND open GROUP BY severity"),
-                        {"j": job_id}).all()
+    rows = conn.execute(
+        text("SELECT severity, count(*) FROM alerts WHERE job_id=:j AND open GROUP BY severity"),
+        {"j": job_id},
+    ).all()
     out["open_alerts"] = sum(r[1] for r in rows)
     sev = {r[0] for r in rows}
-    out["alert_severity"] = next((s for s in ("critical", "error", "warning", "info") if s in sev),
-                                 next(iter(sev), None))
+    out["alert_severity"] = next(
+        (s for s in ("critical", "error", "warning", "info") if s in sev), next(iter(sev), None)
+    )
     return out
 
 
@@ -119,11 +132,14 @@ def team_events(engine: Engine, cur: Cursor, *, limit: int) -> tuple[list[Event]
     """Jobs changed after the cursor, or with alerts newer than it: one `jobs` event, current rows."""
     cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
     with engine.connect() as conn:
-        changes = conn.execute(text("SELECT seq, job_id FROM job_changes WHERE seq > :s ORDER BY seq LIMIT :n"),
-                               {"s": cur.j, "n": limit}).all()
+        changes = conn.execute(
+            text("SELECT seq, job_id FROM job_changes WHERE seq > :s ORDER BY seq LIMIT :n"),
+            {"s": cur.j, "n": limit},
+        ).all()
         # A new alert changes a row's badge without touching the job itself.
-        alerts = conn.execute(text("SELECT id, job_id FROM alerts WHERE id > :a ORDER BY id LIMIT :n"),
-                              {"a": cur.a, "n": limit}).all()
+        alerts = conn.execute(
+            text("SELECT id, job_id FROM alerts WHERE id > :a ORDER BY id LIMIT :n"), {"a": cur.a, "n": limit}
+        ).all()
     if not changes and not alerts:
         return [], cur
     if changes:
@@ -142,8 +158,9 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
     more = False
     with engine.connect() as conn:
         # The job row first, so a page sees `running` before that run's first points.
-        seq = conn.execute(text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"),
-                           {"j": job_id, "s": cur.j}).scalar()
+        seq = conn.execute(
+            text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"), {"j": job_id, "s": cur.j}
+        ).scalar()
         kinds: list[tuple[str, str, str]] = [
             ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
@@ -156,8 +173,13 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
             # Caught up (after > 0): walk the rowid from the cursor, a few rows. From the start: the
             # job_id index. (`+job_id` keeps SQLite off that index, which would sort the whole job.)
             job_col = "+job_id" if after else "job_id"
-            rows = _rows(conn, f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
-                         after=after, j=job_id, n=limit)
+            rows = _rows(
+                conn,
+                f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
+                after=after,
+                j=job_id,
+                n=limit,
+            )
             for r in rows:
                 r.pop("job_id", None)
                 if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
@@ -178,6 +200,7 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
 def current_cursor(engine: Engine) -> Cursor:
     """The newest row of every kind: a client that loaded history up to now streams from here."""
     with engine.connect() as conn:
+
         def top(sql: str) -> int:
             return int(conn.execute(text(sql)).scalar() or 0)
 

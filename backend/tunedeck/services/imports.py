@@ -19,18 +19,32 @@ from tunedeck.services.jobstate import JobState, after_commit, move
 from tunedeck.tables import Job, JobStatus
 
 
-def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: str, memory_csv: str | None,
-               config: str | None, log_text: str | None = None, owner: str | None = None,
-               state: JobState | None = None) -> Job:
+def import_run(
+    engine: Engine,
+    *,
+    settings: Settings,
+    name: str,
+    trainer_log: str,
+    memory_csv: str | None,
+    config: str | None,
+    log_text: str | None = None,
+    owner: str | None = None,
+    state: JobState | None = None,
+) -> Job:
     """Store the run, then move the job to its end as a launched job ends (webhooks included)."""
     state = state or JobState(engine)
     series, lines = build(trainer_log=trainer_log, memory_csv=memory_csv, config=config, log_text=log_text)
     findings = analyze(series, alert_service.limits_of(settings))  # the same engine as live ingest
     # One transaction: all of the run or nothing, and nobody sees the job before it has ended.
     with state.begin() as conn, Session(bind=conn) as s:
-        job = Job(name=name, owner=owner, gpus=len(series.devices),
-                  spec=json.dumps({"name": name, "config": series.config, "imported": True}),
-                  train_yaml=config or "", devices=",".join(map(str, series.devices)) or None)
+        job = Job(
+            name=name,
+            owner=owner,
+            gpus=len(series.devices),
+            spec=json.dumps({"name": name, "config": series.config, "imported": True}),
+            train_yaml=config or "",
+            devices=",".join(map(str, series.devices)) or None,
+        )
         s.add(job)
         s.flush()
         # A run folder like a launched job's (never "": an empty path would mean the server's cwd).
@@ -38,8 +52,11 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
         output = runfiles.output_dir(run_dir)
         output.mkdir(parents=True, exist_ok=True)
         (output / runfiles.TRAINER_LOG).write_text(trainer_log)
-        for fname, text in ((runfiles.MEMORY_CSV, memory_csv), (runfiles.TRAIN_YAML, config),
-                            (runfiles.TRAIN_LOG, log_text)):
+        for fname, text in (
+            (runfiles.MEMORY_CSV, memory_csv),
+            (runfiles.TRAIN_YAML, config),
+            (runfiles.TRAIN_LOG, log_text),
+        ):
             if text:
                 (run_dir / fname).write_text(text)
         job.run_dir, job.output_dir = str(run_dir), str(output)
@@ -48,17 +65,26 @@ def import_run(engine: Engine, *, settings: Settings, name: str, trainer_log: st
         batch = {
             "seq": 0,
             "metrics": [{"line": i, "t": x["t"], "raw": x["raw"]} for i, x in enumerate(lines)],
-            "logs": [{"line": i, "t": t, "stream": "stdout", "text": text} for i, (t, text) in enumerate(series.logs)],
-            "memory": [{"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
-                       for i, (gpu, t, used, total) in enumerate(samples)],
+            "logs": [
+                {"line": i, "t": t, "stream": "stdout", "text": text}
+                for i, (t, text) in enumerate(series.logs)
+            ],
+            "memory": [
+                {"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
+                for i, (gpu, t, used, total) in enumerate(samples)
+            ],
         }
         apply_batch(conn, job.id, batch)
         new = alert_service.reconcile(s, job.id, findings, finished=True)  # the run is over: stored closed
-        if state.notifier is not None:  # the team hears of an imported run as of a live one: its alerts, then its end
+        if (
+            state.notifier is not None
+        ):  # the team hears of an imported run as of a live one: its alerts, then its end
             notifier = state.notifier
             after_commit(conn, lambda: notifier.alerts_opened(job, new))
         move(conn, job.id, JobStatus.running)
-        if oom := _out_of_memory(series.logs):  # a run that died of OOM did not succeed, whatever it logged before
+        if oom := _out_of_memory(
+            series.logs
+        ):  # a run that died of OOM did not succeed, whatever it logged before
             move(conn, job.id, JobStatus.failed, error=f"out of memory: {oom[:500]}")
         else:
             move(conn, job.id, JobStatus.succeeded, exit_code=0)

@@ -65,8 +65,10 @@ def samples(memory: Any) -> int:
 @lru_cache(maxsize=64)
 def _memory_sql(names: tuple[str, ...]) -> str:
     # Column names come from MEMORY_KEYS only, never from a request.
-    return (f"INSERT INTO {MEMORY.name} (job_id, {', '.join(names)}) VALUES (?{', ?' * len(names)}) "
-            "ON CONFLICT (job_id, line) DO NOTHING")
+    return (
+        f"INSERT INTO {MEMORY.name} (job_id, {', '.join(names)}) VALUES (?{', ?' * len(names)}) "
+        "ON CONFLICT (job_id, line) DO NOTHING"
+    )
 
 
 def insert_memory(conn: Connection, job_id: int, cols: dict[str, list]) -> None:
@@ -90,13 +92,23 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     rows, progress = [], None
     for m in batch.get("metrics", ()):
         p = parse_point(m["raw"])
-        rows.append({"job_id": job_id, "line": m["line"], "t": m["t"], "raw": m["raw"],
-                     **{k: p.get(k) for k in ("step", "total_steps", *POINT_KEYS, "nonfinite")}})
+        rows.append(
+            {
+                "job_id": job_id,
+                "line": m["line"],
+                "t": m["t"],
+                "raw": m["raw"],
+                **{k: p.get(k) for k in ("step", "total_steps", *POINT_KEYS, "nonfinite")},
+            }
+        )
         if p.get("step") is not None:
             progress = p
     if rows:
         conn.execute(insert(METRICS).on_conflict_do_nothing(index_elements=["job_id", "line"]), rows)
-    logs = [{"job_id": job_id, **{k: g[k] for k in ("line", "t", "stream", "text")}} for g in batch.get("logs", ())]
+    logs = [
+        {"job_id": job_id, **{k: g[k] for k in ("line", "t", "stream", "text")}}
+        for g in batch.get("logs", ())
+    ]
     if logs:
         conn.execute(insert(LOGS).on_conflict_do_nothing(index_elements=["job_id", "line"]), logs)
     insert_memory(conn, job_id, memory_columns(batch.get("memory")))
@@ -105,20 +117,34 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
             update(JOBS)
             .where(JOBS.c.id == job_id)
             .where(or_(JOBS.c.current_steps.is_(None), JOBS.c.current_steps <= progress["step"]))
-            .values(current_steps=progress["step"], total_steps=progress["total_steps"],
-                    percentage=progress["percentage"], eta_seconds=progress["eta_seconds"])
+            .values(
+                current_steps=progress["step"],
+                total_steps=progress["total_steps"],
+                percentage=progress["percentage"],
+                eta_seconds=progress["eta_seconds"],
+            )
         )
     for s in batch.get("states", ()):
         if s["event"] == "started":
             conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(trainer_pid=s.get("trainer_pid")))
         elif s["event"] == "exited":
-            finish(conn, job_id, status=final_status(exit_code=s.get("exit_code"), cancelled=s.get("cancelled", False)),
-                   exit_code=s.get("exit_code"), error=s.get("cause"))
-    conn.execute(update(JOBS).where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))
-                 .values(last_batch_seq=batch["seq"]))
+            finish(
+                conn,
+                job_id,
+                status=final_status(exit_code=s.get("exit_code"), cancelled=s.get("cancelled", False)),
+                exit_code=s.get("exit_code"),
+                error=s.get("cause"),
+            )
+    conn.execute(
+        update(JOBS)
+        .where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))
+        .values(last_batch_seq=batch["seq"])
+    )
 
 
-def finish(conn: Connection, job_id: int, *, status: JobStatus, exit_code: int | None, error: str | None) -> bool:
+def finish(
+    conn: Connection, job_id: int, *, status: JobStatus, exit_code: int | None, error: str | None
+) -> bool:
     """The runner's exit report ends its job (once: False when it had already ended)."""
     return jobstate.move(conn, job_id, status, exit_code=exit_code, error=error)
 
@@ -184,7 +210,9 @@ class IngestWriter(Worker):
                     fut.set_exception(e)
         for _, batch, _ in group:
             self._arrived.popleft()
-            self.items += len(batch.get("metrics", ())) + len(batch.get("logs", ())) + samples(batch.get("memory"))
+            self.items += (
+                len(batch.get("metrics", ())) + len(batch.get("logs", ())) + samples(batch.get("memory"))
+            )
         self.batches += len(group)
         jobs = {job_id for job_id, _, _ in group}
         for listener in self.listeners:

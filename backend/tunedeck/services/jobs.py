@@ -20,13 +20,20 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "job"
 
 
-def create_job(session: Session, *, settings: Settings, spec: JobSpec, node: Node,
-               owner: str | None = None) -> tuple[Job, Submission]:
+def create_job(
+    session: Session, *, settings: Settings, spec: JobSpec, node: Node, owner: str | None = None
+) -> tuple[Job, Submission]:
     """Resolve and check the spec (SpecError: a 422 listing every problem), then render it into a
     fresh run folder named by the job's id."""
     checked = resolve(spec, settings, node).checked()
-    job = Job(name=spec.name, owner=owner, gpus=checked.gpus, spec=spec.model_dump_json(), train_yaml="",
-              estimate=json.dumps(checked.estimate) if checked.estimate else None)
+    job = Job(
+        name=spec.name,
+        owner=owner,
+        gpus=checked.gpus,
+        spec=spec.model_dump_json(),
+        train_yaml="",
+        estimate=json.dumps(checked.estimate) if checked.estimate else None,
+    )
     session.add(job)
     session.flush()  # the id names the run folder
     run_dir = settings.runs_dir / f"{job.id:06d}-{slug(spec.name)}"
@@ -45,8 +52,9 @@ def get_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def list_jobs(session: Session, *, status: JobStatus | None, after: int | None,
-              limit: int) -> tuple[list[Job], int | None]:
+def list_jobs(
+    session: Session, *, status: JobStatus | None, after: int | None, limit: int
+) -> tuple[list[Job], int | None]:
     """Newest first; `after` is the cursor from the previous page."""
     q = select(Job).order_by(col(Job.id).desc()).limit(limit + 1)
     if status is not None:

@@ -26,11 +26,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("tunedeck.jobstate")
 JOBS = Job.__table__
 Q, R = JobStatus.queued, JobStatus.running
-ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset({
-    (Q, R),  # the scheduler launched its runner
-    (Q, JobStatus.cancelled),  # cancelled before it started
-    (R, JobStatus.succeeded), (R, JobStatus.failed), (R, JobStatus.cancelled),  # its runner's report, or runner lost
-})
+ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
+    {
+        (Q, R),  # the scheduler launched its runner
+        (Q, JobStatus.cancelled),  # cancelled before it started
+        (R, JobStatus.succeeded),
+        (R, JobStatus.failed),
+        (R, JobStatus.cancelled),  # its runner's report, or runner lost
+    }
+)
 _OWNER = "tunedeck.jobstate"  # key in the connection's info: the JobState and the work left for after commit
 
 
@@ -44,7 +48,9 @@ class Ended:
 class JobState:
     """Holds what a job's end is told to; one per server (the lifespan builds it)."""
 
-    def __init__(self, engine: Engine, *, notifier: Notifier | None = None, alerts: AlertEngine | None = None):
+    def __init__(
+        self, engine: Engine, *, notifier: Notifier | None = None, alerts: AlertEngine | None = None
+    ):
         self.engine, self.notifier, self.alerts = engine, notifier, alerts
 
     @contextmanager
@@ -75,8 +81,15 @@ def after_commit(conn: Connection, fn: Callable[[], None]) -> None:
     _owner(conn)[1].append(fn)
 
 
-def move(conn: Connection, job_id: int, to: JobStatus, *, exit_code: int | None = None, error: str | None = None,
-         **columns: Any) -> bool:
+def move(
+    conn: Connection,
+    job_id: int,
+    to: JobStatus,
+    *,
+    exit_code: int | None = None,
+    error: str | None = None,
+    **columns: Any,
+) -> bool:
     """Change a job's status if the table allows it from the status it has; False (and nothing
     written) when it does not. A final state stamps the end and revokes the runner's token."""
     state, todo = _owner(conn)
@@ -87,11 +100,17 @@ def move(conn: Connection, job_id: int, to: JobStatus, *, exit_code: int | None 
     if to == JobStatus.running:
         values["started_at"] = utcnow()
     if to.finished:
-        values.update(finished_at=utcnow(), exit_code=exit_code, error=error, runner_token_hash=None,
-                      eta_seconds=0.0 if to == JobStatus.succeeded else None)
+        values.update(
+            finished_at=utcnow(),
+            exit_code=exit_code,
+            error=error,
+            runner_token_hash=None,
+            eta_seconds=0.0 if to == JobStatus.succeeded else None,
+        )
     values.update(columns)
-    res = conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.status.in_(sources))
-                       .values(status=to.name, **values))
+    res = conn.execute(
+        update(JOBS).where(JOBS.c.id == job_id, JOBS.c.status.in_(sources)).values(status=to.name, **values)
+    )
     if res.rowcount == 0:
         return False
     log.info("job %s: %s", job_id, to.value)

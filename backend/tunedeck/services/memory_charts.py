@@ -26,13 +26,26 @@ def downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
 
 
 def gpus_of(session: Session, job_id: int) -> list[MemoryGpu]:
-    q = (select(MemorySample.gpu, func.max(MemorySample.name), func.max(MemorySample.total_bytes))
-         .where(MemorySample.job_id == job_id).group_by(MemorySample.gpu).order_by(MemorySample.gpu))
+    q = (
+        select(MemorySample.gpu, func.max(MemorySample.name), func.max(MemorySample.total_bytes))
+        .where(MemorySample.job_id == job_id)
+        .group_by(MemorySample.gpu)
+        .order_by(MemorySample.gpu)
+    )
     return [MemoryGpu(gpu=g, name=n, total_bytes=tb) for g, n, tb in session.exec(q)]
 
 
-def memory_page(session: Session, *, job_id: int, gpu: int | None, after: int | None, max_points: int | None,
-                t0: float | None, t1: float | None, limit: int) -> tuple[list[MemorySample], int | None, bool]:
+def memory_page(
+    session: Session,
+    *,
+    job_id: int,
+    gpu: int | None,
+    after: int | None,
+    max_points: int | None,
+    t0: float | None,
+    t1: float | None,
+    limit: int,
+) -> tuple[list[MemorySample], int | None, bool]:
     """Samples in id order; with `max_points`, each GPU's series in the window is downsampled."""
     get_job(session, job_id)
     q = select(MemorySample).where(MemorySample.job_id == job_id).order_by(col(MemorySample.id))
@@ -66,6 +79,6 @@ def memory_page(session: Session, *, job_id: int, gpu: int | None, after: int | 
     ids = np.unique(np.concatenate(keep)).astype(np.int64).tolist()
     out: list[MemorySample] = []
     for i in range(0, len(ids), 900):  # SQLite's bound-parameter limit
-        out += session.exec(select(MemorySample).where(col(MemorySample.id).in_(ids[i:i + 900]))).all()
+        out += session.exec(select(MemorySample).where(col(MemorySample.id).in_(ids[i : i + 900]))).all()
     out.sort(key=lambda r: r.id)
     return out, nxt, reduced

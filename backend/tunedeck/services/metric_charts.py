@@ -36,13 +36,24 @@ def _nonfinite(rows: list[tuple], name: str, max_points: int) -> dict:
     return {"step": [p[0] for p in pts], "t": [p[1] for p in pts], "value": [p[2] for p in pts]}
 
 
-def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | None = None,
-                  x1: float | None = None, until: int | None = None) -> dict:
+def metric_series(
+    engine: Engine,
+    *,
+    job_id: int,
+    max_points: int,
+    x0: float | None = None,
+    x1: float | None = None,
+    until: int | None = None,
+) -> dict:
     """Each metric as {step, t, y, n, nonfinite_points}: at most `max_points` per metric, within steps
     x0..x1, ids <= until."""
     where = ["job_id = :j", "step IS NOT NULL"]
     params: dict = {"j": job_id}
-    for cond, param, value in (("step >= :x0", "x0", x0), ("step <= :x1", "x1", x1), ("id <= :u", "u", until)):
+    for cond, param, value in (
+        ("step >= :x0", "x0", x0),
+        ("step <= :x1", "x1", x1),
+        ("id <= :u", "u", until),
+    ):
         if value is not None:
             where.append(cond)
             params[param] = value
@@ -51,8 +62,11 @@ def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | N
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
-        last_id = cur.execute("SELECT max(id) FROM metric_points WHERE job_id = :j"
-                              + (" AND id <= :u" if until is not None else ""), params).fetchone()[0]
+        last_id = cur.execute(
+            "SELECT max(id) FROM metric_points WHERE job_id = :j"
+            + (" AND id <= :u" if until is not None else ""),
+            params,
+        ).fetchone()[0]
         # Same newest row, same question: the answer cannot have changed (rows are never edited).
         key = (str(engine.url), job_id, max_points, x0, x1, last_id)
         if (hit := _CACHE.get(key)) is not None:
@@ -60,8 +74,11 @@ def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | N
         rows = cur.execute(sql, params).fetchall()
         # Few rows, found through their partial index: the points whose metrics were inf or NaN.
         # (SQLite would rather walk the job's step index, every row of the job.)
-        bad = cur.execute(f"SELECT step, t, nonfinite FROM metric_points INDEXED BY ix_metric_nonfinite WHERE "
-                          f"{' AND '.join(where)} AND nonfinite IS NOT NULL ORDER BY step, line", params).fetchall()
+        bad = cur.execute(
+            f"SELECT step, t, nonfinite FROM metric_points INDEXED BY ix_metric_nonfinite WHERE "
+            f"{' AND '.join(where)} AND nonfinite IS NOT NULL ORDER BY step, line",
+            params,
+        ).fetchall()
         cur.close()
     finally:
         raw.close()
@@ -69,16 +86,25 @@ def metric_series(engine: Engine, *, job_id: int, max_points: int, x0: float | N
     data = np.array(rows, dtype=np.float64).reshape(len(rows), 3 + len(COLUMNS))
     del rows
     step, t = data[:, 1], data[:, 2]
-    out: dict = {"count": len(data), "last_id": int(last_id) if last_id is not None else None,
-                 "downsampled": False, "series": {}}
+    out: dict = {
+        "count": len(data),
+        "last_id": int(last_id) if last_id is not None else None,
+        "downsampled": False,
+        "series": {},
+    }
     for i, name in enumerate(COLUMNS):
         y = data[:, 3 + i]
         keep = ~np.isnan(y)
         xs, ys, ts = step[keep], y[keep], t[keep]
         idx = downsample_indices(xs, ys, max_points)
         out["downsampled"] |= len(idx) < len(ys)
-        out["series"][name] = {"step": xs[idx].astype(int).tolist(), "t": ts[idx].tolist(),
-                               "y": ys[idx].tolist(), "n": len(ys), "nonfinite_points": _nonfinite(bad, name, max_points)}
+        out["series"][name] = {
+            "step": xs[idx].astype(int).tolist(),
+            "t": ts[idx].tolist(),
+            "y": ys[idx].tolist(),
+            "n": len(ys),
+            "nonfinite_points": _nonfinite(bad, name, max_points),
+        }
     with _CACHE_LOCK:  # requests run in a thread pool
         _CACHE[key] = out
         while len(_CACHE) > CACHE_SIZE:

@@ -56,10 +56,24 @@ class NodeInventory:
     def nodes(self) -> list[dict[str, Any]]:
         name, reason, readings = self.reading()
         with Session(self.engine) as s:
-            holders = {int(d): j.id for j in s.exec(select(Job).where(Job.status == JobStatus.running))
-                       if j.devices for d in j.devices.split(",")}
-        gpus = [{"index": r.index, "name": r.name, "bus_id": r.bus_id, "total_bytes": r.total_bytes,
-                 "used_bytes": r.used_bytes, "util": r.util, "job_id": holders.get(r.index)} for r in readings]
+            holders = {
+                int(d): j.id
+                for j in s.exec(select(Job).where(Job.status == JobStatus.running))
+                if j.devices
+                for d in j.devices.split(",")
+            }
+        gpus = [
+            {
+                "index": r.index,
+                "name": r.name,
+                "bus_id": r.bus_id,
+                "total_bytes": r.total_bytes,
+                "used_bytes": r.used_bytes,
+                "util": r.util,
+                "job_id": holders.get(r.index),
+            }
+            for r in readings
+        ]
         return [{"name": platform.node() or "localhost", "backend": name, "reason": reason, "gpus": gpus}]
 
 

@@ -56,11 +56,24 @@ class Notifier(Worker):
         for a in alerts:
             if not at_least(a.severity, self.min_severity):
                 continue
-            text = (f"{ICON.get(a.severity, '')} tunedeck {a.severity}: job {job.id} ({job.name}) {a.kind}"
-                    f"{'' if a.gpu is None else f' on GPU {a.gpu}'}: {a.message}"
-                    + (f"\nSuggestion: {a.suggestion}" if a.suggestion else ""))
-            self.put({"event": "alert", "text": text, "job_id": job.id, "alert_id": a.id, "kind": a.kind,
-                      "severity": a.severity, "gpu": a.gpu, "message": a.message, "suggestion": a.suggestion})
+            text = (
+                f"{ICON.get(a.severity, '')} tunedeck {a.severity}: job {job.id} ({job.name}) {a.kind}"
+                f"{'' if a.gpu is None else f' on GPU {a.gpu}'}: {a.message}"
+                + (f"\nSuggestion: {a.suggestion}" if a.suggestion else "")
+            )
+            self.put(
+                {
+                    "event": "alert",
+                    "text": text,
+                    "job_id": job.id,
+                    "alert_id": a.id,
+                    "kind": a.kind,
+                    "severity": a.severity,
+                    "gpu": a.gpu,
+                    "message": a.message,
+                    "suggestion": a.suggestion,
+                }
+            )
 
     def _job_name(self, job_id: int) -> str:
         if self.engine is None:
@@ -72,7 +85,8 @@ class Notifier(Worker):
     def _post(self, client: httpx.Client, payload: dict[str, Any]) -> None:
         if payload["event"] == "job_finished":  # named here: JobState tells of an end only after its commit
             payload["text"] = f"tunedeck: {self._job_name(payload['job_id'])} {payload['status']}" + (
-                f": {payload['error']}" if payload.get("error") else "")
+                f": {payload['error']}" if payload.get("error") else ""
+            )
         for url in self.urls:
             for attempt in range(self.retries + 1):
                 try:

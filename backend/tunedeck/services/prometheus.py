@@ -33,13 +33,17 @@ def _newest(key: str) -> str:
     # SQLite stores NaN as NULL: a NULL whose raw line has the key brings the raw line back (LLaMA-Factory's
     # json.dumps writes bare NaN/Infinity). Bounded to the last TAIL_LINES lines: a key a job never logs
     # (eval_loss without evaluation) costs no walk over its whole history.
-    return (f"(SELECT coalesce({key}, raw) FROM metric_points WHERE job_id = :job AND line > last.n - :tail "
-            f"AND ({key} IS NOT NULL OR instr(raw, '\"{key}\": ')) ORDER BY line DESC LIMIT 1)")
+    return (
+        f"(SELECT coalesce({key}, raw) FROM metric_points WHERE job_id = :job AND line > last.n - :tail "
+        f"AND ({key} IS NOT NULL OR instr(raw, '\"{key}\": ')) ORDER BY line DESC LIMIT 1)"
+    )
 
 
 METRIC_KEYS = ("loss", "eval_loss", "throughput")
-NEWEST = text("WITH last(n) AS (SELECT max(line) FROM metric_points WHERE job_id = :job) "
-              f"SELECT {', '.join(map(_newest, METRIC_KEYS))} FROM last")
+NEWEST = text(
+    "WITH last(n) AS (SELECT max(line) FROM metric_points WHERE job_id = :job) "
+    f"SELECT {', '.join(map(_newest, METRIC_KEYS))} FROM last"
+)
 # One step per GPU of the job: the next gpu index, then that GPU's newest sample (both on ix_memory_job_gpu_t).
 GPUS = text("""
 WITH RECURSIVE g(gpu) AS (
@@ -50,8 +54,10 @@ WITH RECURSIVE g(gpu) AS (
 SELECT m.gpu, m.used_bytes, m.total_bytes, m.name FROM g JOIN memory_samples m ON m.id = (
   SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
 """)
-JOBS = text("SELECT id, name, owner, status, current_steps, total_steps FROM jobs "
-            "WHERE status = 'running' OR finished_at >= :cutoff")  # both indexed; ORDER BY would scan the table
+JOBS = text(
+    "SELECT id, name, owner, status, current_steps, total_steps FROM jobs "
+    "WHERE status = 'running' OR finished_at >= :cutoff"
+)  # both indexed; ORDER BY would scan the table
 
 
 def latest_values(conn: Connection, job_id: int) -> dict[str, float]:
@@ -76,8 +82,16 @@ def _parse(raw: str) -> dict[str, Any]:
 class Collector:
     """A prometheus_client collector over the database and the server's live objects."""
 
-    def __init__(self, engine: Engine, *, writer: Any = None, events: Any = None, node: str = NODE,
-                 recent_s: float = RECENT_S, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        writer: Any = None,
+        events: Any = None,
+        node: str = NODE,
+        recent_s: float = RECENT_S,
+        clock: Callable[[], float] = time.time,
+    ):
         self.engine, self.writer, self.events = engine, writer, events
         self.node, self.recent_s, self.clock = node, recent_s, clock
 
@@ -92,27 +106,40 @@ class Collector:
 
     def _jobs(self, conn: Connection, jobs: list) -> Iterator[Metric]:
         labels = ["job_id", "job_name", "node"]
-        info = GaugeMetricFamily("tunedeck_job_info", "A job that runs or ended recently (always 1)",
-                                 labels=[*labels, "owner", "status"])
+        info = GaugeMetricFamily(
+            "tunedeck_job_info",
+            "A job that runs or ended recently (always 1)",
+            labels=[*labels, "owner", "status"],
+        )
         fams = {
             "step": GaugeMetricFamily("tunedeck_job_step", "Optimizer steps done", labels=labels),
-            "total_steps": GaugeMetricFamily("tunedeck_job_total_steps", "Optimizer steps planned", labels=labels),
+            "total_steps": GaugeMetricFamily(
+                "tunedeck_job_total_steps", "Optimizer steps planned", labels=labels
+            ),
             "loss": GaugeMetricFamily("tunedeck_job_loss", "Newest training loss", labels=labels),
             "eval_loss": GaugeMetricFamily("tunedeck_job_eval_loss", "Newest evaluation loss", labels=labels),
-            "throughput": GaugeMetricFamily("tunedeck_job_tokens_per_second",
-                                            "Newest tokens/s that LLaMA-Factory logged", labels=labels),
+            "throughput": GaugeMetricFamily(
+                "tunedeck_job_tokens_per_second", "Newest tokens/s that LLaMA-Factory logged", labels=labels
+            ),
         }
         gpu_labels = [*labels, "gpu", "gpu_name"]
-        used = GaugeMetricFamily("tunedeck_job_vram_used_bytes",
-                                 "Newest memory sample of each of the job's devices (the maximum inside "
-                                 "the sampler's interval); gpu=host: the trainer's resident memory on a CPU job",
-                                 labels=gpu_labels)
-        total = GaugeMetricFamily("tunedeck_job_vram_total_bytes", "Memory of each of the job's devices",
-                                  labels=gpu_labels)
+        used = GaugeMetricFamily(
+            "tunedeck_job_vram_used_bytes",
+            "Newest memory sample of each of the job's devices (the maximum inside "
+            "the sampler's interval); gpu=host: the trainer's resident memory on a CPU job",
+            labels=gpu_labels,
+        )
+        total = GaugeMetricFamily(
+            "tunedeck_job_vram_total_bytes", "Memory of each of the job's devices", labels=gpu_labels
+        )
         for job_id, name, owner, status, step, total_steps in jobs:
             values = [str(job_id), name, self.node]
             info.add_metric([*values, owner or "", status], 1)
-            for key, value in (("step", step), ("total_steps", total_steps), *latest_values(conn, job_id).items()):
+            for key, value in (
+                ("step", step),
+                ("total_steps", total_steps),
+                *latest_values(conn, job_id).items(),
+            ):
                 if value is not None:
                     fams[key].add_metric(values, value)
             for gpu, used_bytes, total_bytes, gpu_name in conn.execute(GPUS, {"job": job_id}):
@@ -126,14 +153,22 @@ class Collector:
         yield total
 
     def _queue(self, conn: Connection) -> Iterator[Metric]:
-        counts = dict(conn.execute(text("SELECT status, count(*) FROM jobs WHERE status IN ('queued', 'running') "
-                                        "GROUP BY status")).all())
-        yield GaugeMetricFamily("tunedeck_jobs_queued", "Jobs waiting in the queue", value=counts.get("queued", 0))
+        counts = dict(
+            conn.execute(
+                text(
+                    "SELECT status, count(*) FROM jobs WHERE status IN ('queued', 'running') GROUP BY status"
+                )
+            ).all()
+        )
+        yield GaugeMetricFamily(
+            "tunedeck_jobs_queued", "Jobs waiting in the queue", value=counts.get("queued", 0)
+        )
         yield GaugeMetricFamily("tunedeck_jobs_running", "Jobs running", value=counts.get("running", 0))
 
     def _alerts(self, conn: Connection) -> Iterator[Metric]:
-        rows = conn.execute(text("SELECT kind, severity, count(*) FROM alerts WHERE open = 1 "
-                                 "GROUP BY kind, severity")).all()
+        rows = conn.execute(
+            text("SELECT kind, severity, count(*) FROM alerts WHERE open = 1 GROUP BY kind, severity")
+        ).all()
         # Every known pair, zero when none is open: a closed alert reads as 0, not as a vanished series.
         counts = {(k, s): 0 for k in KINDS for s in SEVERITIES} | {(k, s): n for k, s, n in rows}
         fam = GaugeMetricFamily("tunedeck_alerts_open", "Open alerts", labels=["kind", "severity"])
@@ -145,13 +180,23 @@ class Collector:
         w = self.writer
         if w is not None:
             depth, lag = w.backlog()
-            yield GaugeMetricFamily("tunedeck_ingest_queue_batches",
-                                    "Telemetry batches received and not yet stored", value=depth)
-            yield GaugeMetricFamily("tunedeck_ingest_lag_seconds",
-                                    "How long the oldest batch not yet stored has waited", value=lag)
-            yield CounterMetricFamily("tunedeck_ingest_batches", "Telemetry batches the ingest writer handled", value=w.batches)
-            yield CounterMetricFamily("tunedeck_ingest_items",
-                                      "Metric lines, log lines and memory samples in those batches (rate(): items/s)",
-                                      value=w.items)
+            yield GaugeMetricFamily(
+                "tunedeck_ingest_queue_batches", "Telemetry batches received and not yet stored", value=depth
+            )
+            yield GaugeMetricFamily(
+                "tunedeck_ingest_lag_seconds",
+                "How long the oldest batch not yet stored has waited",
+                value=lag,
+            )
+            yield CounterMetricFamily(
+                "tunedeck_ingest_batches", "Telemetry batches the ingest writer handled", value=w.batches
+            )
+            yield CounterMetricFamily(
+                "tunedeck_ingest_items",
+                "Metric lines, log lines and memory samples in those batches (rate(): items/s)",
+                value=w.items,
+            )
         if self.events is not None:
-            yield GaugeMetricFamily("tunedeck_sse_clients", "Open live (SSE) streams", value=self.events.clients)
+            yield GaugeMetricFamily(
+                "tunedeck_sse_clients", "Open live (SSE) streams", value=self.events.clients
+            )

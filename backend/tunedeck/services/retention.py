@@ -41,22 +41,29 @@ def due_jobs(engine: Engine, *, older_than_s: float, now: float | None = None) -
     """Ended jobs past the raw-retention age that still hold more samples than their rollups keep."""
     cutoff = (now or time.time()) - older_than_s
     with engine.connect() as c:
-        rows = c.execute(text(
-            "SELECT j.id FROM jobs j WHERE j.status IN ('succeeded','failed','cancelled') "
-            "AND j.finished_at IS NOT NULL AND CAST(strftime('%s', j.finished_at) AS INTEGER) < :cutoff "
-            "AND (SELECT count(*) FROM memory_samples s WHERE s.job_id = j.id) > "
-            "    2 * (SELECT count(*) FROM memory_rollups r WHERE r.job_id = j.id) ORDER BY j.id"),
-            {"cutoff": int(cutoff)})
+        rows = c.execute(
+            text(
+                "SELECT j.id FROM jobs j WHERE j.status IN ('succeeded','failed','cancelled') "
+                "AND j.finished_at IS NOT NULL AND CAST(strftime('%s', j.finished_at) AS INTEGER) < :cutoff "
+                "AND (SELECT count(*) FROM memory_samples s WHERE s.job_id = j.id) > "
+                "    2 * (SELECT count(*) FROM memory_rollups r WHERE r.job_id = j.id) ORDER BY j.id"
+            ),
+            {"cutoff": int(cutoff)},
+        )
         return [r[0] for r in rows]
 
 
 def rollup_job(engine: Engine, job_id: int, *, interval_s: float) -> tuple[int, int]:
     """Roll one job's samples up; returns (samples before, samples after)."""
     with engine.begin() as c:
-        before = c.execute(text("SELECT count(*) FROM memory_samples WHERE job_id = :j"), {"j": job_id}).scalar()
+        before = c.execute(
+            text("SELECT count(*) FROM memory_samples WHERE job_id = :j"), {"j": job_id}
+        ).scalar()
         c.execute(text(ROLLUP), {"job": job_id, "w": interval_s})
         c.execute(text(PRUNE), {"job": job_id})
-        after = c.execute(text("SELECT count(*) FROM memory_samples WHERE job_id = :j"), {"j": job_id}).scalar()
+        after = c.execute(
+            text("SELECT count(*) FROM memory_samples WHERE job_id = :j"), {"j": job_id}
+        ).scalar()
     return before, after
 
 
@@ -88,5 +95,9 @@ class Retention(Worker):
             return
         report = rollup(self.engine, older_than_s=days * 86400, interval_s=self.settings.memory_rollup_s)
         if report["jobs"]:
-            log.info("retention: rolled up %s job(s), %s → %s samples", report["jobs"], report["before"],
-                     report["after"])
+            log.info(
+                "retention: rolled up %s job(s), %s → %s samples",
+                report["jobs"],
+                report["before"],
+                report["after"],
+            )

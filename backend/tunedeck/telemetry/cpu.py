@@ -48,8 +48,15 @@ class CpuBackend:
     def read(self, indices: list[int] | None = None) -> list[Reading]:
         vm = psutil.virtual_memory()
         if self.root_pid is None:  # the node view: memory in use on the host
-            return [Reading(index=-1, name=platform.node() or "host", used_bytes=int(vm.total - vm.available),
-                            total_bytes=int(vm.total), util=psutil.cpu_percent(interval=None))]
+            return [
+                Reading(
+                    index=-1,
+                    name=platform.node() or "host",
+                    used_bytes=int(vm.total - vm.available),
+                    total_bytes=int(vm.total),
+                    util=psutil.cpu_percent(interval=None),
+                )
+            ]
         rss, util, pids = 0, 0.0, {}
         for p in self._tree():
             try:
@@ -60,8 +67,16 @@ class CpuBackend:
                 continue
             rss += r
             pids[p.pid] = r
-        return [Reading(index=-1, name="host memory (job process tree)", used_bytes=rss, total_bytes=int(vm.total),
-                        util=util, pids=pids)]
+        return [
+            Reading(
+                index=-1,
+                name="host memory (job process tree)",
+                used_bytes=rss,
+                total_bytes=int(vm.total),
+                util=util,
+                pids=pids,
+            )
+        ]
 
     def devices(self) -> list[Reading]:
         return self.read()

@@ -69,9 +69,19 @@ class NvidiaBackend:
             for p in self._try("nvmlDeviceGetComputeRunningProcesses", h) or ():
                 if getattr(p, "usedGpuMemory", None) is not None:
                     pids[int(p.pid)] = int(p.usedGpuMemory)
-            out.append(Reading(index=i, name=self._names[i], used_bytes=int(mem.used), total_bytes=int(mem.total),
-                               util=num(getattr(util, "gpu", None)), power_w=num(power, 1e-3), temp_c=num(temp),
-                               bus_id=self._bus[i], pids=pids))
+            out.append(
+                Reading(
+                    index=i,
+                    name=self._names[i],
+                    used_bytes=int(mem.used),
+                    total_bytes=int(mem.total),
+                    util=num(getattr(util, "gpu", None)),
+                    power_w=num(power, 1e-3),
+                    temp_c=num(temp),
+                    bus_id=self._bus[i],
+                    pids=pids,
+                )
+            )
         return out
 
     def devices(self) -> list[Reading]:

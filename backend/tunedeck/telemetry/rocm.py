@@ -99,9 +99,19 @@ class RocmBackend:
             used = num(r.smi_get_device_memory_used(i))
             if used is None:
                 continue
-            out.append(Reading(index=i, name=self._names.get(i), used_bytes=int(used), total_bytes=self._totals.get(i),
-                               util=num(r.smi_get_device_utilization(i)), power_w=num(r.smi_get_device_average_power(i)),
-                               temp_c=self._temp(i), bus_id=self._bus.get(i), pids=self._pids(i)))
+            out.append(
+                Reading(
+                    index=i,
+                    name=self._names.get(i),
+                    used_bytes=int(used),
+                    total_bytes=self._totals.get(i),
+                    util=num(r.smi_get_device_utilization(i)),
+                    power_w=num(r.smi_get_device_average_power(i)),
+                    temp_c=self._temp(i),
+                    bus_id=self._bus.get(i),
+                    pids=self._pids(i),
+                )
+            )
         return out
 
     def devices(self) -> list[Reading]:

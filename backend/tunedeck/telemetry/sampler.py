@@ -17,9 +17,18 @@ from tunedeck.telemetry.base import Reading
 
 
 class Sampler:
-    def __init__(self, *, interval_s: float = 1.0, polls: int = 4, gpus: bool = True, visible: list[int] | None = None,
-                 bus_ids: list[str] | None = None, root_pid: int | None = None,
-                 opener: Callable[..., Any] = open_backend, on_sample: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        *,
+        interval_s: float = 1.0,
+        polls: int = 4,
+        gpus: bool = True,
+        visible: list[int] | None = None,
+        bus_ids: list[str] | None = None,
+        root_pid: int | None = None,
+        opener: Callable[..., Any] = open_backend,
+        on_sample: Callable[[], Any] | None = None,
+    ):
         self.interval_s = max(0.1, float(interval_s))
         self.polls = max(1, int(polls))
         self.gpus, self.visible, self.bus_ids, self.root_pid = gpus, visible or [], bus_ids, root_pid
@@ -53,9 +62,19 @@ class Sampler:
         with self._lock:
             for idx in sorted(best):
                 r = best[idx]
-                self._out.append({"line": self._line, "t": round(t, 3), "gpu": r.index, "used_bytes": r.used_bytes,
-                                  "total_bytes": r.total_bytes, "util": r.util, "power_w": r.power_w,
-                                  "temp_c": r.temp_c, "name": r.name})
+                self._out.append(
+                    {
+                        "line": self._line,
+                        "t": round(t, 3),
+                        "gpu": r.index,
+                        "used_bytes": r.used_bytes,
+                        "total_bytes": r.total_bytes,
+                        "util": r.util,
+                        "power_w": r.power_w,
+                        "temp_c": r.temp_c,
+                        "name": r.name,
+                    }
+                )
                 self._line += 1
 
     def _loop(self) -> None:

@@ -59,4 +59,7 @@ def nvmlDeviceGetTemperature(h, sensor):
 
 
 def nvmlDeviceGetComputeRunningProcesses(h):
-    return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["vram"]) for p in _trace.devices()[h].get("processes", [])]
+    return [
+        SimpleNamespace(pid=p["pid"], usedGpuMemory=p["vram"])
+        for p in _trace.devices()[h].get("processes", [])
+    ]

@@ -1,4 +1,4 @@
-"""Memory samples from the runners' samplers, and alerts (issue 3).
+"""Memory samples from the runners' samplers, and alerts.
 
 Revision ID: 0002
 Revises: 0003

@@ -1,4 +1,4 @@
-"""The VRAM estimate stored with each job, and predicted-vs-measured peaks per GPU kind (issue 5).
+"""The VRAM estimate stored with each job, and predicted-vs-measured peaks per GPU kind.
 
 Revision ID: 0003
 Revises: 0005

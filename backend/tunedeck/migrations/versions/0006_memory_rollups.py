@@ -1,4 +1,4 @@
-"""Per-interval memory rollups for retention (issue 6).
+"""Per-interval memory rollups for retention.
 
 Revision ID: 0006
 Revises: 0004_ui

@@ -19,7 +19,16 @@ branch_labels = None
 depends_on = None
 
 # The metric columns as this revision knows them (a migration must not follow later code).
-COLUMNS = ("loss", "eval_loss", "lr", "epoch", "throughput", "total_tokens", "vram_allocated", "vram_reserved")
+COLUMNS = (
+    "loss",
+    "eval_loss",
+    "lr",
+    "epoch",
+    "throughput",
+    "total_tokens",
+    "vram_allocated",
+    "vram_reserved",
+)
 
 
 def _bad(raw: str) -> dict[str, str]:
@@ -29,21 +38,32 @@ def _bad(raw: str) -> dict[str, str]:
         return {}
     if not isinstance(d, dict):
         return {}
-    return {k: "nan" if math.isnan(v) else "inf" if v > 0 else "-inf" for k in COLUMNS
-            if isinstance(v := d.get(k), float) and not math.isfinite(v)}
+    return {
+        k: "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
+        for k in COLUMNS
+        if isinstance(v := d.get(k), float) and not math.isfinite(v)
+    }
 
 
 def upgrade() -> None:
     op.add_column("metric_points", sa.Column("nonfinite", sa.Text, nullable=True))
-    op.create_index("ix_metric_nonfinite", "metric_points", ["job_id", "id"],
-                    sqlite_where=sa.text("nonfinite IS NOT NULL"))
+    op.create_index(
+        "ix_metric_nonfinite",
+        "metric_points",
+        ["job_id", "id"],
+        sqlite_where=sa.text("nonfinite IS NOT NULL"),
+    )
     conn = op.get_bind()
-    rows = conn.execute(sa.text("SELECT id, raw FROM metric_points WHERE raw LIKE '%NaN%' OR raw LIKE '%Infinity%'"))
+    rows = conn.execute(
+        sa.text("SELECT id, raw FROM metric_points WHERE raw LIKE '%NaN%' OR raw LIKE '%Infinity%'")
+    )
     for row_id, raw in rows.all():
         if bad := _bad(raw):
             sets = ", ".join(f"{k} = NULL" for k in bad)
-            conn.execute(sa.text(f"UPDATE metric_points SET {sets}, nonfinite = :nf WHERE id = :id"),
-                         {"nf": json.dumps(bad), "id": row_id})
+            conn.execute(
+                sa.text(f"UPDATE metric_points SET {sets}, nonfinite = :nf WHERE id = :id"),
+                {"nf": json.dumps(bad), "id": row_id},
+            )
 
 
 def downgrade() -> None:
