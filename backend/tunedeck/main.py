@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DatabaseError
+from fastapi import FastAPI
 
 from tunedeck import __version__, auth, guard
 from tunedeck.api import alerts as alerts_api
-from tunedeck.api import checks, jobs, preflight, prometheus, series, stream, system, telemetry, ui
+from tunedeck.api import checks, errors, jobs, preflight, prometheus, series, stream, system, telemetry, ui
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import runs as runs_api
 from tunedeck.api.responses import COMMON
 from tunedeck.config import Settings, get_settings
-from tunedeck.db import RESTORE_HINT, check_file, make_engine, upgrade
+from tunedeck.db import check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
 from tunedeck.services.alert_engine import AlertEngine
-from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.services.notify import Notifier
 from tunedeck.services.retention import Retention
-from tunedeck.spec import SpecError
 from tunedeck.strictjson import StrictJSONResponse
 from tunedeck.telemetry import detect_gpus
 
@@ -120,74 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     auth.install(app, settings)
     guard.install(app, settings)  # added last: runs first
 
-    @app.exception_handler(RecursionError)
-    async def _too_deep(_: Request, e: RecursionError) -> JSONResponse:
-        return JSONResponse(
-            status_code=422,
-            content={"detail": [{"loc": ["body"], "msg": "nested too deeply", "type": "value_error"}]},
-        )
-
-    @app.exception_handler(OverflowError)
-    async def _overflow(_: Request, e: OverflowError) -> JSONResponse:
-        # An id or cursor beyond SQLite's 64-bit integers cannot name anything.
-        return JSONResponse(
-            status_code=422,
-            content={
-                "detail": [
-                    {"loc": ["request"], "msg": f"id or cursor out of range: {e}", "type": "value_error"}
-                ]
-            },
-        )
-
-    @app.exception_handler(DatabaseError)
-    async def _db_error(_: Request, e: DatabaseError) -> JSONResponse:
-        text = str(e.orig)
-        if "locked" in text or "busy" in text:
-            # Another writer (a backup, a sqlite3 shell) held the lock past TUNEDECK_DB_BUSY_TIMEOUT_S.
-            return JSONResponse(
-                status_code=503,
-                headers={"Retry-After": "5"},
-                content={
-                    "detail": f"database busy, retry: another writer held it for more than "
-                    f"{settings.db_busy_timeout_s:g} s"
-                },
-            )
-        if "malformed" in text or "not a database" in text:
-            return JSONResponse(
-                status_code=503,
-                content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"},
-            )
-        if "disk is full" in text or "readonly" in text or "read-only" in text:
-            status = 507 if "full" in text else 503
-            return JSONResponse(status_code=status, content={"detail": f"database storage error: {text}"})
-        raise e
-
-    @app.exception_handler(OSError)
-    async def _os_error(_: Request, e: OSError) -> JSONResponse:
-        # Disk full or a read-only workspace: say so instead of a bare 500.
-        status = 507 if e.errno == errno.ENOSPC else 503
-        return JSONResponse(status_code=status, content={"detail": f"storage error: {e.strerror or e}"})
-
-    @app.exception_handler(SpecError)
-    async def _spec_error(_: Request, e: SpecError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": e.errors})
-
-    @app.exception_handler(NotFound)
-    async def _not_found(_: Request, e: NotFound) -> JSONResponse:
-        return JSONResponse(status_code=404, content={"detail": str(e)})
-
-    @app.exception_handler(Conflict)
-    async def _conflict(_: Request, e: Conflict) -> JSONResponse:
-        return JSONResponse(status_code=409, content={"detail": str(e)})
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        # Field and reason only: echoing the input back could be large.
-        errors = [
-            {"loc": list(err.get("loc", ())), "msg": err.get("msg"), "type": err.get("type")}
-            for err in e.errors()
-        ]
-        return JSONResponse(status_code=422, content={"detail": errors})
+    errors.install(app, settings)  # domain errors and bad input as clear answers, never a bare 500
 
     for module in (
         jobs,
