@@ -75,6 +75,7 @@ class Runner:
             run_dir=run_dir,
             retry_max_s=self.cfg.retry_max_s,
             merge_items=self.cfg.batch_max,
+            say=self.note,
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.cancel = threading.Event()

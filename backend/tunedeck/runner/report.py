@@ -16,12 +16,15 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from tunedeck import runfiles
+from tunedeck.protocol import TelemetryBatch
 
 MEMORY_REQUIRED = ("line", "t", "gpu", "used_bytes")
 MIN_GAP_S = 0.05  # at most 20 requests a second from one runner
@@ -54,14 +57,67 @@ def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _say(text: str) -> None:
+    print(f"[tunedeck runner] {text}", file=sys.stderr, flush=True)
+
+
+def checked(batch: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The batch as the server's model takes it: an item the model refuses is dropped here, where it
+    was made (the server would refuse the whole batch for it), and said; None when nothing is left or
+    the fault is not in one item."""
+    try:
+        TelemetryBatch.model_validate(batch)
+        return batch
+    except ValidationError as e:
+        errors = e.errors()
+    bad: dict[str, set[int]] = {}
+    for err in errors:
+        loc = err["loc"]
+        if loc[0] in ("metrics", "logs", "states") and len(loc) > 1 and isinstance(loc[1], int):
+            bad.setdefault(loc[0], set()).add(loc[1])
+        elif loc[0] == "memory" and len(loc) > 2 and isinstance(loc[2], int):
+            bad.setdefault("memory", set()).add(loc[2])
+        else:
+            bad = {}
+            break
+    why = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in errors[:5])
+    if bad:
+        out = {k: v for k, v in batch.items() if k != "memory"}
+        for k in ("metrics", "logs", "states"):
+            out[k] = [x for i, x in enumerate(batch[k]) if i not in bad.get(k, ())]
+        if "memory" in batch:
+            n = len(batch["memory"]["line"])
+            keep = [i for i in range(n) if i not in bad.get("memory", ())]
+            if keep:
+                out["memory"] = {k: [col[i] for i in keep] for k, col in batch["memory"].items()}
+        try:
+            TelemetryBatch.model_validate(out)
+        except ValidationError:
+            pass
+        else:
+            say(f"dropped {sum(map(len, bad.values()))} telemetry item(s) the server would refuse: {why}")
+            return out if _items(out) or out["states"] else None
+    say(f"dropped a telemetry batch the server would refuse: {why}")
+    return None
+
+
 def _items(batch: dict[str, Any]) -> int:
     return len(batch["metrics"]) + len(batch["logs"]) + len(batch.get("memory", {}).get("line", ()))
 
 
 class Reporter:
     def __init__(
-        self, *, url: str, job_id: int, token: str, run_dir: Path, retry_max_s: float, merge_items: int = 2000
+        self,
+        *,
+        url: str,
+        job_id: int,
+        token: str,
+        run_dir: Path,
+        retry_max_s: float,
+        merge_items: int = 2000,
+        say: Callable[[str], None] = _say,
     ):
+        self.say = say  # where a dropped item is told (the runner: a line in the job's log)
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
         self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
         self.outbox = run_dir / runfiles.OUTBOX
@@ -81,6 +137,9 @@ class Reporter:
         batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
         if memory:  # the sampler's VRAM / host-memory samples
             batch["memory"] = columns(list(memory))
+        batch = checked(batch, self.say)
+        if batch is None:
+            return
         self.seq += 1
         line = json.dumps(batch) + "\n"
         with open(self.outbox, "a", encoding="utf-8") as f:
@@ -149,11 +208,7 @@ class Reporter:
                 if ok or permanent:
                     if permanent:  # the server will never take it; it stays in the outbox file
                         most = LIST_MAX
-                        print(
-                            f"[tunedeck runner] batch {group[0]['seq']} refused: {r.status_code} {r.text[:300]}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                        _say(f"batch {group[0]['seq']} refused: {r.status_code} {r.text[:300]}")
                     with self._cond:
                         for _ in group:
                             self._pending.popleft()
