@@ -100,3 +100,18 @@ def test_preflight_endpoint(app_factory):
         == result["checked_at"]
     )
     assert server.api.get("/api/nodes/elsewhere/preflight").status_code == 404
+
+
+def test_every_json_route_declares_its_answer(app_factory):
+    """A model (or a list of one) per JSON answer: an open object would let any shape through the fuzz
+    test's schema check and leave clients guessing."""
+    spec = app_factory().api.get("/openapi.json").json()
+    untyped = []
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            for status, response in op["responses"].items():
+                schema = response.get("content", {}).get("application/json", {}).get("schema")
+                if status.startswith("2") and schema is not None:
+                    if "$ref" not in schema.get("items", schema):
+                        untyped.append(f"{method.upper()} {path}")
+    assert not untyped, untyped

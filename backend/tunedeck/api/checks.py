@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException
 from pydantic import Field
 
 from tunedeck.api.deps import NodeDep, SettingsDep
-from tunedeck.api.responses import Calibration, LintOut, errors
+from tunedeck.api.responses import Calibration, Estimate, JobEstimate, LintOut, errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import JobSpec
 from tunedeck.services import estimates as service
@@ -31,7 +31,7 @@ def lint_spec(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict[str, 
     return {"findings": resolve(spec, settings, node).findings}
 
 
-@router.post("/estimate", responses=errors(413))
+@router.post("/estimate", response_model=Estimate, responses=errors(413))
 def estimate_spec(body: EstimateRequest, settings: SettingsDep, node: NodeDep) -> dict[str, Any]:
     """Per-GPU memory estimate of a job spec, with its breakdown in bytes."""
     if body.device_total_bytes:
@@ -42,7 +42,7 @@ def estimate_spec(body: EstimateRequest, settings: SettingsDep, node: NodeDep) -
     return found.estimate
 
 
-@router.get("/jobs/{job_id}/estimate", responses=errors(404))
+@router.get("/jobs/{job_id}/estimate", response_model=JobEstimate, responses=errors(404))
 def job_estimate(job_id: int, session: SessionDep) -> dict[str, Any]:
     """The job's stored estimate against its measured peak (recorded for calibration once it ends)."""
     return service.job_estimate(session, get_job(session, job_id))

@@ -9,12 +9,12 @@ from fastapi import APIRouter, HTTPException
 
 from tunedeck import preflight
 from tunedeck.api.deps import SettingsDep
-from tunedeck.api.responses import errors
+from tunedeck.api.responses import Preflight, errors
 
 router = APIRouter(prefix="/api/nodes", tags=["nodes"])
 
 
-@router.get("/{node}/preflight", responses=errors(404))
+@router.get("/{node}/preflight", response_model=Preflight, responses=errors(404))
 def node_preflight(node: str, settings: SettingsDep, refresh: bool = False) -> dict[str, Any]:
     """Red/green checks of the node's training environment, each with its fix (cached)."""
     if node not in ("local", socket.gethostname()):

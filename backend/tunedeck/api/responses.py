@@ -89,3 +89,99 @@ class Calibration(BaseModel):
     mean_ratio: float
     min_ratio: float
     max_ratio: float
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    executor: str
+    gpus: int = Field(description="GPUs the scheduler hands out on this node")
+    cpu_slots: int
+
+
+class Nonfinite(BaseModel):
+    """Where a metric was inf or NaN (its curve skips them), thinned to `max_points`."""
+
+    step: list[int]
+    t: list[float]
+    value: list[str] = Field(description="what the trainer logged: inf, -inf or nan")
+
+
+class Curve(BaseModel):
+    step: list[int]
+    t: list[float]
+    y: list[float]
+    n: int = Field(description="finite points in the window before downsampling")
+    nonfinite_points: Nonfinite
+
+
+class SeriesOut(BaseModel):
+    count: int = Field(description="metric rows in the window")
+    last_id: int | None = Field(description="the newest metric row's id (a stream cursor's m)")
+    downsampled: bool
+    series: dict[str, Curve] = Field(description="one curve per metric (loss, eval_loss, lr, ...)")
+
+
+class Estimate(BaseModel):
+    per_gpu_bytes: int
+    breakdown: dict[str, int] = Field(description="bytes per part (weights, gradients, optimizer, ...)")
+    device_total_bytes: int | None
+    fits: bool | None = Field(description="None when the device's memory is unknown")
+    warnings: list[str]
+    params: int
+    trainable_params: int
+    method: str
+    zero_stage: int | None
+    gpus: int
+    dtype_bytes: int
+    gradient_checkpointing: bool
+    tokens_per_micro_batch: int
+
+
+class Measured(BaseModel):
+    bytes: int
+    source: Literal["memory_samples", "vram_reserved"]
+    gpu_kind: str
+
+
+class JobEstimate(BaseModel):
+    job_id: int
+    estimate: Estimate | None
+    measured: Measured | None
+    ratio: float | None = Field(description="measured / predicted per-GPU peak")
+
+
+class Check(BaseModel):
+    name: str
+    status: Literal["ok", "warn", "fail", "skip"]
+    detail: str
+    fix: str | None
+
+
+class Preflight(BaseModel):
+    ok: bool
+    summary: str
+    backend: Literal["rocm", "cuda", "cpu"] | None
+    hostname: str | None
+    python: str | None
+    devices: list[dict[str, Any]] = Field(description="the training torch's devices as its probe saw them")
+    packages: dict[str, str | bool | None] = Field(description="installed versions; flash_attn: importable")
+    checks: list[Check]
+    checked_at: float
+
+
+class NodeGpu(BaseModel):
+    index: int
+    name: str | None
+    bus_id: str | None
+    total_bytes: int | None
+    used_bytes: int
+    util: float | None
+    job_id: int | None = Field(description="the running job holding this GPU")
+
+
+class Node(BaseModel):
+    name: str
+    backend: str
+    reason: str | None = Field(description="why GPU backends are absent")
+    gpus: list[NodeGpu]

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from tunedeck.api.deps import SettingsDep
-from tunedeck.api.responses import errors
+from tunedeck.api.responses import SeriesOut, errors
 from tunedeck.db import SessionDep
 from tunedeck.services import jobs as jobs_service
 from tunedeck.services import metric_charts as service
@@ -15,7 +15,7 @@ from tunedeck.services import metric_charts as service
 router = APIRouter(prefix="/api/jobs", tags=["charts"])
 
 
-@router.get("/{job_id}/series", responses=errors(404))
+@router.get("/{job_id}/series", response_model=SeriesOut, responses=errors(404))
 def get_series(
     job_id: int,
     session: SessionDep,

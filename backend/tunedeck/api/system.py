@@ -6,14 +6,14 @@ from fastapi import APIRouter, HTTPException, Request
 from sqlalchemy import text
 
 from tunedeck import __version__
-from tunedeck.api.responses import Preset, PresetText, errors
+from tunedeck.api.responses import Health, Preset, PresetText, errors
 from tunedeck.db import SessionDep
 from tunedeck.presets import presets
 
 router = APIRouter(prefix="/api", tags=["system"])
 
 
-@router.get("/health")
+@router.get("/health", response_model=Health)
 def health(request: Request, session: SessionDep) -> dict:
     """Liveness, version and what the scheduler sees (answers anyone: no paths)."""
     session.exec(text("SELECT 1"))
