@@ -10,9 +10,8 @@ import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from sqlalchemy import text
@@ -20,6 +19,7 @@ from sqlmodel import Session, select
 
 from tests.conftest import demo_config
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.webhooks import Receiver
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.services.alert_engine import AlertEngine
@@ -30,18 +30,6 @@ from tunedeck.tables import Alert, Job, JobStatus
 PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "tunedeck"
 OWNER = PACKAGE / "services" / "jobstate.py"
 GiB = 1 << 30
-
-
-class Receiver(BaseHTTPRequestHandler):
-    got: ClassVar[list] = []
-
-    def do_POST(self) -> None:
-        Receiver.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *a) -> None:
-        pass
 
 
 def wait_for(check, what: str, deadline_s: float = 120.0):

@@ -6,14 +6,14 @@ import json
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import ClassVar
+from http.server import HTTPServer
 
 import pytest
 from typer.testing import CliRunner
 
 from tests.alerts.corpus import generate, write_run
 from tests.security.test_auth import bearer, token
+from tests.utils.webhooks import Receiver
 from tunedeck.cli import app as cli_app
 
 
@@ -83,22 +83,9 @@ def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     assert r.status_code == 422 and "line 1" in r.json()["detail"][0]["msg"]
 
 
-class Receiver(BaseHTTPRequestHandler):
-    """A webhook endpoint: keeps every JSON body it is sent."""
-
-    got: ClassVar[list] = []
-
-    def do_POST(self) -> None:
-        Receiver.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *a) -> None:
-        pass
-
-
 def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tmp_path):
     http = HTTPServer(("127.0.0.1", 0), Receiver)
+    Receiver.got = []
     threading.Thread(target=http.serve_forever, daemon=True).start()
     try:
         alice = token(tmp_path / "ws", "alice", "submitter")

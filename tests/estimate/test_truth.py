@@ -13,24 +13,14 @@ import struct
 
 import pytest
 
+from tests.estimate.test_estimate import QWEN2_7B
 from tunedeck import estimate as est
 from tunedeck import lint
 
 STATES = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "gathered_layer")
 FULL = {"finetuning_type": "full", "fp16": True, "per_device_train_batch_size": 1, "cutoff_len": 16}
 # Qwen2-7B's config.json as published on the hub (Qwen/Qwen2-7B).
-QWEN2_7B_CONFIG = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+QWEN2_7B_CONFIG = {**QWEN2_7B, "architectures": ["Qwen2ForCausalLM"], "torch_dtype": "bfloat16"}
 # Its model.safetensors.index.json: "total_size": 15231233024 bytes of bf16 tensors; "7.62B" on the card.
 QWEN2_7B_PARAMS = 15_231_233_024 // 2
 # Its largest module is the embedding: model.embed_tokens.weight has shape [152064, 3584].
