@@ -39,6 +39,20 @@ STEPS = int(os.environ.get("TUNEDECK_FUZZ_STEPS", "20"))  # most steps per state
 WRITE = {"X-Tunedeck": "1"}  # the header a cross-site form cannot send (the CSRF rule for writes)
 # A failure is reported as found: shrinking it over HTTP would take unbounded time.
 NO_SHRINK = [Phase.explicit, Phase.generate]
+
+
+def bounded(max_examples: int, **more) -> settings:
+    """Every fuzz run's hypothesis settings: a fixed number of cases, no shrinking, no time limit."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        phases=NO_SHRINK,
+        suppress_health_check=list(HealthCheck),
+        **more,
+    )
+
+
 STREAM = "GET /api/stream"
 TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
 JOB_READS = [STREAM] + [
@@ -405,13 +419,7 @@ def test_every_operation_conforms_and_reaches_the_data(fuzz_server, schema, seed
 
         # An event stream is read for a second when it has nothing to say: fewer cases there.
         @given(case=st.one_of(*variants(op, seeds, assets)))
-        @settings(
-            max_examples=CASES // 3 if op.label == STREAM else CASES,
-            deadline=None,
-            database=None,
-            phases=NO_SHRINK,
-            suppress_health_check=list(HealthCheck),
-        )
+        @bounded(CASES // 3 if op.label == STREAM else CASES)
         def run(case) -> None:
             exercise(case, headers)
 
@@ -493,14 +501,7 @@ def test_job_lifecycle_state_machine(fuzz_server, schema, seeds, assets):
 
     run_state_machine_as_test(
         Lifecycle,
-        settings=settings(
-            max_examples=RUNS,
-            stateful_step_count=STEPS,
-            deadline=None,
-            database=None,
-            phases=NO_SHRINK,
-            suppress_health_check=list(HealthCheck),
-        ),
+        settings=bounded(RUNS, stateful_step_count=STEPS),
     )
     assert TALLY.failures_of(TALLY.phase) == [], "\n".join(TALLY.failures_of(TALLY.phase))
 
@@ -534,13 +535,7 @@ def test_runner_telemetry_conforms(server_factory, assets):
         )
     )
     @example(case=first)  # explicit cases run first: one valid batch while the job surely runs
-    @settings(
-        max_examples=CASES,
-        deadline=None,
-        database=None,
-        phases=NO_SHRINK,
-        suppress_health_check=list(HealthCheck),
-    )
+    @bounded(CASES)
     def run(case) -> None:
         exercise(case, headers)
 
