@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 import time
+from http.server import HTTPServer
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from tests.conftest import demo_config
 from tests.sseclient import events
 from tests.utils.factories import create_job, post_telemetry
 from tests.utils.standin import training_env
+from tests.utils.webhooks import Receiver
 
 GiB = 1 << 30
 
@@ -169,10 +171,22 @@ def hook():
     h.sock.close()
 
 
-def test_a_hanging_webhook_blocks_neither_api_nor_telemetry(hook, app_factory, assets):
-    """ "Callers only enqueue; ... a webhook that is down never slows training telemetry" (hangs, not only refuses)."""
+@pytest.fixture
+def good_hook():
+    Receiver.got = []
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
+
+
+def test_a_hanging_webhook_blocks_neither_api_nor_telemetry(hook, good_hook, app_factory, assets):
+    """ "Callers only enqueue; ... a webhook that is down never slows training telemetry" (hangs, not only refuses),
+    nor the other webhooks: each URL has its own lane."""
     try:
-        app = app_factory(TUNEDECK_WEBHOOK_URLS=json.dumps([hook.url]), TUNEDECK_WEBHOOK_MIN_SEVERITY="info")
+        app = app_factory(
+            TUNEDECK_WEBHOOK_URLS=json.dumps([hook.url, good_hook]), TUNEDECK_WEBHOOK_MIN_SEVERITY="info"
+        )
         first = create_job(app.engine, app.settings, config=demo_config(assets), name="first")
         assert app.api.post(f"/api/jobs/{first.id}/cancel").status_code == 200  # its end goes to the hook
         until(lambda: hook.requests, "the webhook request")
@@ -196,6 +210,14 @@ def test_a_hanging_webhook_blocks_neither_api_nor_telemetry(hook, app_factory, a
         )
         assert app.api.post(f"/api/jobs/{job.id}/cancel").status_code == 200
         assert [p["loss"] for p in app.all(job.id, "metrics")] == [2.0]
+        # The other webhook got both messages, the end and the alert, while the hanging one holds the first.
+        until(
+            lambda: (
+                {("job_finished", first.id), ("alert", job.id)}
+                <= {(m["event"], m["job_id"]) for m in Receiver.got}
+            ),
+            "both messages at the webhook that answers",
+        )
         # All of that happened while the first request was still held (the webhook client had not given up).
         assert len(hook.requests) == 1 and hook.given_up == 0
         held = json.loads(hook.requests[0].split(b"\r\n\r\n", 1)[1])

@@ -32,9 +32,13 @@ class Worker:
         self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the loop to end (after its final pass) without waiting for it."""
         self._stop.set()
         self._wake.set()
+
+    def stop(self) -> None:
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=self.stop_timeout_s)
 
