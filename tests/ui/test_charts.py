@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import CONFIGS, Server, demo_config
 from tests.ui.conftest import shot
+from tunedeck.lflog import METRICS
 
 pytestmark = [pytest.mark.browser]
 GIB = 1 << 30
@@ -38,6 +39,7 @@ def trainer_log(steps: int) -> str:
                 "epoch": s / steps,
                 "throughput": 1500.0 + 3 * s,
                 "total_tokens": 512 * s,
+                "grad_norm": 0.5 + 0.25 * (s % 4),
                 "elapsed_time": f"0:00:{2 * s:02d}",
             }
         )
@@ -90,6 +92,13 @@ def deck(tmp_path_factory, assets):
             " last_t, count) VALUES (?, 'test_repeat', 'warning', 0, ?, NULL, 'used memory jumped by 20 GiB',"
             " NULL, 0, ?, ?, 3)",
             (rich["id"], newest, first, newest),
+        )
+        # And a recurring loss spike, from step 5 to step 25 (an import's clock: T0 + elapsed).
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'test_loss_repeat', 'warning', NULL, ?, 25, 'loss jumped', NULL, 0,"
+            " ?, ?, 4)",
+            (rich["id"], T0 + 50, T0 + 10, T0 + 50),
         )
         # The token a runner holds (the server hands it only to the runner): this test's own.
         db.execute(
@@ -172,10 +181,9 @@ def significant(text: str) -> list[int]:
     return [len(m.replace(".", "").lstrip("0")) for m in re.findall(r"\d+\.\d+", text)]
 
 
-@pytest.mark.parametrize("screen", SCREENS)
-def test_job_page_charts(deck, page, screen):
+def test_job_page_charts(deck, page):
     rich = deck.ids["rich"]
-    open_page(page, f"{deck.url}/jobs/{rich}", screen)
+    open_page(page, f"{deck.url}/jobs/{rich}", "wide")
     # Alerts arrive after the charts: wait for them to be drawn.
     page.wait_for_function(
         "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')",
@@ -220,6 +228,10 @@ def test_job_page_charts(deck, page, screen):
     assert [m[0] for m in marks] == [deck.first * 1000, deck.newest * 1000]
     assert marks[0][1].startswith("first of 3") and marks[1][1].startswith("newest of 3")
 
+    # On the step axis too: the loss spike's span runs from its first step to its newest.
+    span = plot(page, "loss-chart", "gd.layout.shapes.filter(s => s.name === 'test_loss_repeat ×4')")
+    assert [(s["type"], s["x0"], s["x1"]) for s in span] == [("rect", 5, 25)]
+
     # Hover labels: units, at most 4 significant digits, whole series names.
     text = hover_text(page, "mem-chart", 0, 3)
     assert "GPU 0 used" in text and "GiB" in text, text
@@ -250,9 +262,12 @@ def test_job_page_charts(deck, page, screen):
     assert all(groups.nth(i).get_attribute("open") is None for i in range(3))
     assert "3 files" in groups.nth(1).locator("summary").inner_text()
     assert not page.locator("#files code", has_text="optimizer.pt").first.is_visible()
-    assert page.locator("#grad-card").is_hidden()  # this run's log has no grad_norm
+    if "grad_norm" in METRICS:  # stored: charted
+        assert plot(page, "grad-chart", "gd.data[0].y") == [0.5 + 0.25 * (s % 4) for s in range(1, 31)]
+    else:  # the store has no such column yet: no empty card either
+        assert page.locator("#grad-card").is_hidden()
     assert page.locator("#gpu-card").is_hidden()  # nor utilisation
-    shot(page, f"charts-job-{screen}")
+    shot(page, "charts-job-wide")
     assert page.errors == [] and page.console_errors == []
 
 
@@ -299,10 +314,9 @@ def test_utilisation_and_temperature_from_telemetry(deck, page):
     assert page.errors == [] and page.console_errors == []
 
 
-@pytest.mark.parametrize("screen", SCREENS)
-def test_compare(deck, page, screen):
+def test_compare(deck, page):
     ids = deck.ids
-    open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", screen)
+    open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", "wide")
     traces = plot(page, "loss-chart", "gd.data.map(t => [t.name, t.line.color, t.line.dash, t.mode])")
     rich = [t for t in traces if t[0].startswith(f"#{ids['rich']} ")]
     assert [t[0] for t in rich] == [f"#{ids['rich']} rich run loss", f"#{ids['rich']} rich run eval loss"]
@@ -331,7 +345,7 @@ def test_compare(deck, page, screen):
         "document.getElementById('loss-chart').layout.xaxis.title.text.startsWith('seconds')"
     )
     assert plot(page, "loss-chart", "gd.data[0].x")[:3] == [0, 2, 4]
-    shot(page, f"charts-compare-{screen}")
+    shot(page, "charts-compare-wide")
 
     # The config diff: DeepSpeed keys one by one, values as written.
     page.goto(f"{deck.url}/compare?jobs={ids['z2']},{ids['z3']}")
@@ -361,4 +375,16 @@ def test_compare_with_nothing_picked_says_so(deck, page):
     )
     assert page.locator("#loss-chart .xtick, #mem-chart .xtick").count() == 0
     shot(page, "charts-compare-empty")
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
+    open_page(page, f"{deck.url}/jobs/{deck.ids['rich']}", "phone")
+    page.wait_for_function("document.querySelector('#mem-chart .legend') !== null")
+    boxes_apart(page, "loss-chart")
+    shot(page, "charts-job-phone")
+    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", "phone")
+    boxes_apart(page, "loss-chart")
+    boxes_apart(page, "mem-chart")
+    shot(page, "charts-compare-phone")
     assert page.errors == [] and page.console_errors == []
