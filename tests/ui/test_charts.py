@@ -310,6 +310,11 @@ def test_utilisation_and_temperature_from_telemetry(deck, page):
     ]
     text = hover_text(page, "gpu-chart", 1, 2)
     assert "°C" in text and "GPU 0 MI300X temperature" in text, text
+    # Peak memory per GPU against the job's stored estimate.
+    est = deck.api.get(f"/api/jobs/{deck.ids['telemetry']}/estimate").json()["estimate"]["per_gpu_bytes"]
+    peak = page.locator('#summary [data-key="peak GPU 0 MI300X"]').inner_text()
+    assert re.fullmatch(r"15\.0 GiB of 80\.0 GiB · estimate \d+(\.\d)? [MG]iB \(measured .*×\)", peak), peak
+    assert f"(measured {15 * GIB / est:.3g}×)" in peak, peak
     shot(page, "charts-gpu-utilisation")
     assert page.errors == [] and page.console_errors == []
 
