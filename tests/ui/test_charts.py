@@ -62,14 +62,20 @@ def deck(tmp_path_factory, assets):
     server = Server(tmp_path_factory.mktemp("charts") / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true").start()
     api = server.api
 
-    def imported(name: str, log: str, memory: str | None = None) -> dict:
+    def imported(name: str, log: str, memory: str | None = None, output: str | None = None) -> dict:
         files = {"trainer_log": log.encode(), **({"memory": memory.encode()} if memory else {})}
+        files.update({"log": output.encode()} if output else {})
         r = api.post("/api/runs/import", files=files, data={"name": name})
         assert r.status_code == 201, r.text
         return r.json()
 
     rich = imported("rich run", trainer_log(30), memory_csv(50))
     single = imported("one point", trainer_log(1))
+    died = imported(
+        "died at once",
+        '{"current_steps": 0, "total_steps": 100}\n',
+        output="torch.OutOfMemoryError: CUDA out of memory.\n",
+    )
     ds = {}
     for stage in (2, 3):
         d = json.loads((CONFIGS / f"ds_z{stage}_rocm.json").read_text())
@@ -129,7 +135,13 @@ def deck(tmp_path_factory, assets):
             (out / f"checkpoint-{step}").mkdir(exist_ok=True)
             (out / f"checkpoint-{step}" / f).write_bytes(b"x" * 100)
     (out / "adapter_model.safetensors").write_bytes(b"x" * 300)
-    server.ids = {"rich": rich["id"], "single": single["id"], "z2": z2["id"], "z3": z3["id"]}
+    server.ids = {
+        "rich": rich["id"],
+        "single": single["id"],
+        "died": died["id"],
+        "z2": z2["id"],
+        "z3": z3["id"],
+    }
     server.ids["telemetry"] = telemetry["id"]
     server.near_oom = api.get("/api/health").json()["near_oom_share"]
     server.first, server.newest = first, newest
@@ -284,6 +296,14 @@ def test_one_point_and_empty_charts(deck, page):
     assert plot(page, "mem-chart", "gd.layout.annotations[0].text") == "This run logged no memory samples."
     assert page.locator("#mem-chart .xtick").count() == 0
     shot(page, "charts-one-point")
+
+    open_page(page, f"{deck.url}/jobs/{deck.ids['died']}", "wide")
+    page.locator('#status [data-status="failed"]').wait_for()
+    for el, what in (("loss-chart", "loss"), ("mem-chart", "memory samples")):
+        text = page.locator(f"#{el} .annotation-text").text_content()
+        assert text == f"No {what}: the job failed before logging any (its log below says why).", el
+        assert page.locator(f"#{el} .xtick, #{el} .ytick").count() == 0, el
+    shot(page, "charts-failed")
 
     open_page(page, f"{deck.url}/jobs/{deck.ids['z2']}", "wide")
     for el, what in (

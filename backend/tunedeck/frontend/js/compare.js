@@ -73,7 +73,8 @@ function metricOptions(all) {
 function drawMetric(all) {
   const metric = $("#metric").value, axis = $("#xaxis").value, logy = $("#logy").checked;
   const w = Number($("#smooth").value);
-  $("#metric-title").textContent = metric === "loss" ? "Loss" : label(metric);
+  const title = metric === "loss" ? "loss" : label(metric);
+  $("#metric-title").textContent = title[0].toUpperCase() + title.slice(1);
   if (!all.length) return empty("loss-chart", "Pick jobs above to overlay their curves.");
   const traces = [];
   all.forEach(([id, d], k) => {
