@@ -370,6 +370,8 @@ def test_compare(deck, page):
         "document.getElementById('loss-chart').layout.xaxis.title.text.startsWith('seconds')"
     )
     assert plot(page, "loss-chart", "gd.data[0].x")[:3] == [0, 2, 4]
+    text = hover_text(page, "loss-chart", 0, 2)
+    assert "4 s: 1509 tokens/s" in text, text  # the x value in seconds, said so
     shot(page, "charts-compare-wide")
 
     # The config diff: DeepSpeed keys one by one, values as written.

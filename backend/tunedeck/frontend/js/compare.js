@@ -13,7 +13,8 @@ const LABELS = { loss: "loss", eval_loss: "eval loss", lr: "learning rate", thro
   total_tokens: "tokens seen", vram_allocated: "RECORD_VRAM allocated", vram_reserved: "RECORD_VRAM reserved" };
 const UNITS = { throughput: "tokens/s", total_tokens: "tokens" };
 const X_TITLES = { step: "step", time: "seconds since the first point", tokens: "tokens seen" };
-const X_HOVER = { step: "", time: ".4g", tokens: ".4~s" };
+const X_HOVER = { step: "", time: ".4~g", tokens: ".4~s" };
+const X_LABEL = { step: "step %{x}", time: "%{x:.4~g} s", tokens: "%{x:.4~s} tokens" }; // x in hover, with its unit
 const label = (m) => LABELS[m] || m;
 
 async function data(id) {
@@ -59,7 +60,7 @@ function curve(id, d, metric, axis, { color, dash, smooth }) {
   const name = plain(`#${id} ${names.get(id) || ""} ${label(metric)}`.replace(/ +/g, " "));
   return { name, x: x.filter((_, i) => keep[i]), y, mode: mode(y, dash ? "lines+markers" : "lines"),
     line: { color, dash: dash ? "dash" : "solid" }, marker: { color, size: 6 },
-    hovertemplate: `%{y:.4g}${unit}`, hoverlabel: { namelength: -1 } };
+    hovertemplate: `${X_LABEL[axis]}: %{y:.4~g}${unit}`, hoverlabel: { namelength: -1 } };
 }
 
 function metricOptions(all) {
@@ -109,7 +110,7 @@ function drawMemory(all) {
     const dashes = ["solid", "dot", "dash", "longdash", "dashdot"];
     [...byGpu].forEach(([gpu, g], i) => traces.push({ name: plain(`#${id} ${names.get(id) || ""} ${gpu === -1 ? "host memory" : `GPU ${gpu}`}`),
       ...g, mode: mode(g.y), line: { color: COLORS[k % COLORS.length], dash: dashes[i % dashes.length] },
-      hovertemplate: "%{y:.4g} GiB", hoverlabel: { namelength: -1 } }));
+      hovertemplate: "%{y:.4~g} GiB", hoverlabel: { namelength: -1 } }));
   });
   if (!traces.length) {
     return empty("mem-chart", all.length ? "No memory samples for these jobs." : "Pick jobs above to overlay their memory.");

@@ -183,7 +183,7 @@ let revision = 0; // Plotly.react redraws arrays grown in place only when this c
 function lineChart(el, s, { name, color, unit, digits = 4, exp = false }) {
   if (!s || !s.y.length) return empty(el, noData(name));
   return Plotly.react(el, [{ name, x: s.step, y: s.y, mode: mode(s.y), line: { color }, marker: { color, size: 6 },
-    hovertemplate: `%{y:.${digits}g}${unit ? ` ${unit}` : ""}` }],
+    hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}` }],
   layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
     yaxis: { range: range([s.y]), automargin: true, ...(exp ? { exponentformat: "e" } : {}), ...(unit ? { title: { text: unit } } : {}) },
     showlegend: false }), config);
@@ -205,9 +205,10 @@ function drawMetrics() {
     name: "inf / NaN", mode: "markers", type: "scatter", marker: { symbol: "x", size: 9, color: "#c4321a" },
     x: bad.map((b) => b[0]), y: markersY(bad.map((b) => b[0])), text: bad.map((b) => b[1]), hoverinfo: "x+text",
   };
-  if (!loss.y.length && !evl.y.length && !bad.length) empty("loss-chart", noData("loss"));
-  else {
-    const hover = "%{y:.4g}";
+  if (!loss.y.length && !evl.y.length) {
+    empty("loss-chart", bad.length ? `Every logged loss was inf or NaN (${bad.length} points, from step ${Math.min(...bad.map((b) => b[0]))}).` : noData("loss"));
+  } else {
+    const hover = "%{y:.4~g}";
     Plotly.react("loss-chart", [
       { name: "loss", x: loss.step, y: loss.y, mode: mode(loss.y), line: { color: "rgba(47,111,237,0.25)", width: 1 },
         marker: { color: "rgba(47,111,237,0.5)", size: 6 }, hovertemplate: hover },
@@ -301,7 +302,7 @@ function drawMemory() {
   if (!state.memAvailable) return;
   const traces = [], shapes = [];
   const colors = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555"];
-  const hover = "%{y:.4g} GiB";
+  const hover = "%{y:.4~g} GiB";
   let i = 0, maxTotal = 0, maxUsed = 0;
   for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
     const color = colors[i++ % colors.length];
@@ -355,12 +356,12 @@ function drawGpu() {
     const x = g.t.map((t) => new Date(t * 1000));
     if (g.util.some((v) => v !== null)) {
       utils.push(g.util);
-      traces.push({ name: plain(`${gpuLabel(gpu)} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3g} %" });
+      traces.push({ name: plain(`${gpuLabel(gpu)} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3~g} %" });
     }
     if (g.temp.some((v) => v !== null)) {
       temps.push(g.temp);
       traces.push({ name: plain(`${gpuLabel(gpu)} temperature`), x, y: g.temp, yaxis: "y2", mode: mode(g.temp),
-        line: { dash: "dot" }, hovertemplate: "%{y:.3g} °C" });
+        line: { dash: "dot" }, hovertemplate: "%{y:.3~g} °C" });
     }
   }
   $("#gpu-card").hidden = !traces.length;
@@ -459,7 +460,7 @@ function summary() {
   add("tokens/s", tp ? `${num(tp[1])} (last)` : "–");
   const est = state.estimate && state.estimate.estimate;
   for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
-    const peak = Math.max(...g.y);
+    const peak = g.y.reduce((m, y) => (y > m ? y : m), 0); // a long live run holds too many for Math.max(...)
     const total = state.memTotal.get(gpu);
     let text = `${bytes(peak)}${total ? ` of ${bytes(total)}` : ""}`;
     if (est && gpu >= 0) text += ` · estimate ${bytes(est.per_gpu_bytes)} (measured ${num(peak / est.per_gpu_bytes, 3)}×)`;
