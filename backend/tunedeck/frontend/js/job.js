@@ -348,7 +348,7 @@ function drawMemory() {
     shapes: [...shapes, ...alertShapes("t")] }), config);
 }
 
-// Utilisation and temperature, when the telemetry carries them (NVML / amdsmi samples do; host ones don't).
+// Utilisation and temperature, when the telemetry carries them (NVML / amdsmi samples; host ones: CPU only).
 function drawGpu() {
   const traces = [];
   const utils = [], temps = [];
@@ -356,7 +356,9 @@ function drawGpu() {
     const x = g.t.map((t) => new Date(t * 1000));
     if (g.util.some((v) => v !== null)) {
       utils.push(g.util);
-      traces.push({ name: plain(`${gpuLabel(gpu)} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3~g} %" });
+      // A CPU job's sampler reports its processes' CPU percent (over 100 with several cores busy).
+      const who = gpu === -1 ? "CPU (the job's processes)" : gpuLabel(gpu);
+      traces.push({ name: plain(`${who} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3~g} %" });
     }
     if (g.temp.some((v) => v !== null)) {
       temps.push(g.temp);
