@@ -341,6 +341,7 @@ function drawMemory() {
   const offScale = maxTotal && maxUsed && maxUsed < 0.4 * maxTotal;
   if (offScale) for (const tr of traces) if (tr.name.endsWith(" total")) tr.name += ` ${(maxTotal / GiB).toFixed(0)} GiB (off scale)`;
   if (offScale) am.y = am.x.map(() => maxUsed / GiB);
+  if (offScale) for (const sh of shapes) if (sh.showlegend) sh.name += " (off scale)";
   let top = offScale ? maxUsed : Math.max(maxUsed, maxTotal);
   for (const y of peaks.y) if (y > 0) top = Math.max(top, y * GiB);
   const yaxis = { title: { text: "GiB" }, automargin: true, range: [0, (1.08 * top) / GiB || 1] };
@@ -368,7 +369,7 @@ function drawGpu() {
   }
   $("#gpu-card").hidden = !traces.length;
   if (!traces.length) return;
-  Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, xaxis: { automargin: true },
+  Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, xaxis: { automargin: true }, showlegend: true, // even for one trace: whose
     yaxis: { title: { text: "utilisation %" }, range: range(utils.length ? utils : [[0, 100]]), automargin: true },
     yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", range: range(temps.length ? temps : [[0, 100]]), automargin: true } }), config);
 }
