@@ -371,7 +371,7 @@ function drawGpu() {
   if (!traces.length) return;
   Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, xaxis: { automargin: true }, showlegend: true, // even for one trace: whose
     yaxis: { title: { text: "utilisation %" }, range: range(utils.length ? utils : [[0, 100]]), automargin: true },
-    yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", range: range(temps.length ? temps : [[0, 100]]), automargin: true } }), config);
+    yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", tickmode: "auto", showgrid: false, range: range(temps.length ? temps : [[0, 100]]), automargin: true } }), config);
 }
 const redrawMemory = throttled(drawMemory);
 
