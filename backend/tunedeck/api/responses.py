@@ -97,6 +97,9 @@ class Health(BaseModel):
     executor: str
     gpus: int = Field(description="GPUs the scheduler hands out on this node")
     cpu_slots: int
+    near_oom_share: float = Field(
+        description="share of a device's memory that, sustained, raises vram_near_oom (the charts' band)"
+    )
 
 
 class Nonfinite(BaseModel):

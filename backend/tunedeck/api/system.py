@@ -24,6 +24,7 @@ def health(request: Request, session: SessionDep) -> dict:
         "executor": state.executor.name,
         "gpus": state.node_gpus,
         "cpu_slots": state.settings.cpu_slots,
+        "near_oom_share": state.settings.alert_near_oom_share,
     }
 
 

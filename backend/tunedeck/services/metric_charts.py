@@ -13,12 +13,13 @@ import numpy as np
 from sqlalchemy import Engine
 from tsdownsample import MinMaxLTTBDownsampler
 
-from tunedeck.lflog import COUNTS, METRICS
+from tunedeck.lflog import METRICS
 
 CACHE_SIZE = 16  # whole answers, for several screens showing the same big run
 _CACHE: dict[tuple, dict] = {}
 _CACHE_LOCK = threading.Lock()
-COLUMNS = tuple(k for k in METRICS if k not in ("epoch", *COUNTS))  # the curves by step
+# The curves by step; total_tokens too, so a chart can put tokens on its x axis.
+COLUMNS = tuple(k for k in METRICS if k != "epoch")
 
 
 def downsample_indices(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:

@@ -27,12 +27,46 @@ export function plain(text) {
 export function layout(title, extra = {}) {
   return {
     title: { text: title, font: { size: 13 }, x: 0.01 },
-    margin: { l: 55, r: 15, t: 30, b: 35 },
-    legend: { orientation: "h", y: -0.18 },
+    margin: { l: 60, r: 15, t: 20, b: 40 },
+    // Above the plot: Plotly makes room for it there; below, it would sit on the x-axis title.
+    legend: { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" },
     hovermode: "x unified",
+    hoverlabel: { namelength: -1 }, // whole series names, not Plotly's first 15 characters
     uirevision: "keep", // keep zoom and legend toggles across redraws
     ...extra,
   };
+}
+
+// An axis range around every finite value with a margin; a flat series sits mid-chart at its own
+// value (Plotly's autorange would put it on a 0 ± 1 axis). Log axes take log10 units.
+export function range(arrays, { log = false, pad = 0.06 } = {}) {
+  let lo = Infinity, hi = -Infinity;
+  for (const ys of arrays) {
+    for (const y of ys || []) {
+      if (y === null || !Number.isFinite(y) || (log && y <= 0)) continue;
+      if (y < lo) lo = y;
+      if (y > hi) hi = y;
+    }
+  }
+  if (lo > hi) return undefined;
+  if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
+  const d = hi > lo ? pad * (hi - lo) : log ? 0.5 : Math.abs(lo) * 0.1 || 1;
+  return [lo - d, hi + d];
+}
+
+// A series of one point has no line to draw: give it a marker.
+export function mode(xs, lines = "lines") {
+  return xs.length < 2 ? "markers" : lines;
+}
+
+// A chart with nothing to show says why, in words, instead of drawing bare axes.
+export function empty(el, message) {
+  return Plotly.react(el, [], {
+    margin: { l: 10, r: 10, t: 10, b: 10 },
+    xaxis: { visible: false }, yaxis: { visible: false },
+    annotations: [{ text: plain(message), xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
+      font: { size: 14, color: "#667085" } }],
+  }, config);
 }
 
 export const config = { displaylogo: false, responsive: true };

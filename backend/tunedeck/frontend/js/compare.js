@@ -1,12 +1,21 @@
-// Overlay the loss and memory curves of chosen jobs, and list where their configs differ.
+// Overlay a metric and the memory curves of chosen jobs, and list where their configs differ.
 /* global Plotly */
 import { describe, get, optional, post } from "./api.js";
-import { config, ema, GiB, layout } from "./charts.js";
+import { config, ema, empty, GiB, layout, mode, plain, range } from "./charts.js";
 import { $, h, nav } from "./fmt.js";
 
 nav("/compare");
 const chosen = new Set((new URLSearchParams(location.search).get("jobs") || "").split(",").filter(Boolean).map(Number));
-const cache = new Map(); // job id -> {series, memory, config}
+const cache = new Map(); // job id -> {series, memory, config, ds, name}
+const names = new Map(); // job id -> name
+const COLORS = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555"];
+const LABELS = { loss: "loss", eval_loss: "eval loss", lr: "learning rate", throughput: "throughput", grad_norm: "grad norm",
+  total_tokens: "tokens seen", vram_allocated: "RECORD_VRAM allocated", vram_reserved: "RECORD_VRAM reserved" };
+const UNITS = { throughput: "tokens/s", total_tokens: "tokens" };
+const X_TITLES = { step: "step", time: "seconds since the first point", tokens: "tokens seen" };
+const X_HOVER = { step: "", time: ".4~g", tokens: ".4~s" };
+const X_LABEL = { step: "step %{x}", time: "%{x:.4~g} s", tokens: "%{x:.4~s} tokens" }; // x in hover, with its unit
+const label = (m) => LABELS[m] || m;
 
 async function data(id) {
   if (!cache.has(id)) {
@@ -15,10 +24,100 @@ async function data(id) {
       optional(`/api/jobs/${id}/memory`, { max_points: 1500, limit: 20000 }).catch(() => null),
       get(`/api/jobs/${id}/config`),
     ]);
-    const parsed = await post("/api/ui/parse-yaml", cfg.train_yaml, { yaml: true });
-    cache.set(id, { series, memory, config: parsed.config, ds: cfg.ds_config });
+    // An imported run may come without its train.yaml: nothing to parse, nothing to compare.
+    const parsed = cfg.train_yaml.trim() ? await post("/api/ui/parse-yaml", cfg.train_yaml, { yaml: true }) : { config: {} };
+    cache.set(id, { series: series.series, memory, config: parsed.config, ds: cfg.ds_config });
   }
   return cache.get(id);
+}
+
+// x values of one curve on the chosen axis; null where the job has no such x (no token counts).
+function xsOf(series, curve, axis) {
+  if (axis === "step") return curve.step;
+  if (axis === "time") {
+    const t0 = Math.min(...Object.values(series).filter((c) => c.t.length).map((c) => c.t[0]));
+    return curve.t.map((t) => t - t0);
+  }
+  const tok = series.total_tokens;
+  if (!tok || !tok.y.length) return curve.step.map(() => null);
+  return curve.step.map((s) => {
+    let i = tok.step.findIndex((x) => x >= s);
+    if (i < 0) return null;
+    if (tok.step[i] === s || i === 0) return tok.step[i] === s ? tok.y[i] : null;
+    const f = (s - tok.step[i - 1]) / (tok.step[i] - tok.step[i - 1]); // eval rows carry no count: between its neighbours
+    return tok.y[i - 1] + f * (tok.y[i] - tok.y[i - 1]);
+  });
+}
+
+function curve(id, d, metric, axis, { color, dash, smooth }) {
+  const c = d.series[metric];
+  if (!c || !c.y.length) return null;
+  const x = xsOf(d.series, c, axis);
+  const keep = x.map((v) => v !== null);
+  const y = (smooth ? ema(c.y, smooth) : c.y).filter((_, i) => keep[i]);
+  if (!y.length) return null;
+  const unit = UNITS[metric] ? ` ${UNITS[metric]}` : "";
+  const name = plain(`#${id} ${names.get(id) || ""} ${label(metric)}`.replace(/ +/g, " "));
+  return { name, x: x.filter((_, i) => keep[i]), y, mode: mode(y, dash ? "lines+markers" : "lines"),
+    line: { color, dash: dash ? "dash" : "solid" }, marker: { color, size: 6 },
+    hovertemplate: `${X_LABEL[axis]}: %{y:.4~g}${unit}`, hoverlabel: { namelength: -1 } };
+}
+
+function metricOptions(all) {
+  const have = new Set(["loss"]);
+  for (const [, d] of all) for (const [k, c] of Object.entries(d.series)) if (c.y.length && k !== "eval_loss") have.add(k);
+  const sel = $("#metric"), was = sel.value;
+  sel.replaceChildren(...[...have].map((k) => h("option", { value: k, text: k === "loss" ? "loss and eval loss" : label(k) })));
+  sel.value = have.has(was) ? was : "loss";
+}
+
+function drawMetric(all) {
+  const metric = $("#metric").value, axis = $("#xaxis").value, logy = $("#logy").checked;
+  const w = Number($("#smooth").value);
+  const title = metric === "loss" ? "loss" : label(metric);
+  $("#metric-title").textContent = title[0].toUpperCase() + title.slice(1);
+  if (!all.length) return empty("loss-chart", "Pick jobs above to overlay their curves.");
+  const traces = [];
+  all.forEach(([id, d], k) => {
+    const color = COLORS[k % COLORS.length];
+    if (metric === "loss") {
+      traces.push(curve(id, d, "loss", axis, { color, smooth: w }), curve(id, d, "eval_loss", axis, { color, dash: true }));
+    } else traces.push(curve(id, d, metric, axis, { color }));
+  });
+  const shown = traces.filter(Boolean);
+  if (!shown.length) {
+    const why = axis === "tokens" ? " with token counts (total_tokens)" : "";
+    return empty("loss-chart", `None of the chosen jobs logged ${metric === "loss" ? "a loss" : label(metric)}${why}.`);
+  }
+  return Plotly.react("loss-chart", shown, layout("", {
+    xaxis: { title: { text: X_TITLES[axis] }, automargin: true, hoverformat: X_HOVER[axis], ticksuffix: axis === "time" ? " s" : "" },
+    yaxis: { type: logy ? "log" : "linear", range: range(shown.map((t) => t.y), { log: logy }), automargin: true,
+      title: { text: UNITS[metric] || "" } },
+  }), config);
+}
+
+function drawMemory(all) {
+  const traces = [];
+  all.forEach(([id, d], k) => {
+    if (!d.memory || !d.memory.samples.length) return;
+    const t0 = d.memory.samples[0].t;
+    const byGpu = new Map();
+    for (const s of d.memory.samples) {
+      const g = byGpu.get(s.gpu) || { x: [], y: [] };
+      g.x.push(s.t - t0); g.y.push(s.used_bytes / GiB);
+      byGpu.set(s.gpu, g);
+    }
+    const dashes = ["solid", "dot", "dash", "longdash", "dashdot"];
+    [...byGpu].forEach(([gpu, g], i) => traces.push({ name: plain(`#${id} ${names.get(id) || ""} ${gpu === -1 ? "host memory" : `GPU ${gpu}`}`),
+      ...g, mode: mode(g.y), line: { color: COLORS[k % COLORS.length], dash: dashes[i % dashes.length] },
+      hovertemplate: "%{y:.4~g} GiB", hoverlabel: { namelength: -1 } }));
+  });
+  if (!traces.length) {
+    return empty("mem-chart", all.length ? "No memory samples for these jobs." : "Pick jobs above to overlay their memory.");
+  }
+  const top = Math.max(...traces.flatMap((t) => t.y));
+  return Plotly.react("mem-chart", traces, layout("", { xaxis: { title: { text: "seconds since first sample" }, automargin: true, ticksuffix: " s" },
+    yaxis: { title: { text: "GiB" }, range: [0, 1.08 * top || 1], automargin: true } }), config);
 }
 
 async function draw() {
@@ -31,39 +130,49 @@ async function draw() {
     $("#diff").replaceChildren(h("div", { class: "error", text: describe(e) }));
     return;
   }
-  const w = Number($("#smooth").value);
-  Plotly.react("loss-chart", all.flatMap(([id, d]) => [
-    { name: `#${id} loss`, x: d.series.series.loss.step, y: ema(d.series.series.loss.y, w), mode: "lines" },
-    { name: `#${id} eval`, x: d.series.series.eval_loss.step, y: d.series.series.eval_loss.y, mode: "lines+markers", line: { dash: "dot" } },
-  ]), layout("", { xaxis: { title: { text: "step" } }, yaxis: { type: $("#logy").checked ? "log" : "linear" } }), config);
-  const memTraces = [];
-  for (const [id, d] of all) {
-    if (!d.memory || !d.memory.samples.length) continue;
-    const t0 = d.memory.samples[0].t;
-    const byGpu = new Map();
-    for (const s of d.memory.samples) {
-      const g = byGpu.get(s.gpu) || { x: [], y: [] };
-      g.x.push(s.t - t0); g.y.push(s.used_bytes / GiB);
-      byGpu.set(s.gpu, g);
-    }
-    for (const [gpu, g] of byGpu) memTraces.push({ name: `#${id} ${gpu === -1 ? "host" : `GPU ${gpu}`}`, ...g, mode: "lines" });
-  }
-  $("#mem-note").replaceChildren(...(memTraces.length ? [] : [h("div", { class: "notice", text: "No memory samples for these jobs." })]));
-  Plotly.react("mem-chart", memTraces, layout("", { xaxis: { title: { text: "seconds since first sample" } }, yaxis: { title: { text: "GiB" } } }), config);
+  metricOptions(all);
+  await drawMetric(all);
+  await drawMemory(all);
   diff(all);
 }
 
+// Nested settings as dotted keys: a DeepSpeed file is compared key by key, not as one blob.
+function flatten(obj, prefix, out) {
+  for (const [k, v] of Object.entries(obj || {})) {
+    if (v !== null && typeof v === "object" && !Array.isArray(v)) flatten(v, `${prefix}${k}.`, out);
+    else out[`${prefix}${k}`] = v;
+  }
+  return out;
+}
+
+function settings(d) {
+  const out = flatten(d.config, "", {});
+  delete out.output_dir;
+  if (d.ds) {
+    delete out.deepspeed; // the path of the run's own copy: always different, says nothing
+    try { flatten(JSON.parse(d.ds), "deepspeed.", out); } catch { out.deepspeed = "(not JSON)"; }
+  }
+  return out;
+}
+
+function shown(v) {
+  if (v === undefined) return "—";
+  if (typeof v === "string") return v;
+  if (v !== null && typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
 function diff(all) {
-  if (all.length < 2) { $("#diff").replaceChildren("Pick two or more jobs."); return; }
-  const keys = new Set(all.flatMap(([, d]) => Object.keys(d.config)));
-  keys.delete("output_dir");
+  if (all.length < 2) { $("#diff").classList.add("muted"); $("#diff").replaceChildren("Pick two or more jobs."); return; }
+  const flat = all.map(([, d]) => settings(d));
+  const keys = new Set(flat.flatMap((f) => Object.keys(f)));
   const rows = [];
   for (const k of [...keys].sort()) {
-    const vals = all.map(([, d]) => JSON.stringify(d.config[k]));
-    if (new Set(vals).size > 1) rows.push(h("tr", {}, h("td", {}, h("code", { text: k })), ...vals.map((v) => h("td", { text: v === undefined ? "—" : v }))));
+    const vals = flat.map((f) => f[k]);
+    if (new Set(vals.map((v) => JSON.stringify(v))).size > 1) {
+      rows.push(h("tr", { "data-key": k }, h("td", {}, h("code", { text: k })), ...vals.map((v) => h("td", { text: shown(v) }))));
+    }
   }
-  const ds = all.map(([, d]) => d.ds || "");
-  if (new Set(ds).size > 1) rows.push(h("tr", {}, h("td", {}, h("code", { text: "ds_config.json" })), ...ds.map((v) => h("td", { text: v ? "set (differs)" : "—" }))));
   $("#diff").classList.remove("muted");
   $("#diff").replaceChildren(rows.length
     ? h("table", {}, h("thead", {}, h("tr", {}, h("th", { text: "key" }), ...all.map(([id]) => h("th", { text: `#${id}` })))), h("tbody", {}, ...rows))
@@ -72,10 +181,10 @@ function diff(all) {
 
 async function start() {
   const page = await get("/api/jobs", { limit: 200 });
+  for (const j of page.jobs) names.set(j.id, j.name);
   $("#pick").replaceChildren(...page.jobs.map((j) => h("label", {}, h("input", { type: "checkbox", value: j.id, checked: chosen.has(j.id),
     onchange: (ev) => { if (ev.target.checked) chosen.add(j.id); else chosen.delete(j.id); draw(); } }), ` #${j.id} ${j.name} `, h("span", { class: "muted", text: j.status }))));
-  $("#logy").addEventListener("change", draw);
-  $("#smooth").addEventListener("change", draw);
+  for (const id of ["#logy", "#smooth", "#metric", "#xaxis"]) $(id).addEventListener("change", draw);
   await draw();
   window.tunedeckReady = true;
 }

@@ -1,8 +1,8 @@
 // One job, live: history is loaded downsampled up to a cursor, then the job stream continues from it.
 /* global Plotly */
 import { describe, get, live, optional, post } from "./api.js";
-import { config, ema, GiB, layout, onZoom, plain, throttled } from "./charts.js";
-import { $, bytes, duration, h, nav, progressBar, statusBadge, when } from "./fmt.js";
+import { config, ema, empty, GiB, layout, mode, onZoom, plain, range, throttled } from "./charts.js";
+import { $, bytes, duration, h, nav, num, progressBar, statusBadge, when } from "./fmt.js";
 
 const indicator = nav("");
 const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
@@ -44,6 +44,7 @@ function showJob(j) {
   $("#gpus").textContent = j.gpus ? `${j.gpus}${j.devices ? ` (${j.devices.join(",")})` : ""}` : "CPU";
   $("#started").textContent = when(j.started_at);
   $("#finished").textContent = when(j.finished_at);
+  summary();
   const stop = $("#stop");
   const ended = ["succeeded", "failed", "cancelled"].includes(j.status);
   stop.disabled = ended || stop.dataset.sent === "1";
@@ -108,24 +109,85 @@ function addMetrics(rows) {
   if (added && !state.lossZoom) { redrawMetrics(); redrawMemory(); }
 }
 
+// Words for a chart with no points, from what the job is doing.
+function noData(what) {
+  const status = state.job && state.job.status;
+  if (status === "queued") return `No ${what} yet: the job is queued and has not started.`;
+  if (status === "running") return `No ${what} yet: waiting for the first logged step.`;
+  if (status === "failed") return `No ${what}: the job failed before logging any (its log below says why).`;
+  if (status === "cancelled") return `No ${what}: the job was stopped before logging any.`;
+  return `This run logged no ${what}.`;
+}
+
+const SEVERITY_COLOR = { critical: "#c4321a", error: "#c4321a", warning: "#d08a00", info: "#2f6fed" };
+
+// The logged step at or after unix time t: where a time-stamped alert goes on a step axis.
+function stepAt(t) {
+  const s = ["loss", "eval_loss", "lr"].map((n) => state.metrics[n]).find((m) => m && m.t.length);
+  if (!s) return null;
+  const i = s.t.findIndex((x) => x >= t);
+  return s.step[i >= 0 ? i : s.step.length - 1];
+}
+
+// Each alert where it happened: its first and its newest occurrence, and the span between them when
+// it recurred (the alert keeps how many times, not each time).
+function alertPlaces(axis) {
+  const out = [];
+  // Training alerts on the step charts, device ones on the memory chart.
+  for (const a of state.alerts.filter((x) => (axis === "step") === (x.gpu === null || x.gpu === undefined))) {
+    const first = a.first_t ?? a.t, last = a.last_t ?? a.t;
+    let x0, x1;
+    if (axis === "step") {
+      x1 = a.step ?? stepAt(last);
+      x0 = first < last ? stepAt(first) ?? x1 : x1;
+      if (x1 === null || x1 === undefined) continue;
+    } else {
+      x0 = new Date(first * 1000); x1 = new Date(last * 1000);
+    }
+    // Recurring problems get their span shaded; an info finding (memory settled) is a marker.
+    out.push({ a, x0, x1, span: a.count > 1 && first < last && a.severity !== "info" });
+  }
+  return out;
+}
+
 function alertShapes(axis) {
-  return state.alerts.filter((a) => (axis === "step" ? a.step !== null && a.step !== undefined : true)).map((a) => ({
-    type: "line", xref: "x", yref: "paper", y0: 0, y1: 1,
-    x0: axis === "step" ? a.step : new Date(a.t * 1000), x1: axis === "step" ? a.step : new Date(a.t * 1000),
-    line: { color: a.severity === "critical" || a.severity === "error" ? "#c4321a" : "#d08a00", width: 1, dash: "dot" },
-  }));
+  return alertPlaces(axis).flatMap(({ a, x0, x1, span }) => {
+    const color = SEVERITY_COLOR[a.severity] || "#d08a00";
+    const line = (x) => ({ type: "line", xref: "x", yref: "paper", y0: 0, y1: 1, x0: x, x1: x, line: { color, width: 1, dash: "dot" } });
+    if (!span) return [line(x1)];
+    return [{ type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, x0, x1, fillcolor: "rgba(208,138,0,0.07)",
+      line: { width: 0 }, layer: "below", name: plain(`${a.kind} ×${a.count}`) }, line(x0), line(x1)];
+  });
 }
 
 function alertMarkers(axis) {
-  const marks = state.alerts.filter((a) => axis !== "step" || (a.step !== null && a.step !== undefined));
+  const x = [], text = [];
+  for (const { a, x0, x1, span } of alertPlaces(axis)) {
+    const what = plain(`${a.kind}: ${a.message}`);
+    if (span) {
+      x.push(x0, x1);
+      text.push(`first of ${a.count} · ${what}`, `newest of ${a.count} · ${what}`);
+    } else {
+      x.push(x1);
+      text.push(a.count > 1 ? `×${a.count} · ${what}` : what);
+    }
+  }
   return {
     name: "alerts", mode: "markers", type: "scatter", yaxis: "y", marker: { symbol: "triangle-down", size: 10, color: "#d08a00" },
-    x: marks.map((a) => (axis === "step" ? a.step : new Date(a.t * 1000))),
-    y: marks.map(() => null), text: marks.map((a) => plain(`${a.kind}: ${a.message}`)), hoverinfo: "text",
+    x, y: x.map(() => null), text, hoverinfo: "text",
   };
 }
 
 let revision = 0; // Plotly.react redraws arrays grown in place only when this changes
+
+function lineChart(el, s, { name, color, unit, digits = 4, exp = false }) {
+  if (!s || !s.y.length) return empty(el, noData(name));
+  return Plotly.react(el, [{ name, x: s.step, y: s.y, mode: mode(s.y), line: { color }, marker: { color, size: 6 },
+    hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}` }],
+  layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
+    yaxis: { range: range([s.y]), automargin: true, ...(exp ? { exponentformat: "e" } : {}), ...(unit ? { title: { text: unit } } : {}) },
+    showlegend: false }), config);
+}
 
 function drawMetrics() {
   revision++;
@@ -143,18 +205,29 @@ function drawMetrics() {
     name: "inf / NaN", mode: "markers", type: "scatter", marker: { symbol: "x", size: 9, color: "#c4321a" },
     x: bad.map((b) => b[0]), y: markersY(bad.map((b) => b[0])), text: bad.map((b) => b[1]), hoverinfo: "x+text",
   };
-  Plotly.react("loss-chart", [
-    { name: "loss", x: loss.step, y: loss.y, mode: "lines", line: { color: "rgba(47,111,237,0.25)", width: 1 } },
-    { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step, y: ema(loss.y, w), mode: "lines", line: { color: "#2f6fed", width: 2 } },
-    { name: "eval loss", x: evl.step, y: evl.y, mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 } },
-    am,
-    nonfinite,
-  ], layout("", { datarevision: revision, xaxis: { title: { text: "step" } }, yaxis: { type: logy ? "log" : "linear" }, shapes: alertShapes("step") }), config);
-  Plotly.react("lr-chart", [{ name: "lr", x: lr.step, y: lr.y, mode: "lines", line: { color: "#7a3ee8" } }],
-    layout("", { datarevision: revision, xaxis: { title: { text: "step" } }, yaxis: { exponentformat: "e" }, showlegend: false }), config);
-  Plotly.react("tp-chart", [{ name: "tokens/s", x: tp.step, y: tp.y, mode: "lines", line: { color: "#1a7f37" } }],
-    layout("", { datarevision: revision, xaxis: { title: { text: "step" } }, showlegend: false }), config);
+  if (!loss.y.length && !evl.y.length) {
+    empty("loss-chart", bad.length ? `Every logged loss was inf or NaN (${bad.length} points, from step ${Math.min(...bad.map((b) => b[0]))}).` : noData("loss"));
+  } else {
+    const hover = "%{y:.4~g}";
+    Plotly.react("loss-chart", [
+      { name: "loss", x: loss.step, y: loss.y, mode: mode(loss.y), line: { color: "rgba(47,111,237,0.25)", width: 1 },
+        marker: { color: "rgba(47,111,237,0.5)", size: 6 }, hovertemplate: hover },
+      { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step, y: ema(loss.y, w), mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
+        marker: { color: "#2f6fed", size: 7 }, hovertemplate: hover },
+      { name: "eval loss", x: evl.step, y: evl.y, mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
+      am,
+      nonfinite,
+    ], layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
+      yaxis: { type: logy ? "log" : "linear", range: range([loss.y, evl.y], { log: logy }), automargin: true },
+      shapes: alertShapes("step") }), config);
+  }
+  lineChart("lr-chart", lr, { name: "learning rate", color: "#7a3ee8", digits: 3, exp: true });
+  lineChart("tp-chart", tp, { name: "throughput", color: "#1a7f37", unit: "tokens/s" });
+  const grad = state.metrics.grad_norm;
+  $("#grad-card").hidden = !(grad && grad.y.length); // older runs and stores without grad_norm: no card
+  if (grad && grad.y.length) lineChart("grad-chart", grad, { name: "grad_norm", color: "#a1306b" });
   $("#loss-n").textContent = `${loss.n ?? loss.y.length} points${state.lossDownsampled ? " (downsampled for display)" : ""}${state.lossZoom ? ", zoomed" : ""}`;
+  summary();
 }
 const redrawMetrics = throttled(drawMetrics);
 
@@ -162,6 +235,11 @@ $("#smooth").addEventListener("input", () => { $("#smooth-v").textContent = Numb
 $("#logy").addEventListener("change", drawMetrics);
 
 // ------------------------------------------------------------------ memory chart
+const sampleSeries = () => ({ t: [], y: [], ids: [], util: [], temp: [] });
+function push(g, s) {
+  g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id); g.util.push(s.util ?? null); g.temp.push(s.temp_c ?? null);
+}
+
 async function loadMemory(range) {
   const params = { max_points: MAX_POINTS, limit: 20000 };
   if (range) { params.t0 = range[0]; params.t1 = range[1]; }
@@ -180,8 +258,8 @@ async function loadMemory(range) {
   const byGpu = new Map();
   for (const s of page.samples) {
     if (!range && state.memCursor !== undefined && s.id > state.memCursor) continue; // the stream sends those
-    const g = byGpu.get(s.gpu) || { t: [], y: [], ids: [] };
-    g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id);
+    const g = byGpu.get(s.gpu) || sampleSeries();
+    push(g, s);
     byGpu.set(s.gpu, g);
     if (s.total_bytes) state.memTotal.set(s.gpu, s.total_bytes);
   }
@@ -189,8 +267,10 @@ async function loadMemory(range) {
   if (!range) {
     // Samples the stream delivered while this history was loading come after it.
     for (const [gpu, old] of state.mem) {
-      const g = byGpu.get(gpu) || { t: [], y: [], ids: [] };
-      old.ids.forEach((id, i) => { if (id > state.memCursor) { g.t.push(old.t[i]); g.y.push(old.y[i]); g.ids.push(id); } });
+      const g = byGpu.get(gpu) || sampleSeries();
+      old.ids.forEach((id, i) => {
+        if (id > state.memCursor) push(g, { id, t: old.t[i], used_bytes: old.y[i], util: old.util[i], temp_c: old.temp[i] });
+      });
       byGpu.set(gpu, g);
     }
   }
@@ -204,8 +284,8 @@ function addMemory(rows) {
   for (const s of rows) {
     if (s.id <= state.memLast) continue;
     state.memLast = s.id;
-    const g = state.mem.get(s.gpu) || { t: [], y: [], ids: [] };
-    g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id);
+    const g = state.mem.get(s.gpu) || sampleSeries();
+    push(g, s);
     state.mem.set(s.gpu, g);
     if (s.total_bytes) state.memTotal.set(s.gpu, s.total_bytes);
   }
@@ -222,41 +302,76 @@ function drawMemory() {
   if (!state.memAvailable) return;
   const traces = [], shapes = [];
   const colors = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555"];
+  const hover = "%{y:.4~g} GiB";
   let i = 0, maxTotal = 0, maxUsed = 0;
   for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
     const color = colors[i++ % colors.length];
     for (const b of g.y) if (b > maxUsed) maxUsed = b;
-    traces.push({ name: plain(`${gpuLabel(gpu)} used`), x: g.t.map((t) => new Date(t * 1000)), y: g.y.map((b) => b / GiB), mode: "lines", line: { color, width: 1.5 } });
+    traces.push({ name: plain(`${gpuLabel(gpu)} used`), x: g.t.map((t) => new Date(t * 1000)), y: g.y.map((b) => b / GiB),
+      mode: mode(g.y), line: { color, width: 1.5 }, marker: { color, size: 6 }, hovertemplate: hover });
     const total = state.memTotal.get(gpu);
     if (total && g.t.length) {
       maxTotal = Math.max(maxTotal, total);
       const x = [new Date(g.t[0] * 1000), new Date(g.t[g.t.length - 1] * 1000)];
-      traces.push({ name: plain(`${gpuLabel(gpu)} total`), x, y: [total / GiB, total / GiB], mode: "lines", line: { color, dash: "dash", width: 1 } });
+      traces.push({ name: plain(`${gpuLabel(gpu)} total`), x, y: [total / GiB, total / GiB], mode: "lines", line: { color, dash: "dash", width: 1 }, hovertemplate: hover });
     }
   }
-  if (maxTotal) {
-    // The near-OOM band: the last 10% of the device before an allocation fails.
-    shapes.push({ type: "rect", xref: "paper", x0: 0, x1: 1, yref: "y", y0: 0.9 * maxTotal / GiB, y1: maxTotal / GiB,
-      fillcolor: "rgba(196,50,26,0.10)", line: { width: 0 }, layer: "below" });
+  let n = 0;
+  for (const g of state.mem.values()) n += g.y.length;
+  $("#mem-n").textContent = `${n} samples shown${state.memDownsampled ? " (downsampled)" : ""}${state.memZoom ? ", zoomed" : ""}`;
+  drawGpu();
+  summary();
+  if (!n) return empty("mem-chart", noData("memory samples"));
+  if (maxTotal && state.nearOom) {
+    // The same threshold as the vram_near_oom alert (the server's setting), from the largest device.
+    const pct = Math.round(100 * state.nearOom);
+    shapes.push({ type: "rect", xref: "paper", x0: 0, x1: 1, yref: "y", y0: (state.nearOom * maxTotal) / GiB, y1: maxTotal / GiB,
+      fillcolor: "rgba(196,50,26,0.12)", line: { width: 0 }, layer: "below", name: `near-OOM ≥ ${pct}% (alert threshold)`,
+      showlegend: true, label: { text: `near-OOM ≥ ${pct}%`, textposition: "top left", font: { size: 11, color: "#c4321a" } } });
   }
   const peaks = series("vram_reserved");
   if (peaks.y.some((y) => y > 0)) { // CPU runs record zeros: nothing to show
     traces.push({ name: "RECORD_VRAM peak reserved (main rank)", x: peaks.t.map((t) => new Date(t * 1000)), y: peaks.y,
-      mode: "markers", marker: { symbol: "diamond", size: 6, color: "#111" } });
+      mode: "markers", marker: { symbol: "diamond", size: 6, color: "#111" }, hovertemplate: hover });
   }
   const am = alertMarkers("t");
   am.y = am.x.map(() => (maxTotal ? maxTotal / GiB : null));
   if (am.x.length) traces.push(am);
-  let n = 0;
-  for (const g of state.mem.values()) n += g.y.length;
-  $("#mem-n").textContent = `${n} samples shown${state.memDownsampled ? " (downsampled)" : ""}${state.memZoom ? ", zoomed" : ""}`;
   // Host RAM of a CPU job is a sliver of the machine: then scale to the job and say where the total is.
   const offScale = maxTotal && maxUsed && maxUsed < 0.4 * maxTotal;
   if (offScale) for (const tr of traces) if (tr.name.endsWith(" total")) tr.name += ` ${(maxTotal / GiB).toFixed(0)} GiB (off scale)`;
   if (offScale) am.y = am.x.map(() => maxUsed / GiB);
-  const yaxis = { title: { text: "GiB" }, rangemode: "tozero", ...(offScale ? { range: [0, (1.2 * maxUsed) / GiB] } : { autorange: true }) };
-  Plotly.react("mem-chart", traces, layout("", { datarevision: ++revision, yaxis,
+  if (offScale) for (const sh of shapes) if (sh.showlegend) sh.name += " (off scale)";
+  let top = offScale ? maxUsed : Math.max(maxUsed, maxTotal);
+  for (const y of peaks.y) if (y > 0) top = Math.max(top, y * GiB);
+  const yaxis = { title: { text: "GiB" }, automargin: true, range: [0, (1.08 * top) / GiB || 1] };
+  Plotly.react("mem-chart", traces, layout("", { datarevision: ++revision, yaxis, xaxis: { automargin: true },
     shapes: [...shapes, ...alertShapes("t")] }), config);
+}
+
+// Utilisation and temperature, when the telemetry carries them (NVML / amdsmi samples; host ones: CPU only).
+function drawGpu() {
+  const traces = [];
+  const utils = [], temps = [];
+  for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
+    const x = g.t.map((t) => new Date(t * 1000));
+    if (g.util.some((v) => v !== null)) {
+      utils.push(g.util);
+      // A CPU job's sampler reports its processes' CPU percent (over 100 with several cores busy).
+      const who = gpu === -1 ? "CPU (the job's processes)" : gpuLabel(gpu);
+      traces.push({ name: plain(`${who} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3~g} %" });
+    }
+    if (g.temp.some((v) => v !== null)) {
+      temps.push(g.temp);
+      traces.push({ name: plain(`${gpuLabel(gpu)} temperature`), x, y: g.temp, yaxis: "y2", mode: mode(g.temp),
+        line: { dash: "dot" }, hovertemplate: "%{y:.3~g} °C" });
+    }
+  }
+  $("#gpu-card").hidden = !traces.length;
+  if (!traces.length) return;
+  Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, xaxis: { automargin: true }, showlegend: true, // even for one trace: whose
+    yaxis: { title: { text: "utilisation %" }, range: range(utils.length ? utils : [[0, 100]]), automargin: true },
+    yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", tickmode: "auto", showgrid: false, range: range(temps.length ? temps : [[0, 100]]), automargin: true } }), config);
 }
 const redrawMemory = throttled(drawMemory);
 
@@ -305,10 +420,67 @@ async function loadConfig() {
     h("span", { class: "muted", text: "output folder" }), h("code", { text: c.output_dir }));
 }
 
+// Checkpoints folded away: a run with many saves lists dozens of files per checkpoint.
 async function loadFiles() {
   const files = await get(`/api/jobs/${jobId}/files`);
-  $("#files tbody").replaceChildren(...(files.length ? files.map((f) => h("tr", {}, h("td", {}, h("code", { text: f.path })),
-    h("td", { class: "num", text: bytes(f.bytes) }))) : [h("tr", {}, h("td", { class: "muted", text: "no files yet" }))]));
+  if (!files.length) { $("#files").replaceChildren(h("span", { class: "muted", text: "no files yet" })); return; }
+  const groups = new Map();
+  for (const f of files) {
+    const m = /^(checkpoint-(\d+))\//.exec(f.path);
+    const key = m ? m[1] : "";
+    if (!groups.has(key)) groups.set(key, { order: m ? Number(m[2]) : -1, files: [] });
+    groups.get(key).files.push({ path: m ? f.path.slice(m[0].length) : f.path, bytes: f.bytes });
+  }
+  $("#files").replaceChildren(...[...groups.entries()].sort((a, b) => a[1].order - b[1].order).map(([key, g]) => {
+    const total = g.files.reduce((sum, f) => sum + f.bytes, 0);
+    return h("details", { class: "files", "data-group": key || "final" },
+      h("summary", {}, h("b", { text: key || "final output" }), h("span", { class: "muted", text: ` · ${g.files.length} files · ${bytes(total)}` })),
+      h("table", {}, h("tbody", {}, ...g.files.map((f) => h("tr", {}, h("td", {}, h("code", { text: f.path })),
+        h("td", { class: "num", text: bytes(f.bytes) }))))));
+  }));
+}
+
+// ------------------------------------------------------------------ summary
+function last(s) { return s && s.y.length ? [s.step[s.y.length - 1], s.y[s.y.length - 1]] : null; }
+
+function summary() {
+  const j = state.job;
+  if (!j) return;
+  const rows = [];
+  const add = (key, value) => rows.push(h("span", { class: "muted", text: key }), h("span", { class: "num", "data-key": key, text: value }));
+  const l = last(state.metrics.loss);
+  add("last loss", l ? `${num(l[1])} at step ${l[0]}` : "–");
+  const ev = state.metrics.eval_loss;
+  if (ev && ev.y.length) {
+    let b = 0;
+    ev.y.forEach((y, i) => { if (y < ev.y[b]) b = i; });
+    add("best eval loss", `${num(ev.y[b])} at step ${ev.step[b]}`);
+  } else add("best eval loss", "–");
+  const p = j.progress || {};
+  add("steps", p.total_steps ? `${p.current_steps ?? 0} / ${p.total_steps}` : `${p.current_steps ?? (l ? l[0] : "–")}`);
+  add("runtime", duration(runtime()));
+  const tp = last(state.metrics.throughput);
+  add("tokens/s", tp ? `${num(tp[1])} (last)` : "–");
+  const est = state.estimate && state.estimate.estimate;
+  for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
+    const peak = g.y.reduce((m, y) => (y > m ? y : m), 0); // a long live run holds too many for Math.max(...)
+    const total = state.memTotal.get(gpu);
+    let text = `${bytes(peak)}${total ? ` of ${bytes(total)}` : ""}`;
+    if (est && gpu >= 0) text += ` · estimate ${bytes(est.per_gpu_bytes)} (measured ${num(peak / est.per_gpu_bytes, 3)}×)`;
+    add(`peak ${gpuLabel(gpu)}`, text);
+  }
+  if (!state.mem.size) add("peak memory", est ? `no samples · estimate ${bytes(est.per_gpu_bytes)} per GPU` : "no samples");
+  $("#summary").replaceChildren(...rows);
+}
+
+function runtime() {
+  const j = state.job;
+  const t = (iso) => (iso ? new Date(/Z|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z").getTime() / 1000 : null);
+  const start = t(j.started_at), end = t(j.finished_at) ?? (j.status === "running" ? Date.now() / 1000 : null);
+  const s = ["loss", "eval_loss", "lr"].map((n) => state.metrics[n]).find((m) => m && m.t.length);
+  const logged = s ? s.t[s.t.length - 1] - s.t[0] : null;
+  // An import starts and ends at once: its trainer log's clock is the runtime then.
+  return start !== null && end !== null ? Math.max(end - start, logged ?? 0) : logged;
 }
 
 // ------------------------------------------------------------------ start
@@ -325,6 +497,9 @@ async function start() {
   const s = Number(/-s(\d+)/.exec(now)[1]);
   state.memCursor = s;
   state.memLast = s;
+  const [health, estimate] = await Promise.all([get("/api/health"), optional(`/api/jobs/${jobId}/estimate`).catch(() => null)]);
+  state.nearOom = health.near_oom_share;
+  state.estimate = estimate;
   const memory = loadMemory(null); // may take longer on a huge run: the stream does not wait for it
   await Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
   state.metricsLast = Math.max(state.metricsLast, m);

@@ -1,0 +1,417 @@
+"""Charts that never mislead, read from the page as a person sees them: plotly's own layout ranges,
+shapes and legend, the words of empty charts, hover text, and boxes that must not overlap. One
+server (launches paused) holds imported runs, queued jobs and one job fed through its telemetry
+route; every page is loaded once per screen size. Screenshots go to test-output/ui/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CONFIGS, Server, demo_config
+from tests.ui.conftest import shot
+from tunedeck.lflog import METRICS
+
+pytestmark = [pytest.mark.browser]
+GIB = 1 << 30
+LR = 2e-4
+T0 = 1_700_000_000.0
+TOTAL = 80 * GIB
+SCREENS = {"wide": (1440, 900), "phone": (390, 844)}
+
+
+def trainer_log(steps: int) -> str:
+    rows = []
+    for s in range(1, steps + 1):
+        rows.append(
+            {
+                "current_steps": s,
+                "total_steps": steps,
+                "loss": round(2.5 * 0.93**s + 0.01 * (s % 3), 4),
+                "lr": LR,
+                "epoch": s / steps,
+                "throughput": 1500.0 + 3 * s,
+                "total_tokens": 512 * s,
+                "grad_norm": 0.5 + 0.25 * (s % 4),
+                "elapsed_time": f"0:00:{2 * s:02d}",
+            }
+        )
+        if s % 10 == 0:
+            rows.append({"current_steps": s, "total_steps": steps, "eval_loss": 1.9 - 0.05 * s})
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def memory_csv(n: int) -> str:
+    lines = ["t,gpu,used_bytes,total_bytes"]
+    for i in range(n):
+        for gpu in (0, 1):
+            used = (40 + 5 * gpu + (20 if i in (10, 25, 40) else 0)) * GIB
+            lines.append(f"{T0 + 2 * i},{gpu},{used},{TOTAL}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def deck(tmp_path_factory, assets):
+    server = Server(tmp_path_factory.mktemp("charts") / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true").start()
+    api = server.api
+
+    def imported(name: str, log: str, memory: str | None = None, output: str | None = None) -> dict:
+        files = {"trainer_log": log.encode(), **({"memory": memory.encode()} if memory else {})}
+        files.update({"log": output.encode()} if output else {})
+        r = api.post("/api/runs/import", files=files, data={"name": name})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    rich = imported("rich run", trainer_log(30), memory_csv(50))
+    single = imported("one point", trainer_log(1))
+    died = imported(
+        "died at once",
+        '{"current_steps": 0, "total_steps": 100}\n',
+        output="torch.OutOfMemoryError: CUDA out of memory.\n",
+    )
+    ds = {}
+    for stage in (2, 3):
+        d = json.loads((CONFIGS / f"ds_z{stage}_rocm.json").read_text())
+        d["fp16"]["enabled"] = False
+        ds[stage] = d
+    z2 = server.submit(
+        {"name": "queued z2", "config": demo_config(assets, lr_scheduler_type="cosine"), "deepspeed": ds[2]}
+    )
+    z3 = server.submit(
+        {"name": "queued z3", "config": demo_config(assets, lr_scheduler_type="linear"), "deepspeed": ds[3]}
+    )
+    telemetry = server.submit({"name": "telemetry", "config": demo_config(assets)})
+
+    # A repeated spike as the alert engine stores one: first and newest occurrence, and how many.
+    first, newest = T0 + 2 * 10, T0 + 2 * 40
+    token = secrets.token_urlsafe(32)
+    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'test_repeat', 'warning', 0, ?, NULL, 'used memory jumped by 20 GiB',"
+            " NULL, 0, ?, ?, 3)",
+            (rich["id"], newest, first, newest),
+        )
+        # And a recurring loss spike, from step 5 to step 25 (an import's clock: T0 + elapsed).
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'test_loss_repeat', 'warning', NULL, ?, 25, 'loss jumped', NULL, 0,"
+            " ?, ?, 4)",
+            (rich["id"], T0 + 50, T0 + 10, T0 + 50),
+        )
+        # The token a runner holds (the server hands it only to the runner): this test's own.
+        db.execute(
+            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            (hashlib.sha256(token.encode()).hexdigest(), telemetry["id"]),
+        )
+    samples = {
+        "line": list(range(6)),
+        "t": [T0 + i for i in range(6)],
+        "gpu": [0] * 6,
+        "used_bytes": [(10 + i) * GIB for i in range(6)],
+        "total_bytes": [TOTAL] * 6,
+        "util": [90.0, 95.5, 97.0, 99.0, 98.0, 96.0],
+        "temp_c": [55.0, 61.0, 66.0, 70.0, 71.0, 72.0],
+        "name": ["MI300X"] * 6,
+    }
+    r = api.post(
+        f"/api/jobs/{telemetry['id']}/telemetry",
+        json={"seq": 1, "memory": samples},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 200, r.text
+
+    # Saved checkpoints, as LLaMA-Factory writes them into the output folder.
+    out = Path(rich["output_dir"])
+    for step in (10, 20):
+        for f in ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json"):
+            (out / f"checkpoint-{step}").mkdir(exist_ok=True)
+            (out / f"checkpoint-{step}" / f).write_bytes(b"x" * 100)
+    (out / "adapter_model.safetensors").write_bytes(b"x" * 300)
+    server.ids = {
+        "rich": rich["id"],
+        "single": single["id"],
+        "died": died["id"],
+        "z2": z2["id"],
+        "z3": z3["id"],
+    }
+    server.ids["telemetry"] = telemetry["id"]
+    server.near_oom = api.get("/api/health").json()["near_oom_share"]
+    server.first, server.newest = first, newest
+    yield server
+    server.stop()
+
+
+def open_page(page, url: str, screen: str) -> None:
+    page.set_viewport_size(dict(zip(("width", "height"), SCREENS[screen], strict=True)))
+    console: list[str] = []
+
+    def seen(m) -> None:
+        # The favicon is another change's (the browser asks for it on its own): not this page's script.
+        if m.type == "error" and not m.location.get("url", "").endswith("/favicon.ico"):
+            console.append(f"{m.text} {m.location}")
+
+    page.on("console", seen)
+    page.console_errors = console
+    page.goto(url)
+    page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+
+
+def plot(page, el: str, what: str):
+    return page.evaluate(f"(() => {{ const gd = document.getElementById({el!r}); return {what}; }})()")
+
+
+def boxes_apart(page, chart: str) -> None:
+    """The legend and the x-axis title of a chart do not overlap (and both are on screen)."""
+    legend = page.locator(f"#{chart} .legend").bounding_box()
+    title = page.locator(f"#{chart} .g-xtitle").bounding_box()
+    assert legend and title, chart
+    apart = (
+        legend["x"] + legend["width"] <= title["x"]
+        or title["x"] + title["width"] <= legend["x"]
+        or legend["y"] + legend["height"] <= title["y"]
+        or title["y"] + title["height"] <= legend["y"]
+    )
+    assert apart, (chart, legend, title)
+
+
+def hover_text(page, el: str, curve: int, point: int) -> str:
+    page.evaluate(f"Plotly.Fx.hover({el!r}, [{{curveNumber: {curve}, pointNumber: {point}}}])")
+    page.wait_for_function(f"document.querySelector('#{el} .hoverlayer').textContent.length > 0")
+    return page.locator(f"#{el} .hoverlayer").text_content()
+
+
+def significant(text: str) -> list[int]:
+    """Significant digits of each decimal number in a hover label."""
+    return [len(m.replace(".", "").lstrip("0")) for m in re.findall(r"\d+\.\d+", text)]
+
+
+def test_job_page_charts(deck, page):
+    rich = deck.ids["rich"]
+    open_page(page, f"{deck.url}/jobs/{rich}", "wide")
+    # Alerts arrive after the charts: wait for them to be drawn.
+    page.wait_for_function(
+        "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')",
+        timeout=60_000,
+    )
+
+    # A constant learning rate sits at its value on a narrow axis, not on a 0 ± 1 one.
+    lo, hi = plot(page, "lr-chart", "gd.layout.yaxis.range")
+    assert lo < LR < hi and hi - lo < LR
+    assert plot(page, "lr-chart", "gd.data[0].y") == [LR] * 30
+    # The loss axis holds every loss and eval loss point.
+    lo, hi = plot(page, "loss-chart", "gd.layout.yaxis.range")
+    ys = plot(page, "loss-chart", "[...gd.data[0].y, ...gd.data[2].y]")
+    assert lo < min(ys) and max(ys) < hi and hi - lo < 2 * (max(ys) - min(ys))
+    boxes_apart(page, "loss-chart")
+
+    # The near-OOM band is the alert's threshold of the device, named in the legend.
+    band = plot(page, "mem-chart", "gd.layout.shapes.find(s => s.showlegend)")
+    assert band["y0"] == pytest.approx(deck.near_oom * TOTAL / GIB)
+    assert band["y1"] == pytest.approx(TOTAL / GIB)
+    pct = round(100 * deck.near_oom)
+    assert band["label"]["text"] == f"near-OOM ≥ {pct}%"
+    assert f"near-OOM ≥ {pct}% (alert threshold)" in page.locator("#mem-chart .legend").text_content()
+    assert page.locator("#mem-chart .layer-above, #mem-chart .shapelayer").count() >= 1
+    lo, hi = plot(page, "mem-chart", "gd.layout.yaxis.range")
+    assert lo == 0 and TOTAL / GIB <= hi < 1.2 * TOTAL / GIB
+
+    # The repeated alert: its span from first to newest occurrence, and a marker at both ends.
+    span = plot(
+        page,
+        "mem-chart",
+        "gd.layout.shapes.filter(s => s.name === 'test_repeat ×3')"
+        ".map(s => [s.type, new Date(s.x0).getTime(), new Date(s.x1).getTime()])",
+    )
+    assert span == [["rect", deck.first * 1000, deck.newest * 1000]]
+    marks = plot(
+        page,
+        "mem-chart",
+        "(() => { const a = gd.data.find(t => t.name === 'alerts');"
+        " return a.x.map((x, i) => [new Date(x).getTime(), a.text[i]]).filter(m => m[1].includes('test_repeat')); })()",
+    )
+    assert [m[0] for m in marks] == [deck.first * 1000, deck.newest * 1000]
+    assert marks[0][1].startswith("first of 3") and marks[1][1].startswith("newest of 3")
+
+    # On the step axis too: the loss spike's span runs from its first step to its newest.
+    span = plot(page, "loss-chart", "gd.layout.shapes.filter(s => s.name === 'test_loss_repeat ×4')")
+    assert [(s["type"], s["x0"], s["x1"]) for s in span] == [("rect", 5, 25)]
+
+    # Hover labels: units, at most 4 significant digits, whole series names.
+    text = hover_text(page, "mem-chart", 0, 3)
+    assert "GPU 0 used" in text and "GiB" in text, text
+    assert all(n <= 4 for n in significant(text)), text
+    text = hover_text(page, "tp-chart", 0, 7)
+    assert "tokens/s" in text and all(n <= 4 for n in significant(text)), text
+    text = hover_text(page, "loss-chart", 1, 4)
+    assert "loss (smoothed 0.60)" in text and all(n <= 4 for n in significant(text)), text
+
+    # The summary of the run's end, and peak memory per GPU.
+    summary = page.locator("#summary").inner_text()
+    assert "last loss" in summary and "at step 30" in summary
+    best = min(1.9 - 0.05 * s for s in (10, 20, 30))
+    assert f"{best:.4g} at step 30" in summary
+    assert "1590 (last)" in summary  # tokens/s at the last step
+    assert "58s" in summary  # an import's runtime: its trainer log's clock, step 1 to 30
+    assert "peak GPU 0" in summary and "60.0 GiB of 80.0 GiB" in summary
+    assert "peak GPU 1" in summary and "65.0 GiB of 80.0 GiB" in summary
+
+    # Files: each checkpoint folded into one line; the final output apart.
+    groups = page.locator("#files details")
+    assert groups.count() == 3
+    assert [groups.nth(i).get_attribute("data-group") for i in range(3)] == [
+        "final",
+        "checkpoint-10",
+        "checkpoint-20",
+    ]
+    assert all(groups.nth(i).get_attribute("open") is None for i in range(3))
+    assert "3 files" in groups.nth(1).locator("summary").inner_text()
+    assert not page.locator("#files code", has_text="optimizer.pt").first.is_visible()
+    if "grad_norm" in METRICS:  # stored: charted
+        assert plot(page, "grad-chart", "gd.data[0].y") == [0.5 + 0.25 * (s % 4) for s in range(1, 31)]
+    else:  # the store has no such column yet: no empty card either
+        assert page.locator("#grad-card").is_hidden()
+    assert page.locator("#gpu-card").is_hidden()  # nor utilisation
+    shot(page, "charts-job-wide")
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_one_point_and_empty_charts(deck, page):
+    open_page(page, f"{deck.url}/jobs/{deck.ids['single']}", "wide")
+    loss = plot(page, "loss-chart", "gd.data[0]")
+    assert loss["mode"] == "markers" and loss["y"] == [pytest.approx(2.5 * 0.93 + 0.01)]
+    lo, hi = plot(page, "loss-chart", "gd.layout.yaxis.range")
+    assert lo < loss["y"][0] < hi
+    lo, hi = plot(page, "lr-chart", "gd.layout.yaxis.range")
+    assert lo < LR < hi and hi - lo < LR
+    assert page.locator("#lr-chart .point").count() == 1  # drawn: a marker, not a line of one point
+    # No memory CSV: words, not a 1970 axis.
+    assert plot(page, "mem-chart", "gd.layout.annotations[0].text") == "This run logged no memory samples."
+    assert page.locator("#mem-chart .xtick").count() == 0
+    shot(page, "charts-one-point")
+
+    open_page(page, f"{deck.url}/jobs/{deck.ids['died']}", "wide")
+    page.locator('#status [data-status="failed"]').wait_for()
+    for el, what in (("loss-chart", "loss"), ("mem-chart", "memory samples")):
+        text = page.locator(f"#{el} .annotation-text").text_content()
+        assert text == f"No {what}: the job failed before logging any (its log below says why).", el
+        assert page.locator(f"#{el} .xtick, #{el} .ytick").count() == 0, el
+    shot(page, "charts-failed")
+
+    open_page(page, f"{deck.url}/jobs/{deck.ids['z2']}", "wide")
+    for el, what in (
+        ("loss-chart", "loss"),
+        ("lr-chart", "learning rate"),
+        ("tp-chart", "throughput"),
+        ("mem-chart", "memory samples"),
+    ):
+        page.locator(f"#{el} .annotation-text").wait_for()
+        text = page.locator(f"#{el} .annotation-text").text_content()
+        assert text == f"No {what} yet: the job is queued and has not started.", el
+        assert page.locator(f"#{el} .xtick, #{el} .ytick").count() == 0, el
+    shot(page, "charts-queued")
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_utilisation_and_temperature_from_telemetry(deck, page):
+    open_page(page, f"{deck.url}/jobs/{deck.ids['telemetry']}", "wide")
+    page.locator("#gpu-card").wait_for(state="visible")
+    traces = plot(page, "gpu-chart", "gd.data.map(t => [t.name, t.yaxis || 'y', t.y])")
+    assert traces == [
+        ["GPU 0 MI300X utilisation", "y", [90.0, 95.5, 97.0, 99.0, 98.0, 96.0]],
+        ["GPU 0 MI300X temperature", "y2", [55.0, 61.0, 66.0, 70.0, 71.0, 72.0]],
+    ]
+    text = hover_text(page, "gpu-chart", 1, 2)
+    assert "°C" in text and "GPU 0 MI300X temperature" in text, text
+    # Peak memory per GPU against the job's stored estimate.
+    est = deck.api.get(f"/api/jobs/{deck.ids['telemetry']}/estimate").json()["estimate"]["per_gpu_bytes"]
+    peak = page.locator('#summary [data-key="peak GPU 0 MI300X"]').inner_text()
+    assert re.fullmatch(r"15\.0 GiB of 80\.0 GiB · estimate \d+(\.\d)? [MG]iB \(measured .*×\)", peak), peak
+    assert f"(measured {15 * GIB / est:.3g}×)" in peak, peak
+    shot(page, "charts-gpu-utilisation")
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_compare(deck, page):
+    ids = deck.ids
+    open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", "wide")
+    traces = plot(page, "loss-chart", "gd.data.map(t => [t.name, t.line.color, t.line.dash, t.mode])")
+    rich = [t for t in traces if t[0].startswith(f"#{ids['rich']} ")]
+    assert [t[0] for t in rich] == [f"#{ids['rich']} rich run loss", f"#{ids['rich']} rich run eval loss"]
+    assert rich[0][1] == rich[1][1] and (rich[0][2], rich[1][2]) == ("solid", "dash")
+    single = [t for t in traces if t[0].startswith(f"#{ids['single']} ")]
+    assert single == [[f"#{ids['single']} one point loss", single[0][1], "solid", "markers"]]
+    assert single[0][1] != rich[0][1]
+    boxes_apart(page, "loss-chart")
+    boxes_apart(page, "mem-chart")
+
+    # Any metric, over steps, time or tokens.
+    options = page.locator("#metric option").all_inner_texts()
+    assert {"loss and eval loss", "learning rate", "throughput", "tokens seen"} <= set(options)
+    page.select_option("#metric", "lr")
+    page.wait_for_function("document.getElementById('loss-chart').data[0].name.endsWith('learning rate')")
+    lo, hi = plot(page, "loss-chart", "gd.layout.yaxis.range")
+    assert lo < LR < hi and hi - lo < LR
+    page.select_option("#metric", "throughput")
+    page.select_option("#xaxis", "tokens")
+    page.wait_for_function("document.getElementById('loss-chart').layout.xaxis.title.text === 'tokens seen'")
+    assert plot(page, "loss-chart", "gd.data[0].x") == [512 * s for s in range(1, 31)]
+    text = hover_text(page, "loss-chart", 0, 4)
+    assert "tokens/s" in text and f"#{ids['rich']} rich run throughput" in text, text
+    page.select_option("#xaxis", "time")
+    page.wait_for_function(
+        "document.getElementById('loss-chart').layout.xaxis.title.text.startsWith('seconds')"
+    )
+    assert plot(page, "loss-chart", "gd.data[0].x")[:3] == [0, 2, 4]
+    text = hover_text(page, "loss-chart", 0, 2)
+    assert "4 s: 1509 tokens/s" in text, text  # the x value in seconds, said so
+    shot(page, "charts-compare-wide")
+
+    # The config diff: DeepSpeed keys one by one, values as written.
+    page.goto(f"{deck.url}/compare?jobs={ids['z2']},{ids['z3']}")
+    page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+    row = page.locator('#diff tr[data-key="deepspeed.zero_optimization.stage"]')
+    assert row.locator("td").all_inner_texts()[1:] == ["2", "3"]
+    row = page.locator('#diff tr[data-key="lr_scheduler_type"]')
+    assert row.locator("td").all_inner_texts()[1:] == ["cosine", "linear"]
+    assert page.locator('#diff tr[data-key="deepspeed"]').count() == 0  # the run's own path: noise
+    for el, what in (("loss-chart", "a loss"), ("mem-chart", "")):
+        text = page.locator(f"#{el} .annotation-text").text_content()
+        assert (
+            text.startswith("None of the chosen jobs logged a loss") if what else text.startswith("No memory")
+        )
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_compare_with_nothing_picked_says_so(deck, page):
+    open_page(page, f"{deck.url}/compare", "wide")
+    assert (
+        page.locator("#loss-chart .annotation-text").text_content()
+        == "Pick jobs above to overlay their curves."
+    )
+    assert (
+        page.locator("#mem-chart .annotation-text").text_content()
+        == "Pick jobs above to overlay their memory."
+    )
+    assert page.locator("#loss-chart .xtick, #mem-chart .xtick").count() == 0
+    shot(page, "charts-compare-empty")
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
+    open_page(page, f"{deck.url}/jobs/{deck.ids['rich']}", "phone")
+    page.wait_for_function("document.querySelector('#mem-chart .legend') !== null")
+    boxes_apart(page, "loss-chart")
+    shot(page, "charts-job-phone")
+    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", "phone")
+    boxes_apart(page, "loss-chart")
+    boxes_apart(page, "mem-chart")
+    shot(page, "charts-compare-phone")
+    assert page.errors == [] and page.console_errors == []
