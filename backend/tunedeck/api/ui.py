@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tunedeck import runfiles
 from tunedeck import spec as specs
+from tunedeck.api import forms
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
 from tunedeck.schemas import JobSpec
@@ -64,6 +65,7 @@ def _page(name: str):
 def mount(app: FastAPI) -> None:
     """Pages at /, /new, /jobs/{id}, /compare, /nodes; static files under /static."""
     app.include_router(router, responses=COMMON)
+    app.include_router(forms.router, responses=COMMON)
     for path, name in PAGES.items():
         app.add_api_route(path, _page(name), include_in_schema=False)
     job_page = _page("job.html")
