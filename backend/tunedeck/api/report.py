@@ -1,0 +1,34 @@
+"""A job's run report: one HTML file with its config, checks, charts, alerts and environment."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+
+from tunedeck import preflight
+from tunedeck.api.deps import NodeDep, SettingsDep
+from tunedeck.api.responses import errors
+from tunedeck.db import SessionDep
+from tunedeck.services import report as service
+from tunedeck.services.jobs import get_job, slug
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+
+@router.get(
+    "/{job_id}/report",
+    response_class=HTMLResponse,
+    responses={
+        **errors(404),
+        200: {"content": {"text/html": {}}, "description": "a self-contained HTML file"},
+    },
+)
+def job_report(job_id: int, session: SessionDep, settings: SettingsDep, node: NodeDep) -> HTMLResponse:
+    """The job's run report as one self-contained HTML file (a download), readable offline."""
+    job = get_job(session, job_id)
+    env = preflight.run(settings.train_python, ttl=settings.preflight_ttl_s)
+    page = service.build(
+        session, job, settings=settings, node=node, preflight=env, plotly_js=service.PLOTLY_JS
+    )
+    name = f"tunedeck-job-{job.id}-{slug(job.name)}.html"
+    return HTMLResponse(page, headers={"Content-Disposition": f'attachment; filename="{name}"'})
