@@ -76,6 +76,12 @@ def mount(app: FastAPI) -> None:
     def plotly_js() -> FileResponse:
         return FileResponse(PLOTLY_JS, headers={"Cache-Control": "max-age=86400"})
 
+    def favicon() -> FileResponse:
+        return FileResponse(
+            FRONTEND / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+        )
+
     app.add_api_route("/jobs/{job_id}", job, include_in_schema=False)
+    app.add_api_route("/favicon.ico", favicon, include_in_schema=False)  # browsers ask for it unprompted
     app.add_api_route("/static/vendor/plotly.min.js", plotly_js, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=FRONTEND), name="static")

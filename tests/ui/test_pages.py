@@ -1,0 +1,178 @@
+"""The pages as a new user meets them: every page on a phone without sideways scrolling, in the dark
+theme, with no console error or failed request; the form's help, choices, dataset preview and
+template fill; Stop that asks first. Launches are held: nothing trains here."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import Server, demo_config
+from tests.ui.conftest import shot
+from tunedeck.lint import lf_table
+
+pytestmark = [pytest.mark.browser]
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, assets):
+    s = Server(tmp_path_factory.mktemp("ws"), assets, TUNEDECK_LAUNCH_PAUSED="true").start()
+    s.job = s.submit({"name": "held", "config": demo_config(assets), "gpus": 0})
+    yield s
+    s.stop()
+
+
+def watched(browser, **context):
+    """A page under the server's policy that records console errors, page errors and failed requests."""
+    ctx = browser.new_context(**context)
+    page = ctx.new_page()
+    page.problems = []
+    page.on("console", lambda m: page.problems.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.problems.append(f"pageerror: {e}"))
+    # Leaving a page aborts its open stream (ERR_ABORTED): that is navigation, not a failure.
+    page.on(
+        "requestfailed",
+        lambda r: (
+            page.problems.append(f"failed: {r.url} {r.failure}") if "ERR_ABORTED" not in r.failure else None
+        ),
+    )
+    page.on("response", lambda r: page.problems.append(f"{r.status}: {r.url}") if r.status >= 400 else None)
+    return ctx, page
+
+
+def ready(page, selector: str | None = None) -> None:
+    """Wait for the page's script (the pages' policy forbids wait_for_function's eval)."""
+    if selector:
+        page.locator(selector).first.wait_for(timeout=60_000)
+        return
+    deadline = time.monotonic() + 60
+    while not page.evaluate("window.tunedeckReady === true"):
+        assert time.monotonic() < deadline, "the page's script did not finish loading"
+        time.sleep(0.1)
+
+
+def test_every_page_fits_a_phone_in_the_dark_without_errors(server, browser):
+    job = server.job["id"]
+    pages = [("/", f'tr[data-job="{job}"]'), ("/new", None), (f"/jobs/{job}", None),
+             (f"/compare?jobs={job}", None), ("/nodes", None)]  # fmt: skip
+    ctx, page = watched(browser, viewport=PHONE, color_scheme="dark")
+    try:
+        for path, selector in pages:
+            page.goto(server.url + path)
+            ready(page, selector)
+            name = "home" if path == "/" else path.strip("/").split("?")[0].replace("/", "-")
+            shot(page, f"phone-dark-{name}")
+            wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            assert wide[0] <= wide[1], f"{path} scrolls sideways on a phone: {wide}"
+            bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            rgb = [int(x) for x in bg[bg.index("(") + 1 : bg.index(")")].split(",")[:3]]
+            assert sum(rgb) < 150, f"{path} is not dark: {bg}"
+            assert page.problems == [], (path, page.problems)
+        # The job page's charts follow the theme: no white paper, light text.
+        page.goto(f"{server.url}/jobs/{job}")
+        ready(page)
+        paper = page.evaluate("document.getElementById('loss-chart')._fullLayout.paper_bgcolor")
+        ink = page.evaluate("document.getElementById('loss-chart')._fullLayout.font.color")
+        fg = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--fg').trim()")
+        assert paper.replace(" ", "") == "rgba(0,0,0,0)" and ink == fg == "#e2e7ef", (paper, ink, fg)
+        # The job page reads in order on a phone: header, charts, alerts, log, config.
+        tops = [
+            page.locator(s).first.bounding_box()["y"]
+            for s in ("#head", "#loss-chart", "#alerts", "#logs", "#train-yaml")
+        ]
+        assert tops == sorted(tops), tops
+        assert page.evaluate(
+            "fetch('/favicon.ico').then(r => [r.status, r.headers.get('content-type')])"
+        ) == [
+            200,
+            "image/svg+xml",
+        ]
+        assert page.problems == [], page.problems
+    finally:
+        ctx.close()
+
+
+def test_the_form_helps_offers_choices_and_clears_stale_results(server, browser, assets):
+    ctx, page = watched(browser, viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{server.url}/new")
+        ready(page)
+        help_text = lf_table()["args"]["lora_rank"]["help"]
+        assert page.locator('[data-help="lora_rank"]').inner_text() == help_text
+        page.fill("#extra", "neftune_noise_alpha: 5")
+        page.locator("#extra").press("End")
+        assert lf_table()["args"]["neftune_noise_alpha"]["help"] in page.locator("#extra-help").inner_text()
+        page.fill("#extra", "")
+
+        page.fill("#f-name", "form-run")
+        page.fill("#f-gpus", "0")
+        page.fill("#f-model_name_or_path", str(assets / "demo" / "model"))
+        page.locator("#f-model_name_or_path").dispatch_event("change")
+        page.locator('[data-hint="model_name_or_path"]', has_text="template qwen").wait_for(timeout=30_000)
+        assert page.input_value("#f-template") == "qwen"  # the model folder chose it
+        assert "llama3" in page.locator("#templates-list option").evaluate_all("os => os.map(o => o.value)")
+
+        page.fill("#f-dataset_dir", str(assets / "demo" / "data"))
+        page.locator("#f-dataset_dir").dispatch_event("change")
+        page.locator('[data-hint="dataset_dir"]', has_text="2 datasets").wait_for(timeout=30_000)
+        options = page.locator("#datasets-list option").evaluate_all("os => os.map(o => o.value)")
+        assert options == ["demo_identity", "demo_identity_small"]
+        page.fill("#f-dataset", "demo_identity")
+        page.locator("#f-dataset").dispatch_event("change")
+        first = (assets / "demo" / "data" / "demo_identity.json").read_text()
+        page.locator("#dataset-preview pre").wait_for(timeout=30_000)
+        import json
+
+        assert json.loads(first)[0]["instruction"] in page.locator("#dataset-preview pre").inner_text()
+        for key, value in (("max_steps", "5"), ("finetuning_type", None)):
+            if value:
+                page.fill(f"#f-{key}", value)
+        page.select_option("#f-finetuning_type", "lora")
+
+        # Preview and lint, then a refused submit: what they showed is gone.
+        page.click("#preview")
+        page.locator("#preview-out", has_text="max_steps: 5").wait_for(timeout=30_000)
+        page.click("#check")
+        page.locator("#checks", has_text="Estimate").wait_for(timeout=30_000)
+        page.fill("#f-dataset", "demo_identiy")
+        page.click("#submit")
+        err = page.locator('.field-error[data-loc="config.dataset"]')
+        err.wait_for(timeout=30_000)
+        assert "LF014" in err.inner_text() and "demo_identity" in err.inner_text()
+        assert "max_steps" not in page.inner_text("#preview-out")
+        assert "Estimate" not in page.inner_text("#checks")
+        shot(page, "form-refused-cleared")
+        assert "not in dataset_info.json" in page.inner_text("#dataset-preview")
+        # The refusal is the one 422 (and its console line); nothing else failed.
+        assert sorted(page.problems) == [
+            "422: " + server.url + "/api/jobs",
+            "console: Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)",
+        ], page.problems
+    finally:
+        ctx.close()
+
+
+def test_stop_asks_first(server, browser, assets):
+    job = server.submit({"name": "to-stop", "config": demo_config(assets), "gpus": 0})
+    ctx, page = watched(browser, viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{server.url}/jobs/{job['id']}")
+        ready(page)
+        asked = []
+        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+        page.click("#stop")
+        assert asked and "to-stop" in asked[0]
+        assert server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "queued"
+        assert page.locator("#stop").is_enabled()
+        page.once("dialog", lambda d: d.accept())
+        page.click("#stop")
+        page.locator('#status [data-status="cancelled"]').wait_for(timeout=60_000)
+        assert (
+            page.locator("#stopped").inner_text()
+            == "cancelled by a request without a token before it started"
+        )
+        assert page.problems == [], page.problems
+    finally:
+        ctx.close()
