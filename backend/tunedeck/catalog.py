@@ -69,9 +69,15 @@ def close_names(name: str, known: list[str], n: int = 3) -> list[str]:
 # ---------------------------------------------------------------- dataset folders
 
 
+def _no_nul(value: str, key: str) -> str:
+    if "\0" in value:  # no path holds one; the OS calls would refuse it with a ValueError
+        raise CatalogError("a path must not contain a NUL character", key=key)
+    return value
+
+
 def dataset_folder(dataset_dir: str | None, settings: Settings) -> Path:
     """The folder a job's dataset names are looked up in, confined to the allowed roots."""
-    value = dataset_dir or str(settings.workspace / "data")  # what submission gives a job without one
+    value = _no_nul(dataset_dir or str(settings.workspace / "data"), "dataset_dir")  # submission's default
     folder = reach.confine(value, settings)
     if folder is None:
         raise CatalogError(f"{value!r} is outside the allowed roots")
@@ -148,7 +154,7 @@ def _open_data_file(folder: Path, entry: dict[str, Any], settings: Settings) -> 
     if not isinstance(file_name, str) or not file_name:
         where = next((k for k in ("hf_hub_url", "ms_hub_url", "om_hub_url") if k in entry), None)
         raise CatalogError(f"no local file to preview (it loads from {where})" if where else "no file_name")
-    path = reach.confine(str(folder / file_name), settings)
+    path = reach.confine(str(folder / _no_nul(file_name, "dataset_dir")), settings)
     if path is None:
         raise CatalogError(f"{file_name!r} is outside the allowed roots")
     if path.is_dir():
@@ -212,6 +218,7 @@ def preview(dataset_dir: str | None, name: str, settings: Settings, *, rows: int
 
 def model_templates(model: str, settings: Settings) -> dict[str, Any]:
     """The templates a model folder (inside the roots) or a cached hub id needs, from its config.json."""
+    _no_nul(model, "model")
     folder = reach.confine(model, settings) if reach.is_pathlike(model, settings) else None
     if folder is None and reach.HUB_ID.fullmatch(model):
         folder = hubcache.snapshot(model)

@@ -120,3 +120,15 @@ def test_the_form_reads_nothing_outside_the_allowed_roots(server, tmp_path):
     (inside / "dataset_info.json").write_text(json.dumps({"out": {"file_name": str(tmp_path / "s.json")}}))
     r = server.api.get("/api/ui/dataset-preview", params={"dataset_dir": str(inside), "name": "out"})
     assert "outside the allowed roots" in by_loc(r)[("query", "dataset_dir")]["msg"]
+
+
+def test_paths_no_os_call_takes_are_a_422_at_the_parameter(server):
+    for params, key in [
+        ({"dataset_dir": "data\0x"}, "dataset_dir"),
+        ({"dataset_dir": "d" * 3000}, "dataset_dir"),
+    ]:
+        assert ("query", key) in by_loc(server.api.get("/api/ui/datasets", params=params))
+    assert ("query", "model") in by_loc(server.api.get("/api/ui/model-templates", params={"model": "m\0"}))
+    assert ("query", "model") in by_loc(
+        server.api.get("/api/ui/model-templates", params={"model": "m" * 3000})
+    )

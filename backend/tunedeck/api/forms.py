@@ -3,6 +3,8 @@ dataset_dir and their first rows, the template a model folder needs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -36,9 +38,22 @@ def only(*names: str):
     return Depends(check)
 
 
-def refused(e: catalog.CatalogError, key: str | None = None) -> HTTPException:
-    loc = ["query", key or e.key]
-    return HTTPException(status_code=422, detail=[{"loc": loc, "msg": str(e), "type": "value_error"}])
+@contextmanager
+def answered(key: str | None = None) -> Iterator[None]:
+    """What cannot be offered, as a 422 at the query parameter (a name too long for the OS too)."""
+    try:
+        yield
+    except catalog.CatalogError as e:
+        loc = ["query", key or e.key]
+        raise HTTPException(
+            status_code=422, detail=[{"loc": loc, "msg": str(e), "type": "value_error"}]
+        ) from None
+    except OSError as e:
+        loc = ["query", key or "dataset_dir"]
+        msg = f"cannot be read: {e.strerror or e}"
+        raise HTTPException(
+            status_code=422, detail=[{"loc": loc, "msg": msg, "type": "value_error"}]
+        ) from None
 
 
 class KeyHelp(BaseModel):
@@ -101,11 +116,9 @@ def datasets(
     settings: SettingsDep, dataset_dir: Annotated[str | None, Query(max_length=4096)] = None
 ) -> dict:
     """Dataset names that a dataset_dir's dataset_info.json defines (default: the workspace's data/)."""
-    try:
+    with answered():
         folder = catalog.dataset_folder(dataset_dir, settings)
         return {"dataset_dir": str(folder), "datasets": sorted(catalog.dataset_info(folder))}
-    except catalog.CatalogError as e:
-        raise refused(e) from None
 
 
 @router.get(
@@ -118,10 +131,8 @@ def dataset_preview(
     rows: Annotated[int, Query(ge=1, le=20)] = 3,
 ) -> dict:
     """The first rows of a dataset that dataset_info.json registers (files inside the allowed roots)."""
-    try:
+    with answered():
         return catalog.preview(dataset_dir, name, settings, rows=rows)
-    except catalog.CatalogError as e:
-        raise refused(e) from None
 
 
 @router.get("/model-templates", response_model=ModelTemplates, dependencies=[only("model")])
@@ -129,7 +140,5 @@ def model_templates(
     settings: SettingsDep, model: Annotated[str, Query(min_length=1, max_length=4096)]
 ) -> dict:
     """The templates a model needs, from its config.json (a folder inside the roots or a cached hub id)."""
-    try:
+    with answered("model"):
         return catalog.model_templates(model, settings)
-    except catalog.CatalogError as e:
-        raise refused(e, "model") from None

@@ -7,20 +7,26 @@ from fastapi.responses import HTMLResponse
 
 from tunedeck import preflight
 from tunedeck.api.deps import NodeDep, SettingsDep
-from tunedeck.api.responses import errors
+from tunedeck.api.responses import WHY, Message
 from tunedeck.db import SessionDep
 from tunedeck.services import report as service
 from tunedeck.services.jobs import get_job, slug
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+# The answer is HTML, its errors JSON: FastAPI would document a model-typed error under the route's
+# media type, so each one is spelled out (this router is mounted without COMMON for that reason).
+ERRORS = {
+    code: {"description": WHY[code], "content": {"application/json": {"schema": Message.model_json_schema()}}}
+    for code in (401, 403, 404, 503, 507)
+}
 
 
 @router.get(
     "/{job_id}/report",
     response_class=HTMLResponse,
     responses={
-        **errors(404),
-        200: {"content": {"text/html": {}}, "description": "a self-contained HTML file"},
+        **ERRORS,
+        200: {"content": {"text/html": {"schema": {"type": "string"}}}, "description": "an HTML file"},
     },
 )
 def job_report(job_id: int, session: SessionDep, settings: SettingsDep, node: NodeDep) -> HTMLResponse:

@@ -65,7 +65,7 @@ def mount(app: FastAPI) -> None:
     """Pages at /, /new, /jobs/{id}, /compare, /nodes; static files under /static."""
     app.include_router(router, responses=COMMON)
     app.include_router(forms.router, responses=COMMON)
-    app.include_router(report.router, responses=COMMON)
+    app.include_router(report.router)  # declares its own (JSON) errors
     for path, name in PAGES.items():
         app.add_api_route(path, _page(name), include_in_schema=False)
     job_page = _page("job.html")
