@@ -4,6 +4,7 @@ template fill; Stop that asks first. Launches are held: nothing trains here."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -53,10 +54,10 @@ def ready(page, selector: str | None = None) -> None:
         time.sleep(0.1)
 
 
-def test_every_page_fits_a_phone_in_the_dark_without_errors(server, browser):
+def test_every_page_fits_a_phone_in_the_dark_without_errors_and_stop_asks_first(server, browser):
     job = server.job["id"]
-    pages = [("/", f'tr[data-job="{job}"]'), ("/new", None), (f"/jobs/{job}", None),
-             (f"/compare?jobs={job}", None), ("/nodes", None)]  # fmt: skip
+    pages = [("/", f'tr[data-job="{job}"]'), ("/new", None), (f"/compare?jobs={job}", None),
+             ("/nodes", None), (f"/jobs/{job}", None)]  # fmt: skip
     ctx, page = watched(browser, viewport=PHONE, color_scheme="dark")
     try:
         for path, selector in pages:
@@ -70,25 +71,34 @@ def test_every_page_fits_a_phone_in_the_dark_without_errors(server, browser):
             rgb = [int(x) for x in bg[bg.index("(") + 1 : bg.index(")")].split(",")[:3]]
             assert sum(rgb) < 150, f"{path} is not dark: {bg}"
             assert page.problems == [], (path, page.problems)
-        # The job page's charts follow the theme: no white paper, light text.
-        page.goto(f"{server.url}/jobs/{job}")
-        ready(page)
+        # Still on the job page. Its charts follow the theme: no white paper, the page's text colour.
         paper = page.evaluate("document.getElementById('loss-chart')._fullLayout.paper_bgcolor")
         ink = page.evaluate("document.getElementById('loss-chart')._fullLayout.font.color")
         fg = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--fg').trim()")
         assert paper.replace(" ", "") == "rgba(0,0,0,0)" and ink == fg == "#e2e7ef", (paper, ink, fg)
-        # The job page reads in order on a phone: header, charts, alerts, log, config.
+        # It reads in order on a phone: header, charts, alerts, log, config.
         tops = [
             page.locator(s).first.bounding_box()["y"]
             for s in ("#head", "#loss-chart", "#alerts", "#logs", "#train-yaml")
         ]
         assert tops == sorted(tops), tops
-        assert page.evaluate(
-            "fetch('/favicon.ico').then(r => [r.status, r.headers.get('content-type')])"
-        ) == [
-            200,
-            "image/svg+xml",
-        ]
+        favicon = page.evaluate("fetch('/favicon.ico').then(r => [r.status, r.headers.get('content-type')])")
+        assert favicon == [200, "image/svg+xml"]
+
+        # Stop asks first: dismissed, nothing happens; accepted, the job says who stopped it.
+        asked = []
+        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+        page.click("#stop")
+        assert asked and "held" in asked[0]
+        assert server.api.get(f"/api/jobs/{job}").json()["status"] == "queued"
+        assert page.locator("#stop").is_enabled()
+        page.once("dialog", lambda d: d.accept())
+        page.click("#stop")
+        page.locator('#status [data-status="cancelled"]').wait_for(timeout=60_000)
+        assert (
+            page.locator("#stopped").inner_text()
+            == "cancelled by a request without a token before it started"
+        )
         assert page.problems == [], page.problems
     finally:
         ctx.close()
@@ -123,12 +133,8 @@ def test_the_form_helps_offers_choices_and_clears_stale_results(server, browser,
         page.locator("#f-dataset").dispatch_event("change")
         first = (assets / "demo" / "data" / "demo_identity.json").read_text()
         page.locator("#dataset-preview pre").wait_for(timeout=30_000)
-        import json
-
         assert json.loads(first)[0]["instruction"] in page.locator("#dataset-preview pre").inner_text()
-        for key, value in (("max_steps", "5"), ("finetuning_type", None)):
-            if value:
-                page.fill(f"#f-{key}", value)
+        page.fill("#f-max_steps", "5")
         page.select_option("#f-finetuning_type", "lora")
 
         # Preview and lint, then a refused submit: what they showed is gone.
@@ -150,29 +156,5 @@ def test_the_form_helps_offers_choices_and_clears_stale_results(server, browser,
             "422: " + server.url + "/api/jobs",
             "console: Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)",
         ], page.problems
-    finally:
-        ctx.close()
-
-
-def test_stop_asks_first(server, browser, assets):
-    job = server.submit({"name": "to-stop", "config": demo_config(assets), "gpus": 0})
-    ctx, page = watched(browser, viewport={"width": 1400, "height": 1000})
-    try:
-        page.goto(f"{server.url}/jobs/{job['id']}")
-        ready(page)
-        asked = []
-        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
-        page.click("#stop")
-        assert asked and "to-stop" in asked[0]
-        assert server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "queued"
-        assert page.locator("#stop").is_enabled()
-        page.once("dialog", lambda d: d.accept())
-        page.click("#stop")
-        page.locator('#status [data-status="cancelled"]').wait_for(timeout=60_000)
-        assert (
-            page.locator("#stopped").inner_text()
-            == "cancelled by a request without a token before it started"
-        )
-        assert page.problems == [], page.problems
     finally:
         ctx.close()

@@ -43,8 +43,16 @@ def stopped_job(app, assets, *, owner: str, adapter: bool, steps: int = 3):
     return app.api.get(f"/api/jobs/{job.id}").json()
 
 
-def test_a_stopped_job_says_who_stopped_it_at_which_step_and_what_it_saved(app_factory, assets):
-    app = app_factory()
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, assets):
+    from tests.utils.app import App
+
+    app = App(tmp_path_factory.mktemp("ws"), assets).start()
+    yield app
+    app.stop()
+
+
+def test_a_stopped_job_says_who_stopped_it_at_which_step_and_what_it_saved(app, assets):
     got = stopped_job(app, assets, owner="alice", adapter=True)
     assert got["status"] == "cancelled"
     assert got["stopped"] == "stopped by alice at step 3, adapter saved"
@@ -59,40 +67,28 @@ def test_a_stopped_job_says_who_stopped_it_at_which_step_and_what_it_saved(app_f
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory, assets) -> tuple[str, dict]:
+def report(app, assets) -> tuple[str, dict]:
     """The report of a stopped job whose name, GPU name and alert carry markup."""
-    from tests.utils.app import App
-
-    app = App(tmp_path_factory.mktemp("ws"), assets).start()
-    try:
-        job = stopped_job(app, assets, owner="alice", adapter=True, steps=6)
-        memory = [
-            {
-                "line": i,
-                "t": 1_800_000_000.0 + i,
-                "gpu": 0,
-                "used_bytes": (2 + i) << 30,
-                "total_bytes": 64 << 30,
-                "name": EVIL,
-            }
-            for i in range(5)
-        ]
-        job2 = create_job(app.engine, app.settings, config=demo_config(assets), name="mem", runner_token="r2")
-        assert post_telemetry(app.api, job2.id, "r2", seq=0, memory=memory).status_code == 200
-        with sqlite3.connect(app.workspace / "tunedeck.db") as db:
-            db.execute("UPDATE memory_samples SET job_id = ? WHERE job_id = ?", (job["id"], job2.id))
-            db.execute("UPDATE jobs SET name = ? WHERE id = ?", (EVIL, job["id"]))  # an old row, an import
-            db.execute(
-                "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
-                " last_t, count) VALUES (?, 'loss_spike', 'warning', NULL, 1800000003, 3, ?,"
-                " 'lower learning_rate', 0, 1800000003, 1800000003, 1)",
-                (job["id"], EVIL),
-            )
-        r = app.api.get(f"/api/jobs/{job['id']}/report")
-        assert r.status_code == 200, r.text
-        return r.text, dict(r.headers)
-    finally:
-        app.stop()
+    job = stopped_job(app, assets, owner="carol", adapter=True, steps=6)
+    memory = [
+        {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": (2 + i) << 30, "total_bytes": 64 << 30,
+         "name": EVIL}
+        for i in range(5)
+    ]  # fmt: skip
+    job2 = create_job(app.engine, app.settings, config=demo_config(assets), name="mem", runner_token="r2")
+    assert post_telemetry(app.api, job2.id, "r2", seq=0, memory=memory).status_code == 200
+    with sqlite3.connect(app.workspace / "tunedeck.db") as db:
+        db.execute("UPDATE memory_samples SET job_id = ? WHERE job_id = ?", (job["id"], job2.id))
+        db.execute("UPDATE jobs SET name = ? WHERE id = ?", (EVIL, job["id"]))  # an old row, an import
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'loss_spike', 'warning', NULL, 1800000003, 3, ?,"
+            " 'lower learning_rate', 0, 1800000003, 1800000003, 1)",
+            (job["id"], EVIL),
+        )
+    r = app.api.get(f"/api/jobs/{job['id']}/report")
+    assert r.status_code == 200, r.text
+    return r.text, dict(r.headers)
 
 
 def test_the_report_is_an_attachment_with_everything_in_it(report):
@@ -109,7 +105,7 @@ def test_the_report_is_an_attachment_with_everything_in_it(report):
         "Estimate and measured peak",
         "Alerts",
         "Environment (preflight)",
-        "stopped by alice at step 6, adapter saved",
+        "stopped by carol at step 6, adapter saved",
         "lower learning_rate",
     ):
         assert part in text, part
