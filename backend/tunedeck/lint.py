@@ -37,8 +37,9 @@ scripts may key on them), paths name the key (`config.fp16`,
 | HW003 | error   | more GPUs than the node has                                                 |
 | HW004 | warning | flash_attn fa2 asked for, flash-attn not importable in the training env     |
 
-LF014 and LF015 read the dataset folder (tunedeck/catalog.py). LF009–LF013 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings: tunedeck/reach.py finds
+LF009–LF013 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings: tunedeck/reach.py finds
 them, and also confines every path-valued key (one outside the allowed roots is a 422 at the key).
+LF014 and LF015 read the job's dataset folder (tunedeck/catalog.py, at submission).
 The LLaMA-Factory and DeepSpeed key tables are data files captured from the installed packages
 (scripts/capture_lf_args.py, scripts/capture_ds_keys.py): the server never imports either.
 """
