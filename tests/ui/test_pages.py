@@ -5,6 +5,8 @@ template fill; Stop that asks first. Launches are held: nothing trains here."""
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 import time
 
 import pytest
@@ -21,7 +23,11 @@ PHONE = {"width": 390, "height": 844}
 def server(tmp_path_factory, assets):
     s = Server(tmp_path_factory.mktemp("ws"), assets, TUNEDECK_LAUNCH_PAUSED="true").start()
     s.job = s.submit({"name": "held", "config": demo_config(assets), "gpus": 0})
+    # The report shows the node's preflight, whose probe imports torch: start it while the pages are tested.
+    probe = threading.Thread(target=s.api.get, args=("/api/nodes/local/preflight",), kwargs={"timeout": 300})
+    probe.start()
     yield s
+    probe.join()
     s.stop()
 
 
@@ -158,3 +164,92 @@ def test_the_form_helps_offers_choices_and_clears_stale_results(server, browser,
         ], page.problems
     finally:
         ctx.close()
+
+
+# ---------------------------------------------------------------- the run report
+
+# What a runner, a trainer or an old row may carry: markup that must stay text.
+EVIL = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture(scope="module")
+def report(server) -> tuple[str, dict]:
+    """The report of an imported run whose name, GPU name and alert carry markup."""
+    log = "".join(
+        json.dumps({"current_steps": k, "total_steps": 6, "loss": 3.0 - k / 10}) + "\n" for k in range(1, 7)
+    )
+    memory = "t,gpu,used_bytes,total_bytes\n" + "".join(
+        f"{T0 + i},0,{(2 + i) << 30},{64 << 30}\n" for i in range(5)
+    )
+    r = server.api.post(
+        "/api/runs/import", files={"trainer_log": log, "memory": memory}, data={"name": "imported"}
+    )
+    assert r.status_code == 201, r.text
+    job = r.json()["id"]
+    with sqlite3.connect(server.workspace / "tunedeck.db") as db:
+        db.execute("UPDATE memory_samples SET name = ? WHERE job_id = ?", (EVIL, job))
+        db.execute("UPDATE jobs SET name = ? WHERE id = ?", (EVIL, job))  # an old row
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'loss_spike', 'warning', NULL, ?, 3, ?, 'lower learning_rate', 0, ?, ?, 1)",
+            (job, T0 + 3, EVIL, T0 + 3, T0 + 3),
+        )
+    r = server.api.get(f"/api/jobs/{job}/report")
+    assert r.status_code == 200, r.text
+    return r.text, dict(r.headers)
+
+
+def test_the_report_is_an_attachment_with_everything_in_it(report):
+    text, headers = report
+    assert headers["content-type"].startswith("text/html")
+    assert (
+        headers["content-disposition"].startswith("attachment;") and ".html" in headers["content-disposition"]
+    )
+    assert EVIL not in text and "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in text
+    for part in (
+        "train.yaml",
+        "DeepSpeed",
+        "Lint findings",
+        "Estimate and measured peak",
+        "Alerts",
+        "Environment (preflight)",
+        "lower learning_rate",
+    ):
+        assert part in text, part
+
+
+def test_the_report_renders_offline_and_runs_none_of_its_data(report, browser, tmp_path):
+    """Opened from disk with every network request refused, in the reader's dark theme."""
+    path = tmp_path / "report.html"
+    path.write_text(report[0])
+    context = browser.new_context(viewport={"width": 1200, "height": 900}, color_scheme="dark")
+    try:
+        page = context.new_page()
+        requests, errors = [], []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("dialog", lambda d: (errors.append(f"dialog {d.message}"), d.dismiss()))
+        context.route("http*://**/*", lambda route: (requests.append(route.request.url), route.abort()))
+        page.goto(path.as_uri())
+        page.wait_for_function("window.reportReady === true", timeout=60_000)
+        assert requests == [] and errors == []
+        assert page.evaluate("window.pwned") is None
+        assert (
+            page.locator("h1").inner_text().startswith("#") and "<script>" in page.locator("h1").inner_text()
+        )
+        assert page.locator("#loss-chart .scatterlayer .trace").count() >= 1
+        assert page.locator("#mem-chart .scatterlayer .trace").count() >= 1
+        assert "<img" in page.locator("#alerts").inner_text()
+        assert page.evaluate("document.getElementById('loss-chart').data[0].y") == [
+            2.9,
+            2.8,
+            2.7,
+            2.6,
+            2.5,
+            2.4,
+        ]
+        bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert sum(int(x) for x in bg[bg.index("(") + 1 : bg.index(")")].split(",")[:3]) < 150, bg
+        shot(page, "report-dark")
+    finally:
+        context.close()
