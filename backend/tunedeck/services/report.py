@@ -208,7 +208,7 @@ def build(
         made=_e(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())),
         facts="".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts),
         stopped=_e(stop_message(job) or ""),
-        train_yaml=_e(job.train_yaml),
+        train_yaml=_e(job.train_yaml or "none recorded"),
         ds_config=_e(job.ds_config or "none"),
         findings=_findings_html(findings, note),
         estimate=_estimate_html(job, estimates.measured_peak(session, job)),
