@@ -19,6 +19,9 @@ scripts may key on them), paths name the key (`config.fp16`,
 | LF011 | warning | the model's code runs as the server's user (allowed by the server)          |
 | LF012 | error   | key reaches the network / pushes results out (ALLOW_NETWORK_KEYS)           |
 | LF013 | error   | hub id not in the local HF cache and runs are offline (ALLOW_HUB)           |
+| LF014 | error   | dataset name not defined in the dataset_dir's dataset_info.json             |
+| LF015 | warning | the dataset_dir's dataset_info.json cannot be read (names not checked)      |
+| LF016 | error   | template that this LLaMA-Factory does not define                            |
 | DS001 | error   | key DeepSpeed does not know under zero_optimization (it refuses the file)   |
 | DS002 | warning | unknown key whose value is "auto": DeepSpeed drops it silently              |
 | DS003 | error   | both spellings of an aliased / renamed key                                  |
@@ -36,6 +39,7 @@ scripts may key on them), paths name the key (`config.fp16`,
 
 LF009–LF013 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings: tunedeck/reach.py finds
 them, and also confines every path-valued key (one outside the allowed roots is a 422 at the key).
+LF014 and LF015 read the job's dataset folder (tunedeck/catalog.py, at submission).
 The LLaMA-Factory and DeepSpeed key tables are data files captured from the installed packages
 (scripts/capture_lf_args.py, scripts/capture_ds_keys.py): the server never imports either.
 """
@@ -56,20 +60,6 @@ from tunedeck.presets import presets
 
 Finding = dict[str, Any]
 SEVERITIES = ("error", "warning", "info")
-# model_type (config.json) → the LLaMA-Factory templates that fit it. Only families whose right
-# template is unambiguous; a "llama" config may be Llama 2, 3 or a fine-tune with its own format.
-TEMPLATES = {
-    "qwen2": {"qwen"},
-    "qwen2_moe": {"qwen"},
-    "qwen3": {"qwen3", "qwen3_nothink"},
-    "qwen3_moe": {"qwen3", "qwen3_nothink"},
-    "qwen2_vl": {"qwen2_vl"},
-    "qwen2_5_vl": {"qwen2_vl"},
-    "qwen2_audio": {"qwen2_audio"},
-    "gemma": {"gemma"},
-    "gemma2": {"gemma", "gemma2"},
-    "gemma3": {"gemma3"},
-}
 # A multi-GPU job on ROCm needs longer than the 1800 s default for process-group start (the seed
 # sets 180000000): below this many seconds we warn.
 DDP_TIMEOUT_MIN_S = 3600
@@ -101,6 +91,28 @@ def as_error(f: Finding) -> dict[str, Any]:
 @lru_cache
 def lf_table() -> dict[str, Any]:
     return json.loads(resources.files("tunedeck.data").joinpath("llamafactory_args.json").read_text())
+
+
+@lru_cache
+def template_table() -> dict[str, Any]:
+    """Template names (scripts/capture_lf_templates.py) and, kept by hand, config.json model_type and
+    architectures → the templates that fit, best first. Only families whose template is unambiguous:
+    a "llama" config may be Llama 2, 3 or a fine-tune with its own format."""
+    return json.loads(resources.files("tunedeck.data").joinpath("llamafactory_templates.json").read_text())
+
+
+def fitting_templates(model_config: dict[str, Any] | None) -> list[str]:
+    """The templates that fit a model's config.json (model_type, else architectures), best first."""
+    if not isinstance(model_config, dict):
+        return []
+    table = template_table()
+    found = table["model_types"].get(str(model_config.get("model_type")))
+    if found:
+        return list(found)
+    for arch in model_config.get("architectures") or []:
+        if isinstance(arch, str) and arch in table["architectures"]:
+            return list(table["architectures"][arch])
+    return []
 
 
 @lru_cache
@@ -285,13 +297,23 @@ def lint_lf_semantics(
             )
         )
     template, model_type = config.get("template"), (model_config or {}).get("model_type")
-    if (
-        isinstance(template, str)
-        and model_type in TEMPLATES
-        and template not in TEMPLATES[model_type]
-        and config.get("stage", "sft") != "pt"
-    ):
-        want = " or ".join(sorted(TEMPLATES[model_type]))
+    fits = fitting_templates(model_config)
+    known = template_table()["templates"]
+    if isinstance(template, str) and known and template not in known:
+        near = difflib.get_close_matches(template, known, n=3, cutoff=0.5) if len(template) <= 80 else []
+        out.append(
+            finding(
+                "LF016",
+                "error",
+                "config.template",
+                f"template `{template}` is not one LLaMA-Factory "
+                f"{template_table()['llamafactory_version']} defines; the run would fail with "
+                f"'Template {template} does not exist.'" + (f" (closest: {', '.join(near)})" if near else ""),
+                f"set `template: {(fits or near or ['default'])[0]}`",
+            )
+        )
+    elif isinstance(template, str) and fits and template not in fits and config.get("stage", "sft") != "pt":
+        want = " or ".join(fits)
         out.append(
             finding(
                 "LF004",

@@ -158,6 +158,13 @@ class _Checker:
         if self.s.allow_hub or hubcache.snapshot(repo, kind=kind, cache_dir=self.cache_dir) is not None:
             return
         where = self.cache_dir or hubcache.hub_cache()
+        folder = self.s.workspace / ("datasets" if dataset else "models") / repo.rsplit("/", 1)[-1]
+        fix = (
+            f"download it into the workspace (`hf download {repo} --{'repo-type dataset --' if dataset else ''}"
+            f"local-dir {folder}`) and point `{loc[-1]}` to that folder, or point it to a folder that "
+            f"already holds the {kind}; or put it in the server's HF cache, or set TUNEDECK_ALLOW_HUB=true "
+            "on the server"
+        )
         self.out.findings.append(
             finding(
                 "LF013",
@@ -165,8 +172,7 @@ class _Checker:
                 ".".join(map(str, loc)),
                 f"{repo!r} is a hub {kind} id that is not in the local Hugging Face cache ({where}); runs are "
                 "offline (HF_HUB_OFFLINE=1), so it cannot load",
-                "download it into the cache on the server, give a folder inside the workspace, "
-                "or set TUNEDECK_ALLOW_HUB=true on the server",
+                fix,
             )
         )
 

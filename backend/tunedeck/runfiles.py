@@ -27,6 +27,19 @@ TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factor
 MEMORY_CSV = "memory.csv"  # an imported run's memory samples, kept beside its other files
 
 
+# What a graceful stop leaves in the output root: a LoRA/freeze adapter, or a full model's weights.
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def saved_weights(output: Path) -> str | None:
+    """ "adapter" or "model" when the output folder's root holds saved weights, else None."""
+    for kind, names in (("adapter", ADAPTER_FILES), ("model", MODEL_FILES)):
+        if any((output / n).is_file() for n in names):
+            return kind
+    return None
+
+
 def output_dir(run_dir: Path) -> Path:
     """Where the trainer of a run folder writes (LLaMA-Factory's output_dir)."""
     return run_dir / OUTPUT

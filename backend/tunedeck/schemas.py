@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationInfo, field_validator
 from pydantic import Field as PField
 
-from tunedeck import tree
+from tunedeck import runfiles, tree
 from tunedeck.protocol import Strict
 from tunedeck.tables import Job, JobStatus
 
@@ -54,6 +55,19 @@ class Progress(BaseModel):
     eta_seconds: float | None = None
 
 
+def stop_message(job: Job) -> str | None:
+    """What a stopped job says: who stopped it, at which step, and whether its weights were saved."""
+    if job.status != JobStatus.cancelled:
+        return None
+    who = f"by {job.cancelled_by}" if job.cancelled_by else "by a request without a token"
+    if job.started_at is None:
+        return f"cancelled {who} before it started"
+    saved = runfiles.saved_weights(Path(job.output_dir)) if job.output_dir else None
+    kept = f"{saved} saved" if saved else "no adapter saved"
+    at = f" at step {job.current_steps}" if job.current_steps is not None else " before its first logged step"
+    return f"stopped {who}{at}, {kept}"
+
+
 class JobOut(BaseModel):
     id: int
     name: str
@@ -69,6 +83,10 @@ class JobOut(BaseModel):
     progress: Progress
     run_dir: str
     output_dir: str
+    stopped: str | None = PField(
+        None,
+        description='a stopped job\'s "stopped by NAME at step N, adapter saved" (or "no adapter saved")',
+    )
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
@@ -92,6 +110,7 @@ class JobOut(BaseModel):
             ),
             run_dir=job.run_dir,
             output_dir=job.output_dir,
+            stopped=stop_message(job),
         )
 
 

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from tunedeck import catalog, hubcache, lint, reach, runfiles, tree
 from tunedeck import estimate as est
-from tunedeck import hubcache, lint, reach, runfiles, tree
 from tunedeck.config import Settings
 from tunedeck.presets import deepspeed_presets
 from tunedeck.schemas import JobSpec
@@ -257,6 +257,8 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
     # Paths, network keys, hub ids and remote code: what the job may reach beyond its run folder.
     reached = reach.check(config, ds_config, settings, read=read)
+    if not any(x["loc"] == ["config", "dataset_dir"] for x in reached.errors):
+        findings += catalog.lint_datasets(config, settings)  # dataset_dir is absolute and inside now
     findings = sorted(findings + reached.findings, key=lambda f: lint.SEVERITIES.index(f["severity"]))
 
     located = [lint.as_error(f) for f in findings if f["severity"] == "error"]

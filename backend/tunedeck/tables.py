@@ -49,6 +49,7 @@ class Job(SQLModel, table=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
+    cancelled_by: str | None = None  # the token name that asked for the stop (None: no token)
     # Progress, from the newest trainer_log.jsonl line.
     current_steps: int | None = None
     total_steps: int | None = None

@@ -252,6 +252,7 @@ def replaced(draw, op, **parts: st.SearchStrategy):
 def valid_variants(op, assets: Path) -> list[st.SearchStrategy]:
     """Cases of `op` whose body (and name) must be accepted, and YAML mappings of any keys."""
     specs = valid_specs(assets)
+    data = str(assets / "demo" / "data")
     # Bytes go out as they are; anything else schemathesis sends as YAML of that value.
     yaml_text = specs.map(lambda s: yaml.safe_dump(s["config"]).encode())
     scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
@@ -277,6 +278,23 @@ def valid_variants(op, assets: Path) -> list[st.SearchStrategy]:
         "POST /api/ui/parse-yaml": [replaced(op, body=yaml_text), replaced(op, body=mappings)],
         "POST /api/runs/import": [
             replaced(op, body=st.fixed_dictionaries({"trainer_log": TRAINER_LOGS, "name": NAMES}))
+        ],
+        # The form's choices: the demo's own folders (inside the allowed roots).
+        "GET /api/ui/datasets": [replaced(op, query=st.just({"dataset_dir": data}))],
+        "GET /api/ui/dataset-preview": [
+            replaced(
+                op,
+                query=st.fixed_dictionaries(
+                    {
+                        "dataset_dir": st.just(data),
+                        "name": st.sampled_from(["demo_identity", "demo_identity_small"]),
+                    },
+                    optional={"rows": st.integers(1, 20)},
+                ),
+            )
+        ],
+        "GET /api/ui/model-templates": [
+            replaced(op, query=st.just({"model": str(assets / "demo" / "model")}))
         ],
     }.get(op.label, [])
 

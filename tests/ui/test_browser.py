@@ -66,9 +66,13 @@ def test_submit_watch_and_stop(server_factory, assets, page):
     page.check("#logy")
     shot(page, "job-page-running")
 
+    page.once("dialog", lambda d: d.accept())  # Stop asks first
     page.click("#stop")
     page.wait_for_selector('#status [data-status="cancelled"]', timeout=WAIT)
     assert page.locator("#stop").is_disabled()
+    stopped = page.locator("#stopped")
+    stopped.wait_for(timeout=WAIT)
+    assert "stopped by" in stopped.inner_text() and " at step " in stopped.inner_text()
     assert server.api.get(f"/api/jobs/{job_id}").json()["status"] == "cancelled"
 
     # An alert, as the alert engine stores one: it reaches the open page and the team page live.

@@ -138,12 +138,17 @@ def get_files(job_id: int, session: SessionDep) -> list[FileOut]:
 def cancel_job(job_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> JobOut:
     """Stop a job: queued ones at once, running ones gracefully (they save first)."""
     job = service.get_job(session, job_id)
-    if not auth.may_cancel(getattr(request.state, "principal", None), job.owner, settings):
+    principal = getattr(request.state, "principal", None)
+    if not auth.may_cancel(principal, job.owner, settings):
         raise HTTPException(
             status_code=403, detail=f"only its owner ({job.owner}) or an admin may cancel job {job_id}"
         )
     return JobOut.of(
         service.request_cancel(
-            session, job_id=job_id, executor=request.app.state.executor, state=request.app.state.jobstate
+            session,
+            job_id=job_id,
+            executor=request.app.state.executor,
+            state=request.app.state.jobstate,
+            by=principal.name if principal else None,
         )
     )

@@ -7,21 +7,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
-import plotly
 from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from tunedeck import runfiles
 from tunedeck import spec as specs
+from tunedeck.api import forms, report
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
 from tunedeck.schemas import JobSpec
+from tunedeck.services.report import PLOTLY_JS
 from tunedeck.submission import resolve
 
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.
 FRONTEND = Path(resources.files("tunedeck") / "frontend")
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 PAGES = {"/": "index.html", "/new": "new.html", "/compare": "compare.html", "/nodes": "nodes.html"}
 
 router = APIRouter(prefix="/api/ui", tags=["ui"])
@@ -64,6 +64,8 @@ def _page(name: str):
 def mount(app: FastAPI) -> None:
     """Pages at /, /new, /jobs/{id}, /compare, /nodes; static files under /static."""
     app.include_router(router, responses=COMMON)
+    app.include_router(forms.router, responses=COMMON)
+    app.include_router(report.router)  # declares its own (JSON) errors
     for path, name in PAGES.items():
         app.add_api_route(path, _page(name), include_in_schema=False)
     job_page = _page("job.html")
@@ -74,6 +76,12 @@ def mount(app: FastAPI) -> None:
     def plotly_js() -> FileResponse:
         return FileResponse(PLOTLY_JS, headers={"Cache-Control": "max-age=86400"})
 
+    def favicon() -> FileResponse:
+        return FileResponse(
+            FRONTEND / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+        )
+
     app.add_api_route("/jobs/{job_id}", job, include_in_schema=False)
+    app.add_api_route("/favicon.ico", favicon, include_in_schema=False)  # browsers ask for it unprompted
     app.add_api_route("/static/vendor/plotly.min.js", plotly_js, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=FRONTEND), name="static")

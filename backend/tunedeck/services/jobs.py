@@ -85,12 +85,13 @@ def log_page(session: Session, *, job_id: int, after: int | None, limit: int):
     return _page(session, LogLine, job_id=job_id, after=after, limit=limit)
 
 
-def request_cancel(session: Session, *, job_id: int, executor, state: JobState) -> Job:
-    """Queued jobs end at once; running ones get the graceful stop through their runner."""
+def request_cancel(session: Session, *, job_id: int, executor, state: JobState, by: str | None = None) -> Job:
+    """Queued jobs end at once; running ones get the graceful stop through their runner. `by`: the
+    token name that asks (the job says who stopped it)."""
     job = get_job(session, job_id)
     if job.status == JobStatus.queued:
         with state.begin() as conn:
-            cancelled = move(conn, job_id, JobStatus.cancelled)
+            cancelled = move(conn, job_id, JobStatus.cancelled, cancelled_by=by)
         session.refresh(job)
         if cancelled:
             return job
@@ -99,6 +100,7 @@ def request_cancel(session: Session, *, job_id: int, executor, state: JobState) 
         raise Conflict(f"job {job_id} has already ended ({job.status.value})")
     if job.cancel_requested_at is None:
         job.cancel_requested_at = utcnow()
+        job.cancelled_by = by
         executor.cancel(job)
         session.add(job)
         session.commit()

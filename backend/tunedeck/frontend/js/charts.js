@@ -24,8 +24,18 @@ export function plain(text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
+// The page's colours (light or dark theme) for a chart: transparent paper, text and grid from the CSS.
+export function themed() {
+  const css = getComputedStyle(document.documentElement);
+  const fg = css.getPropertyValue("--fg").trim() || "#1d2330", line = css.getPropertyValue("--line").trim() || "#e3e6eb";
+  const axis = { gridcolor: line, zerolinecolor: line, linecolor: line };
+  return { paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: fg },
+    template: { layout: { xaxis: axis, yaxis: axis } } };
+}
+
 export function layout(title, extra = {}) {
   return {
+    ...themed(),
     title: { text: title, font: { size: 13 }, x: 0.01 },
     margin: { l: 60, r: 15, t: 20, b: 40 },
     // Above the plot: Plotly makes room for it there; below, it would sit on the x-axis title.

@@ -50,7 +50,9 @@ function showJob(j) {
   stop.disabled = ended || stop.dataset.sent === "1";
   if (ended) stop.textContent = j.status === "cancelled" ? "Stopped" : "Stop";
   // `error` also carries the cause of a stop or a clean exit: red only for failures.
-  $("#error").replaceChildren(...(j.error ? [h("div", { class: j.status === "failed" ? "error" : "notice", text: j.error })] : []));
+  $("#error").replaceChildren(
+    ...(j.stopped ? [h("div", { class: "notice", id: "stopped", text: j.stopped })] : []),
+    ...(j.error ? [h("div", { class: j.status === "failed" ? "error" : "notice", text: j.error })] : []));
   $("#compare").href = `/compare?jobs=${j.id}`;
   if (was && was !== j.status && ended) loadFiles();
   scheduleAlerts();
@@ -58,6 +60,8 @@ function showJob(j) {
 
 $("#stop").addEventListener("click", async () => {
   const stop = $("#stop");
+  const j = state.job || { id: jobId, name: "" };
+  if (!window.confirm(`Stop job #${j.id} ${j.name}? It stops after the current step and saves its adapter.`)) return;
   stop.disabled = true;
   stop.dataset.sent = "1";
   stop.textContent = "Stopping…";
@@ -68,6 +72,18 @@ $("#stop").addEventListener("click", async () => {
     stop.dataset.sent = "";
     stop.disabled = false;
     stop.textContent = "Stop";
+  }
+});
+
+$("#report").addEventListener("click", async () => {
+  try {
+    const html = await get(`/api/jobs/${jobId}/report`);
+    const a = h("a", { href: URL.createObjectURL(new Blob([html], { type: "text/html" })), download: `tunedeck-job-${jobId}.html` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+  } catch (e) {
+    $("#error").replaceChildren(h("div", { class: "error", text: `Report failed: ${describe(e)}` }));
   }
 });
 

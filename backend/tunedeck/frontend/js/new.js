@@ -40,6 +40,7 @@ function fill(config, deepspeed) {
   }
   $("#extra").value = extra.join("\n");
   setDeepspeed(deepspeed);
+  refreshDatasets();
 }
 
 function setDeepspeed(ds) {
@@ -135,9 +136,20 @@ form.addEventListener("submit", (ev) => {
     try {
       const job = await post("/api/jobs", await collect());
       location.href = `/jobs/${job.id}`;
+    } catch (e) {
+      clearResults(); // what they showed was for a spec that has just been refused
+      throw e;
     } finally { $("#submit").disabled = false; }
   });
 });
+
+const EMPTY = { preview: $("#preview-out").textContent, checks: $("#checks").textContent };
+function clearResults() {
+  $("#preview-out").classList.add("muted");
+  $("#preview-out").textContent = EMPTY.preview;
+  $("#checks").classList.add("muted");
+  $("#checks").textContent = EMPTY.checks;
+}
 
 async function preview() {
   const spec = await collect();
@@ -177,6 +189,108 @@ $("#check").addEventListener("click", () => guarded(async () => {
   box.replaceChildren(...parts);
 }));
 
+// ------------------------------------------------------------------ help, choices, dataset preview
+let HELP = {};
+const fieldOf = (key) => document.querySelector(`[data-field="config.${key}"]`);
+
+function hint(key, text, cls = "hint") {
+  const field = fieldOf(key);
+  let el = field.querySelector(".hint");
+  if (!el) { el = h("div", { class: cls, "data-hint": key }); field.append(el); }
+  el.textContent = text || "";
+}
+
+async function loadHelp() {
+  const out = await optional("/api/ui/help").catch(() => null);
+  HELP = (out && out.keys) || {};
+  for (const key of Object.keys(KINDS)) {
+    const info = HELP[key];
+    if (!info || !info.help) continue;
+    fieldOf(key).querySelector("label").title = info.help;
+    fieldOf(key).append(h("div", { class: "help", "data-help": key, text: info.help }));
+  }
+}
+
+// The key on the caret's line of "Other keys", with LLaMA-Factory's help for it.
+function extraHelp() {
+  const box = $("#extra");
+  const line = box.value.slice(0, box.selectionStart).split("\n").pop() + box.value.slice(box.selectionStart).split("\n")[0];
+  const key = (/^\s*([A-Za-z_][\w.-]*)\s*:?/.exec(line) || [])[1];
+  const info = key && HELP[key];
+  $("#extra-help").textContent = !key ? "" : info ? `${key} (${info.type}${info.default !== null ? `, default ${info.default}` : ""}): ${info.help}`
+    : `${key}: not a key this LLaMA-Factory knows`;
+}
+for (const ev of ["input", "click", "keyup"]) $("#extra").addEventListener(ev, extraHelp);
+
+function datalist(id, values) {
+  let list = document.getElementById(id);
+  if (!list) { list = h("datalist", { id }); document.body.append(list); }
+  list.replaceChildren(...values.map((v) => h("option", { value: v })));
+}
+
+async function loadTemplates() {
+  const out = await optional("/api/ui/templates").catch(() => null);
+  datalist("templates-list", (out && out.templates) || []);
+  $("#f-template").setAttribute("list", "templates-list");
+}
+
+let knownDatasets = null; // the dataset_dir's names, once read
+async function refreshDatasets() {
+  const dir = $("#f-dataset_dir").value.trim();
+  $("#f-dataset").setAttribute("list", "datasets-list");
+  knownDatasets = null;
+  if (!dir) { datalist("datasets-list", []); hint("dataset_dir", ""); return; }
+  try {
+    const out = await get("/api/ui/datasets", { dataset_dir: dir });
+    knownDatasets = out.datasets;
+    datalist("datasets-list", out.datasets);
+    hint("dataset_dir", `${out.datasets.length} datasets in ${out.dataset_dir}/dataset_info.json`);
+  } catch (e) {
+    datalist("datasets-list", []);
+    hint("dataset_dir", describe(e));
+  }
+}
+
+async function previewDataset() {
+  const name = $("#f-dataset").value.split(",")[0].trim();
+  const box = $("#dataset-preview");
+  if (!name) { box.replaceChildren(); return; }
+  if (knownDatasets && !knownDatasets.includes(name)) {
+    box.replaceChildren(h("div", { class: "hint", text: `No preview: ${name} is not in dataset_info.json (it has ${knownDatasets.join(", ") || "none"})` }));
+    return;
+  }
+  try {
+    const out = await get("/api/ui/dataset-preview", { dataset_dir: $("#f-dataset_dir").value.trim(), name, rows: 3 });
+    box.replaceChildren(h("div", { class: "hint", text: `First ${out.rows.length} rows of ${out.name} (${out.formatting}, ${out.file})` }),
+      h("pre", { class: "rows", text: out.rows.map((r) => JSON.stringify(r, null, 1)).join("\n") }));
+  } catch (e) {
+    box.replaceChildren(h("div", { class: "hint", text: `No preview: ${describe(e)}` }));
+  }
+}
+
+// A model folder says which template it needs (config.json model_type): fill it when none is set.
+async function modelTemplate() {
+  const model = $("#f-model_name_or_path").value.trim();
+  if (!model) { hint("model_name_or_path", ""); return; }
+  try {
+    const out = await get("/api/ui/model-templates", { model });
+    const want = out.templates[0];
+    if (want && !$("#f-template").value.trim()) $("#f-template").value = want;
+    const chosen = $("#f-template").value.trim();
+    hint("model_name_or_path", !want ? `model_type ${out.model_type || "?"}: no known template; choose one`
+      : out.templates.includes(chosen) ? `model_type ${out.model_type} → template ${chosen}`
+        : `model_type ${out.model_type} needs template ${out.templates.join(" or ")}, not ${chosen}`);
+  } catch (e) {
+    hint("model_name_or_path", describe(e));
+  }
+}
+
+$("#f-dataset_dir").addEventListener("change", async () => { await refreshDatasets(); previewDataset(); });
+$("#f-dataset").addEventListener("change", previewDataset);
+$("#f-model_name_or_path").addEventListener("change", modelTemplate);
+fieldOf("dataset").closest("fieldset").append(h("div", { id: "dataset-preview" }));
+$("[data-field=extra]").append(h("div", { class: "help", id: "extra-help" }));
+
 // ------------------------------------------------------------------ presets and import
 async function importYaml(text, name) {
   await guarded(async () => {
@@ -203,6 +317,7 @@ $("#load-preset").addEventListener("click", async () => {
 });
 
 async function loadPresets() {
+  await Promise.all([loadHelp(), loadTemplates()]);
   const presets = (await optional("/api/presets")) || [];
   for (const p of presets) {
     if (p.kind === "yaml" || p.kind === "yml") $("#preset").append(h("option", { value: p.name, text: p.name }));
