@@ -71,11 +71,13 @@ export function mode(xs, lines = "lines") {
 
 // A chart with nothing to show says why, in words, instead of drawing bare axes.
 export function empty(el, message) {
+  const muted = getComputedStyle(document.documentElement).getPropertyValue("--muted").trim() || "#667085";
   return Plotly.react(el, [], {
+    ...themed(),
     margin: { l: 10, r: 10, t: 10, b: 10 },
     xaxis: { visible: false }, yaxis: { visible: false },
     annotations: [{ text: plain(message), xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
-      font: { size: 14, color: "#667085" } }],
+      font: { size: 14, color: muted } }],
   }, config);
 }
 
