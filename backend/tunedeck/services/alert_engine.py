@@ -15,7 +15,7 @@ import yaml
 from sqlalchemy import Connection, Engine, Select, func, or_
 from sqlmodel import Session, col, select
 
-from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
+from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.config import Settings
 from tunedeck.services.errors import NotFound
 from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
@@ -260,6 +260,7 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
             "step": f.step,
             "message": f.message,
             "suggestion": f.suggestion,
+            "change": json.dumps(f.change) if f.change else None,
             "open": is_open,
             "last_t": f.t,
         }
@@ -296,11 +297,15 @@ def list_alerts(
     job_id: int | None = None,
     open_only: bool | None = None,
     after: int | None = None,
+    min_severity: str | None = None,
+    newest_first: bool = False,
     limit: int = 1000,
 ) -> list[Alert]:
     if job_id is not None and session.get(Job, job_id) is None:
         raise NotFound(f"job {job_id} not found")
-    q = select(Alert).order_by(col(Alert.id)).limit(limit)
+    q = select(Alert).order_by(col(Alert.id).desc() if newest_first else col(Alert.id)).limit(limit)
+    if min_severity is not None:
+        q = q.where(col(Alert.severity).in_(SEVERITIES[SEVERITIES.index(min_severity) :]))
     if job_id is not None:
         q = q.where(Alert.job_id == job_id)
     if open_only is not None:

@@ -46,7 +46,7 @@ async function draw() {
       g.x.push(s.t - t0); g.y.push(s.used_bytes / GiB);
       byGpu.set(s.gpu, g);
     }
-    for (const [gpu, g] of byGpu) memTraces.push({ name: `#${id} ${gpu === -1 ? "host" : `GPU ${gpu}`}`, ...g, mode: "lines" });
+    for (const [gpu, g] of byGpu) memTraces.push({ name: `#${id} ${gpu === -1 ? "host memory" : `GPU ${gpu}`}`, ...g, mode: "lines" });
   }
   $("#mem-note").replaceChildren(...(memTraces.length ? [] : [h("div", { class: "notice", text: "No memory samples for these jobs." })]));
   Plotly.react("mem-chart", memTraces, layout("", { xaxis: { title: { text: "seconds since first sample" } }, yaxis: { title: { text: "GiB" } } }), config);
