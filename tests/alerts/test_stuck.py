@@ -12,12 +12,14 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.alerts.test_properties import RUNS
+from tests.alerts.test_properties import RUNS as MEMORY_RUNS
 from tests.alerts.test_streaming import chunked, key
 from tunedeck.alerts import Point, Series, analyze
+
+RUNS = settings(MEMORY_RUNS, max_examples=30)  # a loss curve has fewer dimensions than a memory trace
 
 T0 = 1_800_000_000.0
 

@@ -26,7 +26,7 @@ function showAlerts(box, rows, none) {
   box.replaceChildren(...(rows === null ? ["Alerts are not available on this server yet."] : !rows.length ? [none] : rows.map(alertItem)));
 }
 
-async function refresh() {
+async function refreshNodes() {
   try {
     const nodes = await optional("/api/nodes");
     if (nodes === null) { $("#nodes").replaceChildren(h("div", { class: "notice", text: "The node inventory is not available on this server yet." })); return; }
@@ -35,13 +35,26 @@ async function refresh() {
       n.reason ? h("div", { class: "notice", text: n.reason }) : null,
       n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "job"].map((t) => h("th", { text: t })))),
         h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: "No GPUs on this node: jobs run on the CPU." }))));
-    const [alerts, recent] = await Promise.all([optional("/api/alerts", { open: true }),
-      optional("/api/alerts", { open: false, min_severity: "warning", order: "desc", limit: RECENT })]);
-    showAlerts($("#alerts"), alerts, recent && recent.length ? `No open alerts; ${recent.length === RECENT ? `${RECENT}+` : recent.length} recent problem(s) below.` : "No open alerts.");
-    showAlerts($("#recent"), recent, "No recent problems.");
   } catch (e) {
     $("#nodes").replaceChildren(h("div", { class: "error", text: describe(e) }));
   }
+}
+
+// Alerts come from the database: they never wait for the GPU libraries' reading.
+async function refreshAlerts() {
+  try {
+    const [alerts, recent] = await Promise.all([optional("/api/alerts", { open: true }),
+      optional("/api/alerts", { open: false, min_severity: "warning", order: "desc", limit: RECENT })]);
+    const more = recent && recent.length ? `; ${recent.length === RECENT ? `${RECENT}+` : recent.length} recent problem(s) below` : "";
+    showAlerts($("#alerts"), alerts, `No open alerts${more}.`);
+    showAlerts($("#recent"), recent, "No recent problems.");
+  } catch (e) {
+    $("#alerts").replaceChildren(h("div", { class: "error", text: describe(e) }));
+  }
+}
+
+async function refresh() {
+  await Promise.all([refreshNodes(), refreshAlerts()]);
   window.tunedeckReady = true;
 }
 
