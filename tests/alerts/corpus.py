@@ -226,11 +226,15 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         )
     )
     out += hard(rng, seed, n, level)
-    out += stuck(np.random.default_rng(10_000 + seed), seed, n, level)  # its own draws: the rest stay put
+    out += stuck(np.random.default_rng(10_000 + seed), seed, n)  # its own draws: the rest stay put
     return out
 
 
-def stuck(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Trace]:
+def _losses(points: list[Point], cfg: dict) -> Series:
+    return Series(points=points, config=cfg, running=True)
+
+
+def stuck(rng: np.random.Generator, seed: int, n: int) -> list[Trace]:
     """Losses that stop moving. A model wrecked by a huge learning rate predicts a uniform distribution,
     whose loss is ln(vocabulary) exactly, step after step (the tiny demo model at lr=200 sat at
     6.1225 = ln 456 for 37 steps). Hard negatives: a converged run's flat tail far below its start,
@@ -242,8 +246,8 @@ def stuck(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Tra
     out.append(
         Trace(
             f"stuck-lr200-{seed}",
-            _series(_memory(rng, n, level), _points(rng, 2, n, loss=lr200), _config(learning_rate=200.0)),
-            {"loss_stuck", "vram_plateau"},
+            _losses(_points(rng, 2, n, loss=lr200), _config(learning_rate=200.0)),
+            {"loss_stuck"},
         )
     )
     fall = int(rng.integers(5, 20))
@@ -253,8 +257,8 @@ def stuck(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Tra
     out.append(
         Trace(
             f"stuck-collapse-{seed}",
-            _series(_memory(rng, n, level), _points(rng, 2, n, loss=collapse), _config(learning_rate=5e-2)),
-            {"loss_stuck", "vram_plateau"},
+            _losses(_points(rng, 2, n, loss=collapse), _config(learning_rate=5e-2)),
+            {"loss_stuck"},
         )
     )
     low = lambda k: 2.5 * math.exp(-k / 10) + 0.3 * (1 + rng.normal(0, 0.001))  # noqa: E731
@@ -262,13 +266,7 @@ def stuck(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Tra
     warm = int(rng.integers(8, 18))
     slow = lambda k: 2.4 if k <= warm else 2.4 * math.exp(-(k - warm) / 40) + 0.9  # noqa: E731
     for name, loss in (("converged-flat", low), ("hovering", hover), ("flat-warmup", slow)):
-        out.append(
-            Trace(
-                f"{name}-{seed}",
-                _series(_memory(rng, n, level), _points(rng, 2, n, loss=loss), _config()),
-                {"vram_plateau"},
-            )
-        )
+        out.append(Trace(f"{name}-{seed}", _losses(_points(rng, 2, n, loss=loss), _config()), set()))
     return out
 
 
