@@ -20,6 +20,7 @@ def analyze(
     """Print the alerts (with what to change) for an existing run folder and memory trace."""
     from tunedeck.alerts import analyze as run_engine
     from tunedeck.alerts.rundir import BadInput, read_run_dir
+    from tunedeck.alerts.series import device
 
     for p in (memory, config):
         if p is not None and not p.is_file():
@@ -36,7 +37,7 @@ def analyze(
     if not findings:
         typer.echo("no alerts")
     for f in findings:
-        where = "" if f.gpu is None else f" gpu {f.gpu}"
+        where = "" if f.gpu is None else f" {device(f.gpu)}"
         typer.echo(f"{f.severity.upper():<8} {f.kind}{where} (step {f.step}): {f.message}")
         if f.suggestion:
             typer.echo(f"         → {f.suggestion}")

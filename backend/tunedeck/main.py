@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # commit, and by its own watcher of job changes.
         app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
         writer.listeners += [app.state.events.notify, alerts.notify]
+        alerts.on_closed.append(app.state.events.notify)
         app.state.events.start()
         started = []
         try:

@@ -68,6 +68,20 @@ def stop_message(job: Job) -> str | None:
     return f"stopped {who}{at}, {kept}"
 
 
+Severity = Literal["info", "warning", "critical"]
+
+
+class AlertSummary(BaseModel):
+    """A job's alerts at a glance, closed ones included: a finished run keeps what went wrong."""
+
+    worst: Severity | None = PField(None, description="the worst alert the job ever had, open or closed")
+    counts: dict[str, int] = PField({}, description="alerts ever, by severity")
+    open: int = PField(0, description="alerts open now")
+    problems: list[str] = PField(
+        [], description="kinds that make the result suspect (loss_nan, loss_divergence, loss_stuck)"
+    )
+
+
 class JobOut(BaseModel):
     id: int
     name: str
@@ -87,9 +101,16 @@ class JobOut(BaseModel):
         None,
         description='a stopped job\'s "stopped by NAME at step N, adapter saved" (or "no adapter saved")',
     )
+    alerts: AlertSummary = AlertSummary()
+    verdict: str = PField(
+        description="the status, or succeeded_with_problems for a success whose loss went NaN, "
+        "diverged or stayed stuck (alerts.problems)"
+    )
 
     @classmethod
-    def of(cls, job: Job) -> JobOut:
+    def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
+        alerts = alerts or AlertSummary()
+        troubled = job.status == JobStatus.succeeded and alerts.problems
         return cls(
             id=job.id,
             name=job.name,
@@ -111,6 +132,8 @@ class JobOut(BaseModel):
             run_dir=job.run_dir,
             output_dir=job.output_dir,
             stopped=stop_message(job),
+            alerts=alerts,
+            verdict="succeeded_with_problems" if troubled else job.status.value,
         )
 
 
@@ -209,7 +232,15 @@ class AlertOut(BaseModel):
     step: int | None
     message: str
     suggestion: str | None
+    change: dict[str, Any] | None = PField(
+        None, description="the suggestion as train.yaml keys and new values (null: not a key change)"
+    )
     open: bool
     first_t: float
     last_t: float
     count: int
+
+    @field_validator("change", mode="before")
+    @classmethod
+    def _stored(cls, v: Any) -> Any:
+        return json.loads(v) if isinstance(v, str) else v

@@ -168,6 +168,8 @@ class Alert(SQLModel, table=True):
     step: int | None = None
     message: str = Field(sa_column=Column(Text, nullable=False))
     suggestion: str | None = Field(default=None, sa_column=Column(Text))
+    # The suggestion as train.yaml keys -> new values, JSON; NULL when it is not a key change.
+    change: str | None = Field(default=None, sa_column=Column(Text))
     open: bool = True
     first_t: float
     last_t: float

@@ -112,6 +112,8 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
 
     y = _memory(rng, n, level)
     at = sorted(rng.choice(np.arange(80, n - 10), size=int(rng.integers(1, 3)), replace=False))
+    # Into the first 250 samples: the line then stays flat, spike-free, long enough to be a plateau.
+    at = sorted({80 + int(i - 80) * 170 // (n - 90) for i in at})
     for i in at:
         y[i] += float(rng.uniform(15, 40)) * GiB
     out.append(
@@ -135,7 +137,7 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
             Trace(
                 f"periodic-ga{ga}-{seed}",
                 _series(y, _points(rng, ga, n), _config(ga=ga), DS),
-                {"vram_periodic_spikes", "vram_plateau"},
+                {"vram_periodic_spikes"},  # spikes to the end: never "the healthy flat line"
                 [T0 + float(i) for i in idx],
             )
         )
@@ -224,6 +226,47 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         )
     )
     out += hard(rng, seed, n, level)
+    out += stuck(np.random.default_rng(10_000 + seed), seed, n)  # its own draws: the rest stay put
+    return out
+
+
+def _losses(points: list[Point], cfg: dict) -> Series:
+    return Series(points=points, config=cfg, running=True)
+
+
+def stuck(rng: np.random.Generator, seed: int, n: int) -> list[Trace]:
+    """Losses that stop moving. A model wrecked by a huge learning rate predicts a uniform distribution,
+    whose loss is ln(vocabulary) exactly, step after step (the tiny demo model at lr=200 sat at
+    6.1225 = ln 456 for 37 steps). Hard negatives: a converged run's flat tail far below its start,
+    a loss that hovers with ordinary mini-batch noise, a flat warm-up shorter than the window."""
+    out = []
+    vocab = float(rng.choice([456, 32000, 151646]))
+    wrecked = int(rng.integers(1, 4))  # logged points before the weights are gone
+    lr200 = lambda k: 1.4 * math.log(vocab) if k <= wrecked else math.log(vocab)  # noqa: E731
+    out.append(
+        Trace(
+            f"stuck-lr200-{seed}",
+            _losses(_points(rng, 2, n, loss=lr200), _config(learning_rate=200.0)),
+            {"loss_stuck"},
+        )
+    )
+    fall = int(rng.integers(5, 20))
+    collapse = lambda k: (  # noqa: E731
+        (1.05 - 0.01 * k) * math.log(vocab) if k < fall else math.log(vocab) * (1 + rng.normal(0, 0.0005))
+    )
+    out.append(
+        Trace(
+            f"stuck-collapse-{seed}",
+            _losses(_points(rng, 2, n, loss=collapse), _config(learning_rate=5e-2)),
+            {"loss_stuck"},
+        )
+    )
+    low = lambda k: 2.5 * math.exp(-k / 10) + 0.3 * (1 + rng.normal(0, 0.001))  # noqa: E731
+    hover = lambda k: 1.2 * (1 + rng.normal(0, 0.02))  # noqa: E731
+    warm = int(rng.integers(8, 18))
+    slow = lambda k: 2.4 if k <= warm else 2.4 * math.exp(-(k - warm) / 40) + 0.9  # noqa: E731
+    for name, loss in (("converged-flat", low), ("hovering", hover), ("flat-warmup", slow)):
+        out.append(Trace(f"{name}-{seed}", _losses(_points(rng, 2, n, loss=loss), _config()), set()))
     return out
 
 
@@ -257,7 +300,7 @@ def hard(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Trac
         Trace(
             f"jittered-periodic-ga{ga}-{seed}",
             _series(y, _points(rng, ga, n), _config(ga=ga), DS),
-            {"vram_periodic_spikes", "vram_plateau"},
+            {"vram_periodic_spikes"},
         )
     )
     return out

@@ -35,7 +35,10 @@ def test_analyze_prints_the_labelled_alerts(runs):
         assert r.returncode == 0, r.stderr
         found = json.loads(r.stdout)
         assert {f["kind"] for f in found} == tr.labels, tr.name
-        assert all(set(f) == {"kind", "severity", "gpu", "t", "step", "message", "suggestion"} for f in found)
+        assert all(
+            set(f) == {"kind", "severity", "gpu", "t", "step", "message", "suggestion", "change"}
+            for f in found
+        )
 
 
 def test_analyze_text_and_errors(runs, tmp_path):
@@ -43,7 +46,7 @@ def test_analyze_text_and_errors(runs, tmp_path):
     r = analyze(
         str(folder / "output"), "--memory", str(folder / "memory.csv"), "--config", str(folder / "train.yaml")
     )
-    assert r.returncode == 0 and "WARNING  vram_periodic_spikes gpu 0" in r.stdout
+    assert r.returncode == 0 and "WARNING  vram_periodic_spikes GPU 0" in r.stdout
     assert "gradient_accumulation_steps is 8" in r.stdout
     r = analyze(str(tmp_path))
     assert r.returncode == 2 and "no trainer_log.jsonl" in r.stderr

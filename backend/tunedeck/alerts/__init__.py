@@ -20,9 +20,14 @@ KINDS = (
     "loss_nan",
     "loss_divergence",
     "loss_oscillation",
+    "loss_stuck",
     "vram_plateau",
 )
 SEVERITIES = ("info", "warning", "critical")
+# The kinds that make a run's weights suspect, whatever its exit status: a NaN or diverged loss
+# trained on garbage gradients, a loss stuck at its starting height learned nothing. Memory and
+# progress alerts (near-OOM, spikes, a stall the run recovered from) say nothing about the result.
+PROBLEM_KINDS = ("loss_nan", "loss_divergence", "loss_stuck")
 
 
 def at_least(severity: str, floor: str) -> bool:
@@ -32,6 +37,7 @@ def at_least(severity: str, floor: str) -> bool:
 
 __all__ = [
     "KINDS",
+    "PROBLEM_KINDS",
     "SEVERITIES",
     "at_least",
     "Finding",

@@ -1,10 +1,29 @@
-"""Suggestions written from the job's actual config: the train.yaml keys and the DeepSpeed file."""
+"""Suggestions written from the job's actual config: the train.yaml keys and the DeepSpeed file.
+
+Each suggestion says what follows from it (what it costs, what else moves), and one that is a
+change of train.yaml keys carries that change, so a page can offer the edited job in one click."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tunedeck.alerts.series import Series
+
+
+@dataclass(frozen=True)
+class Tip:
+    text: str
+    change: dict[str, Any] | None = None  # train.yaml key -> new value; None: not a key change
+
+    def __bool__(self) -> bool:
+        return bool(self.text)
+
+
+def combine(tips: list[Tip | str], sep: str = "; ") -> tuple[str, dict[str, Any] | None]:
+    """The tips as one text, and the change of the first that is a key change (what one click runs)."""
+    tips = [t if isinstance(t, Tip) else Tip(t) for t in tips if t]
+    return sep.join(t.text for t in tips), next((t.change for t in tips if t.change), None)
 
 
 def _num(v: Any) -> float | None:
@@ -30,6 +49,16 @@ def ga(s: Series) -> int:
     return int(_num(s.config.get("gradient_accumulation_steps")) or 1)
 
 
+def warmup_steps(s: Series) -> int:
+    """The learning-rate warm-up in steps: warmup_steps, or warmup_ratio of max_steps (0 when a ratio
+    has no max_steps to apply to: the total is not known ahead)."""
+    ws = _num(s.config.get("warmup_steps"))
+    if ws and ws > 0:
+        return int(ws)
+    ratio, most = _num(s.config.get("warmup_ratio")), _num(s.config.get("max_steps"))
+    return int(ratio * most) if ratio and most and ratio > 0 and most > 0 else 0
+
+
 def batch(s: Series) -> int:
     return int(_num(s.config.get("per_device_train_batch_size")) or 1)
 
@@ -49,7 +78,12 @@ def _bucket(s: Series, key: str, alias: str | None = None) -> str | None:
     if v == "auto":
         return f'zero_optimization.{name} is "auto" (hidden² elements): set it explicitly, e.g. 5e7'
     n = _num(v)
-    return f"lower zero_optimization.{name} from {sci(n)} to {sci(n / 10)}" if n else None
+    return (
+        f"lower zero_optimization.{name} from {sci(n)} to {sci(n / 10)} (a lower peak for that buffer; "
+        "more, smaller collectives, a little slower)"
+        if n
+        else None
+    )
 
 
 def reduce_bucket(s: Series) -> str | None:
@@ -60,37 +94,58 @@ def prefetch_bucket(s: Series) -> str | None:
     return _bucket(s, "stage3_prefetch_bucket_size", "prefetch_bucket_size")
 
 
-def smaller_batch(s: Series) -> str:
+def smaller_batch(s: Series) -> Tip:
     bs, g = batch(s), ga(s)
     if bs > 1:
-        return (
+        return Tip(
             f"lower per_device_train_batch_size from {bs} to {max(1, bs // 2)} and raise "
-            f"gradient_accumulation_steps from {g} to {g * 2} (same effective batch)"
+            f"gradient_accumulation_steps from {g} to {g * 2} (the effective batch stays {bs * g} per GPU; "
+            "activation memory about halves; each step runs twice as many smaller micro-batches, so "
+            "throughput may drop)",
+            {"per_device_train_batch_size": max(1, bs // 2), "gradient_accumulation_steps": g * 2},
         )
     cl = _num(s.config.get("cutoff_len"))
-    return (
-        f"lower cutoff_len from {int(cl)} to {int(cl) // 2}"
-        if cl and cl > 256
-        else "use a smaller micro-batch"
-    )
+    if cl and cl > 256:
+        return Tip(
+            f"lower cutoff_len from {int(cl)} to {int(cl) // 2} (the longest batches need about half the "
+            f"activation memory; samples longer than {int(cl) // 2} tokens lose their ends from training)",
+            {"cutoff_len": int(cl) // 2},
+        )
+    return Tip("use a smaller micro-batch")
 
 
-def memory_relief(s: Series) -> str:
+def memory_relief(s: Series) -> Tip:
     """What frees memory, most effective first, for this config."""
-    tips = [smaller_batch(s)]
+    tips: list[Tip | str] = [smaller_batch(s)]
     if s.config.get("disable_gradient_checkpointing"):
-        tips.append("remove disable_gradient_checkpointing (recompute activations)")
+        tips.append(
+            Tip(
+                "remove disable_gradient_checkpointing (activations are recomputed in the backward pass: "
+                "far less activation memory, steps about a quarter slower)",
+                {"disable_gradient_checkpointing": False},
+            )
+        )
     z = zero(s)
     stage = int(_num(z.get("stage")) or 0) if s.ds else 0
     if s.ds is None:
-        tips.append("use DeepSpeed ZeRO-3 (the ds_z3_rocm preset) to shard optimizer state across GPUs")
+        tips.append(
+            "use DeepSpeed ZeRO-3 (the ds_z3_rocm preset) to shard optimizer state across GPUs (less "
+            "memory per GPU, more communication per step; no gain on one GPU without offload)"
+        )
     elif stage < 3:
-        tips.append(f"move from ZeRO-{stage} to ZeRO-3")
+        tips.append(
+            f"move from ZeRO-{stage} to ZeRO-3 (parameters sharded too: less memory per GPU, an "
+            "all-gather per layer each step)"
+        )
     elif not z.get("offload_optimizer"):
-        tips.append('add zero_optimization.offload_optimizer: {"device": "cpu"}')
+        tips.append(
+            'add zero_optimization.offload_optimizer: {"device": "cpu"} (optimizer state moves to host '
+            "RAM: frees GPU memory, steps get slower over PCIe and need that much host RAM)"
+        )
     if not s.devices:
         tips.append("or raise TUNEDECK_TRAINER_RLIMIT_AS_BYTES on this CPU node")
-    return "; ".join(tips)
+    text, change = combine(tips)
+    return Tip(text, change)
 
 
 def on_gpu(s: Series) -> str:
@@ -98,12 +153,79 @@ def on_gpu(s: Series) -> str:
     return f" ({names[0]})" if names else ""
 
 
-def precision(s: Series) -> str:
+def precision(s: Series) -> Tip:
     if fp16(s):
-        return f"fp16 is on{on_gpu(s)}: set bf16: true and fp16: false (MI250/MI300 run bf16 natively)"
-    return ""
+        return Tip(
+            f"fp16 is on{on_gpu(s)}: set bf16: true and fp16: false (MI250/MI300 run bf16 natively; bf16 "
+            "has fp32's range, so no overflow to inf and no loss scaling, at the same memory; "
+            "the GPU must support bf16)",
+            {"bf16": True, "fp16": False},
+        )
+    return Tip("")
 
 
-def learning_rate(s: Series, factor: int) -> str:
+def learning_rate(s: Series, factor: int) -> Tip:
     lr = _num(s.config.get("learning_rate"))
-    return f"lower learning_rate from {sci(lr)} to {sci(lr / factor)}" if lr else "lower learning_rate"
+    if not lr:
+        return Tip("lower learning_rate")
+    return Tip(
+        f"lower learning_rate from {sci(lr)} to {sci(lr / factor)} (smaller, steadier updates; the loss "
+        "falls more slowly, so it may need more steps)",
+        {"learning_rate": float(f"{lr / factor:.3g}")},
+    )
+
+
+def accumulate_more(s: Series) -> Tip:
+    g, bs = ga(s), batch(s)
+    return Tip(
+        f"raise gradient_accumulation_steps from {g} to {g * 2} for a steadier gradient (the effective "
+        f"batch doubles to {bs * g * 2} per GPU and there are half as many optimizer steps per epoch; "
+        "memory stays the same)",
+        {"gradient_accumulation_steps": g * 2},
+    )
+
+
+def accumulate_less(s: Series, micro_batches: float | None) -> Tip:
+    """For spikes at the optimizer step: fewer micro-batches between steps."""
+    g, bs = ga(s), batch(s)
+    new = max(1, g // 2)
+    every = f"every {micro_batches / 2:.0f} micro-batches" if micro_batches else "twice as often"
+    lead = (
+        f"gradient_accumulation_steps is {g} and the spikes recur every {micro_batches:.0f} micro-batches: try {new}"
+        if micro_batches
+        else f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {new}"
+    )
+    return Tip(
+        f"{lead} (the spikes then come {every}, the peak stays the same or lower, and the effective batch "
+        f"halves from {bs * g} to {bs * new} per GPU unless per_device_train_batch_size doubles to {bs * 2})",
+        {"gradient_accumulation_steps": new},
+    )
+
+
+def plateau_headroom(s: Series, free: str) -> Tip:
+    bs, g = batch(s), ga(s)
+    return Tip(
+        f"{free} headroom: per_device_train_batch_size {bs} could go to {bs * 2} for throughput (about twice "
+        f"the activation memory; the effective batch doubles to {bs * 2 * g} per GPU unless "
+        f"gradient_accumulation_steps halves)",
+        {"per_device_train_batch_size": bs * 2},
+    )
+
+
+def unstick(s: Series) -> Tip:
+    """A loss flat at its starting height: the updates broke the model, or nothing trains."""
+    lr = _num(s.config.get("learning_rate"))
+    if lr and lr > 1e-3:
+        return Tip(
+            f"learning_rate is {lr:g}, far above the 1e-5 to 5e-4 LoRA fine-tunes use: the first updates "
+            "wrecked the weights and the model now predicts the same thing whatever the input; set it to "
+            "1e-4 (the run starts over from the base model; the loss should then fall within the first "
+            "hundred steps)",
+            {"learning_rate": 1e-4},
+        )
+    low = learning_rate(s, 10)
+    return Tip(
+        f"{low.text}; if the loss never moved at all, check that something trains: labels not all masked "
+        "(template, cutoff_len) and trainable parameters present (finetuning_type, lora_target)",
+        low.change,
+    )

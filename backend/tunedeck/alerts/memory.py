@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import Finding, Limits, Occurrences, Series, Steps, gib
+from tunedeck.alerts.series import Finding, Limits, Occurrences, Series, Steps, device, gib
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
@@ -30,6 +30,11 @@ SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
 BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 MIB64 = 64 * 1024**2
+# A settled window, for the healthy-plateau finding, holds at least this many samples (the noise
+# estimate's own window: fewer cannot tell a flat line from noise) and this many seconds (several
+# optimizer steps of any real run, whose step takes 2-20 s on a 7B LoRA).
+SETTLED_N = WINDOW
+SETTLED_S = 60.0
 NOISE = 1.4826 / math.sqrt(2)  # a MAD of step-to-step differences as the sample noise
 
 
@@ -150,6 +155,7 @@ class Gpu:
 
     def __init__(self, gpu: int, lim: Limits):
         self.gpu, self.share = gpu, lim.near_oom_share
+        self.mem = "memory" if gpu == -1 else "VRAM"  # a CPU job's series is the host's memory
         self.n = 0
         self.t_first = self.t_last = 0.0
         self.total = 0.0  # the largest capacity reported; 0: unknown
@@ -162,6 +168,7 @@ class Gpu:
         self.run = self.longest = 0  # samples in a row over the near-OOM share
         self.near = Occurrences()
         self.near_peak = 0.0
+        self.calm_from = -math.inf  # the end of the last spike or near-OOM sample: no plateau before it
         # The plateau's blocks: [first index, t0, t1, samples, min, max, sum of smoothed, sum of noise].
         self.blocks: list[list] = []
         self.block = 1
@@ -199,6 +206,8 @@ class Gpu:
         found, resume = early_spikes(y, early[-1][-1] or None)
         for start, peak, ref in found:
             self._spike(early[start][0], float(y[peak]), ref, early=True)
+        if found:  # the excursions ended before the sample judging resumes at
+            self.calm_from = max(self.calm_from, early[min(resume, len(early) - 1)][0])
         for sample in early[max(HISTORY, resume) :]:
             self._step(*sample)
 
@@ -212,6 +221,7 @@ class Gpu:
                     self._spike(
                         e.t0, max(x.peak for x in up[i:]), e.base, lasted=t - e.t0 if e.n > MAX_SPIKE else 0.0
                     )
+                    self.calm_from = max(self.calm_from, t)
                 del up[i:]
                 break
         while up and t - up[0].t0 >= EXCURSION_S:  # still up after that long: the level changed
@@ -242,6 +252,7 @@ class Gpu:
         self.longest = max(self.longest, self.run)
         if above:
             self.near_peak = max(self.near_peak, y)
+            self.calm_from = max(self.calm_from, t)
         if self.run >= 3:  # sustained: three samples in a row
             self.near.add(t)
 
@@ -273,7 +284,7 @@ class Gpu:
         return [
             *judged._spike_findings(s, steps, lim, now, running),
             *self._near_findings(s, steps, lim, running),
-            *self._plateau_findings(s, steps, running),
+            *judged._plateau_findings(s, steps, lim, now, running),
         ]
 
     def _spike_findings(
@@ -288,11 +299,12 @@ class Gpu:
         period = periodic(times)
         if period is None:
             msg = (
-                f"GPU {gpu}: {occ.n} transient VRAM spike(s); the largest reached {gib(peak)}, "
+                f"{device(gpu)}: {occ.n} transient {self.mem} spike(s); the largest reached {gib(peak)}, "
                 f"+{gib(peak - base)} above the {gib(base)} baseline"
                 + (f" ({100 * peak / total:.0f}% of {gib(total)})" if total else "")
                 + (f"; the longest lasted {self.widest:.0f} s" if self.widest else "")
             )
+            relief = advice.memory_relief(s)
             if early:  # no batch to blame yet: the job was starting (loading, first batches)
                 sug = "a peak while the job started, above the level it then held; if it nears capacity, "
             else:
@@ -300,7 +312,6 @@ class Gpu:
                     f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); "
                     "if it recurs, "
                 )
-            sug += advice.memory_relief(s)
             return [
                 Finding(
                     "vram_spike",
@@ -309,36 +320,32 @@ class Gpu:
                     times,
                     steps.step_at(times[-1]),
                     msg,
-                    sug,
+                    sug + relief.text,
                     recent,
                     occ.n,
                     occ.first,
+                    relief.change,
                 )
             ]
         g = advice.ga(s)
         at = steps.at(times)
         every = ""
-        sug_parts = []
+        tips: list = []
         if at is not None:
             sp = float(np.median(np.diff(at)))
             mb = sp * g
             every = f" (≈{sp:.1f} optimizer steps = {mb:.0f} micro-batches)"
             if g > 1:
-                sug_parts.append(
-                    f"gradient_accumulation_steps is {g} and the spikes recur every {mb:.0f} "
-                    f"micro-batches: try {max(1, g // 2)}"
-                )
+                tips.append(advice.accumulate_less(s, mb))
         elif g > 1:
-            sug_parts.append(
-                f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {g // 2}"
-            )
-        rb = advice.reduce_bucket(s)
-        if rb:
-            sug_parts.append(rb)
-        if not sug_parts:
-            sug_parts.append("spikes at the optimizer step: " + advice.memory_relief(s))
+            tips.append(advice.accumulate_less(s, None))
+        tips.append(advice.reduce_bucket(s))
+        if not any(tips):
+            relief = advice.memory_relief(s)
+            tips.append(advice.Tip("spikes at the optimizer step: " + relief.text, relief.change))
+        sug, change = advice.combine(tips, ", or ")
         msg = (
-            f"GPU {gpu}: VRAM spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
+            f"{device(gpu)}: {self.mem} spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
             f"{occ.n} spikes"
         )
         return [
@@ -349,10 +356,11 @@ class Gpu:
                 times,
                 steps.step_at(times[-1]),
                 msg,
-                ", or ".join(sug_parts),
+                sug,
                 recent,
                 occ.n,
                 occ.first,
+                change,
             )
         ]
 
@@ -361,8 +369,9 @@ class Gpu:
         if not total or not self.near.n:
             return []
         times, peak = self.near.times(), self.near_peak
+        relief = advice.memory_relief(s)
         msg = (
-            f"GPU {self.gpu}: {gib(peak)} of {gib(total)} in use ({100 * peak / total:.1f}%, over "
+            f"{device(self.gpu)}: {gib(peak)} of {gib(total)} in use ({100 * peak / total:.1f}%, over "
             f"{100 * lim.near_oom_share:.0f}% for {self.longest} samples)"
         )
         return [
@@ -373,18 +382,29 @@ class Gpu:
                 times,
                 steps.step_at(times[-1]),
                 msg,
-                "close to out-of-memory: " + advice.memory_relief(s),
+                "close to out-of-memory: " + relief.text,
                 running and self.run >= 3,
                 self.near.n,
                 self.near.first,
+                relief.change,
             )
         ]
 
-    def _plateau_findings(self, s: Series, steps: Steps, running: bool) -> list[Finding]:
+    def _plateau_findings(
+        self, s: Series, steps: Steps, lim: Limits, now: float, running: bool
+    ) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
-        least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run)."""
+        least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run).
+
+        "The healthy flat line" must never stand beside a problem on the same device: none while a
+        spike or near-OOM finding is open, and the stretch begins after the last spike, near-OOM
+        sample and excursion still up. It is a real settled window: at least SETTLED_N samples and
+        SETTLED_S seconds, past the first samples (warm-up climb) and past the learning-rate warm-up
+        and the first optimizer step (which allocates the optimizer state), where steps are known."""
         n = self.n
-        if n < 12:
+        if n < SETTLED_N:
+            return []
+        if running and ((self.spikes.n and now - self.spikes.recent[-1] <= lim.hold_s) or self.run >= 3):
             return []
         b = np.array(self.blocks + ([self._cur] if self._cur else []), dtype=np.float64)
         i0, size = b[:, 0], b[:, 3]
@@ -394,27 +414,47 @@ class Gpu:
         sigma = float(np.median(after[:, 7] / after[:, 3]))  # sample noise, robust
         total = self.total or None
         band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2, 4 * sigma)
+        w = b[int(np.argmax(i0 + size > warm))]
+        t_warm = w[1] + (warm - w[0]) * (w[2] - w[1]) / max(1.0, w[3] - 1)
+        t_steps = -math.inf
+        if steps.t:
+            t_steps = steps.reached(max(1, advice.warmup_steps(s)))
+            if t_steps is None:  # still warming up
+                return []
+            t_warm = max(t_warm, t_steps)
+        calm = max([self.calm_from, *(e.t0 for e in self._up)])
         # The trailing stretch: blocks from the newest back while their range stays within the band.
         lo, hi = np.minimum.accumulate(b[::-1, 4]), np.maximum.accumulate(b[::-1, 5])
-        fits = (hi - lo <= band) & ((i0[::-1] >= warm) | (np.arange(len(b)) == 0))
+        t0 = b[::-1, 1]
+        fits = (
+            (hi - lo <= band)
+            & ((i0[::-1] >= warm) | (np.arange(len(b)) == 0))
+            & (t0 > calm)
+            & (t0 >= t_steps)
+        )
         k = int(np.argmin(fits)) if not fits.all() else len(b)  # blocks in the stretch
         if k == 0:
             return []
         first, lo, hi = b[len(b) - k], float(lo[k - 1]), float(hi[k - 1])
-        w = b[int(np.argmax(i0 + size > warm))]
-        t_warm = w[1] + (warm - w[0]) * (w[2] - w[1]) / max(1.0, w[3] - 1)
         start, end = float(first[1]), self.t_last
-        if n - first[0] < 10 or end - start < 0.5 * (end - t_warm):
+        if n - first[0] < SETTLED_N or end - start < max(SETTLED_S, 0.5 * (end - t_warm)):
             return []
         share = f" ({100 * level / total:.0f}% of {gib(total)})" if total else ""
         msg = (
-            f"GPU {self.gpu}: memory settled at {gib(level)}{share} after {start - self.t_first:.0f} s and stayed "
+            f"{device(self.gpu)}: memory settled at {gib(level)}{share} after {start - self.t_first:.0f} s and stayed "
             f"within {gib(hi - lo)} for {end - start:.0f} s: the healthy flat line"
         )
-        sug = None
-        if total and level < 0.5 * total:
-            bs = advice.batch(s)
-            sug = f"{gib(total - level)} headroom: per_device_train_batch_size {bs} could go to {bs * 2} for throughput"
+        tip = advice.plateau_headroom(s, gib(total - level)) if total and level < 0.5 * total else None
         return [
-            Finding("vram_plateau", "info", self.gpu, [start, end], steps.step_at(end), msg, sug, running)
+            Finding(
+                "vram_plateau",
+                "info",
+                self.gpu,
+                [start, end],
+                steps.step_at(end),
+                msg,
+                tip.text if tip else None,
+                running,
+                change=tip.change if tip else None,
+            )
         ]

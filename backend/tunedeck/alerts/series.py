@@ -47,6 +47,7 @@ class Finding:
     open: bool
     count: int = 0  # every occurrence, when `times` holds only the most recent (0: len(times))
     first: float | None = None  # the first occurrence, when `times` no longer holds it
+    change: dict[str, Any] | None = None  # the suggestion as train.yaml keys -> new values, if it is one
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.times)
@@ -70,6 +71,7 @@ class Finding:
             "step": self.step,
             "message": self.message,
             "suggestion": self.suggestion,
+            "change": self.change,
         }
 
 
@@ -99,6 +101,11 @@ class Limits:
     near_oom_share: float = 0.95
     stall_min_s: float = 120.0
     hold_s: float = 300.0
+
+
+def device(gpu: int | None) -> str:
+    """How a finding names its device: a CPU job's series (-1) is the host's memory, not a GPU."""
+    return "host memory" if gpu == -1 else f"GPU {gpu}"
 
 
 def gib(b: float) -> str:
@@ -131,6 +138,10 @@ class Steps:
                 np.fromiter(self.step, np.float64, len(self.t)),
             )
         return [float(x) for x in np.interp(times, *self._arrays)]
+
+    def reached(self, step: int) -> float | None:
+        """The time of the first kept point at or past this step (None: not reached yet)."""
+        return next((t for t, x in zip(self.t, self.step) if x >= step), None)
 
     def before(self, t: float) -> int | None:
         """The step of the last point at or before t."""

@@ -29,6 +29,17 @@ SMOOTH = 10  # points in the divergence's trailing mean: an fp16 loss flipping e
 RECENT = 60  # points the oscillation is judged on
 INTERVALS = 256  # step intervals a step's usual duration is the median of
 SETTLE = 8  # intervals seen before each new one is judged on arrival
+# A stuck loss: a flat line that has not come down from where the run began. Flat is a spread of at
+# most STUCK_SPREAD of its level over STUCK_POINTS logged points in a row: a model that learns moves its
+# loss by more than that from one mini-batch to the next (several %, ~1 % even averaged over 50 steps),
+# while one wrecked by a huge learning rate predicts the same thing for every input and logs the same
+# value to the fourth digit. Not come down is a level at least STUCK_HIGH of the lowest of the first
+# EARLY_LOSS losses (the lowest: a wrecked model may first log a loss above the one it gets stuck at):
+# a run that converged sits well below where it started, however flat its tail.
+STUCK_POINTS = 20
+STUCK_SPREAD = 0.005
+STUCK_HIGH = 0.8
+EARLY_LOSS = 5
 
 
 def _median(x: list[float], k: int) -> np.ndarray:
@@ -61,6 +72,11 @@ class Training:
         self.last_gap: tuple[float, float, int | None] | None = None
         self.oom, self.flush = Occurrences(), Occurrences()
         self.oom_line, self.oom_gpu, self.flush_worst = "", None, 0
+        self.early: list[float] = []  # the first finite losses
+        self.flat: list | None = None  # the trailing flat run of losses: [first step, points, min, max]
+        self.stuck = Occurrences()  # points at which the loss stood stuck
+        self.stuck_run: tuple[int | None, int, float, float, int | None] | None = None
+        self.stuck_now = False
 
     def feed_point(self, p: Point) -> None:
         self.last = p
@@ -87,7 +103,26 @@ class Training:
             self.flush.add(t)
             self.flush_worst = max(self.flush_worst, int(m.group(1)))
 
+    def _flat(self, t: float, step: int | None, loss: float) -> None:
+        if len(self.early) < EARLY_LOSS:
+            self.early.append(loss)
+        f = self.flat
+        if f is not None:
+            lo, hi = min(f[2], loss), max(f[3], loss)
+            if hi - lo <= STUCK_SPREAD * max(abs(lo), abs(hi)):
+                f[1], f[2], f[3] = f[1] + 1, lo, hi
+            else:
+                f = None
+        if f is None:
+            f = self.flat = [step, 1, loss, loss]
+        level, start = (f[2] + f[3]) / 2, min(self.early)
+        self.stuck_now = f[1] >= STUCK_POINTS and level > 0 and level >= STUCK_HIGH * start
+        if self.stuck_now:
+            self.stuck.add(t)
+            self.stuck_run = (f[0], f[1], level, start, step)
+
     def _loss(self, t: float, step: int | None, loss: float) -> None:
+        self._flat(t, step, loss)
         self.finite += 1
         self.recent.append((t, step, loss))
         self._ten.append(loss)
@@ -148,6 +183,7 @@ class Training:
             *self._nan(s, running),
             *self._divergence(s, running),
             *self._oscillation(s, running),
+            *self._stuck(s, running),
             *self._oom(s, steps, running, host_memory),
             *self._alloc_flush(s, steps, lim, now, running),
             *self._stall(s, now, running, alive_until),
@@ -158,18 +194,18 @@ class Training:
             return []
         step0, what = self.bad_first
         still = self.last is not None and self.last.loss is not None and not math.isfinite(self.last.loss)
+        clip = advice.Tip(
+            "set max_grad_norm: 1.0 (gradient blow-ups are clipped; ordinary steps are unchanged)",
+            {"max_grad_norm": 1.0},
+        )
         tips = [
-            x
-            for x in (
-                advice.precision(s),
-                advice.learning_rate(s, 10),
-                "set max_grad_norm: 1.0" if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "",
-            )
-            if x
+            advice.precision(s),
+            advice.learning_rate(s, 10),
+            clip if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "",
         ]
-        sug = "; ".join(tips)
         if not advice.fp16(s):
-            sug += "; gradient blow-ups want AMP off (fp16: false)"
+            tips.append("gradient blow-ups want AMP off (fp16: false)")
+        sug, change = advice.combine(tips)
         return [
             Finding(
                 "loss_nan",
@@ -182,6 +218,7 @@ class Training:
                 running and still,
                 self.bad.n,
                 self.bad.first,
+                change,
             )
         ]
 
@@ -195,13 +232,17 @@ class Training:
             if lo > 0
             else f"loss diverging: {sm:.3g} from {lo:.3g}"
         )
+        warmup = advice.Tip(
+            "add warmup_ratio: 0.1 (the learning rate ramps up over the first tenth of training: early "
+            "updates are gentler, the peak rate comes later)",
+            {"warmup_ratio": 0.1},
+        )
         tips = [
             advice.learning_rate(s, 4),
-            "add warmup_ratio: 0.1"
-            if not (s.config.get("warmup_ratio") or s.config.get("warmup_steps"))
-            else "",
+            warmup if not (s.config.get("warmup_ratio") or s.config.get("warmup_steps")) else "",
             advice.precision(s) or "gradient blow-ups want AMP off (fp16/bf16 false) to check",
         ]
+        sug, change = advice.combine(tips)
         return [
             Finding(
                 "loss_divergence",
@@ -210,10 +251,11 @@ class Training:
                 self.over.times(),
                 self.over_step,
                 msg,
-                "; ".join(x for x in tips if x),
+                sug,
                 running and sm >= self.bar,
                 self.over.n,
                 self.over.first,
+                change,
             )
         ]
 
@@ -233,12 +275,46 @@ class Training:
             f"loss oscillates: step-to-step swings of ±{100 * rel:.0f}% around {level:.3g}, the direction "
             f"flipping on {100 * alt:.0f}% of the last {len(pts)} points"
         )
-        sug = advice.precision(s) or (
-            f"{advice.learning_rate(s, 2)}, or raise gradient_accumulation_steps from "
-            f"{advice.ga(s)} to {advice.ga(s) * 2} for a steadier gradient"
+        sug, change = advice.combine(
+            [advice.precision(s)]
+            if advice.fp16(s)
+            else [advice.learning_rate(s, 2), advice.accumulate_more(s)],
+            ", or ",
         )
         return [
-            Finding("loss_oscillation", "warning", None, [x[0] for x in pts], pts[-1][1], msg, sug, running)
+            Finding(
+                "loss_oscillation",
+                "warning",
+                None,
+                [x[0] for x in pts],
+                pts[-1][1],
+                msg,
+                sug,
+                running,
+                change=change,
+            )
+        ]
+
+    def _stuck(self, s: Series, running: bool) -> list[Finding]:
+        if self.stuck_run is None:
+            return []
+        step0, n, level, start, last = self.stuck_run
+        tip = advice.unstick(s)
+        return [
+            Finding(
+                "loss_stuck",
+                "warning",
+                None,
+                self.stuck.times(),
+                step0,
+                f"loss stuck at {level:.5g} for {n} logged points (steps {step0} to {last}), not below "
+                f"{100 * STUCK_HIGH:.0f}% of where the run began ({start:.4g}): the model is not learning",
+                tip.text,
+                running and self.stuck_now,
+                self.stuck.n,
+                self.stuck.first,
+                tip.change,
+            )
         ]
 
     def _oom(self, s: Series, steps: Steps, running: bool, host_memory: bool) -> list[Finding]:
@@ -250,6 +326,7 @@ class Training:
             gpu = s.devices[local] if local < len(s.devices) else local
         elif not s.devices:
             gpu = -1 if host_memory else None
+        relief = advice.memory_relief(s)
         return [
             Finding(
                 "oom",
@@ -258,18 +335,20 @@ class Training:
                 self.oom.times(),
                 steps.before(self.oom.first),
                 f"out of memory in the trainer output: {self.oom_line.strip()[:300]}",
-                advice.memory_relief(s),
+                relief.text,
                 running,
                 self.oom.n,
                 self.oom.first,
+                relief.change,
             )
         ]
 
     def _alloc_flush(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
         if not self.flush.n:
             return []
-        tips = [x for x in (advice.prefetch_bucket(s), advice.reduce_bucket(s)) if x]
-        tips.append(advice.smaller_batch(s))
+        sug, change = advice.combine(
+            [advice.prefetch_bucket(s), advice.reduce_bucket(s), advice.smaller_batch(s)]
+        )
         last = self.flush.recent[-1]
         return [
             Finding(
@@ -280,10 +359,11 @@ class Training:
                 steps.before(last),
                 f"DeepSpeed flushed the PyTorch allocator cache {self.flush.n} time(s), up to "
                 f"{self.flush_worst} per step: memory is fragmented at the limit and every flush stalls the step",
-                "; ".join(tips),
+                sug,
                 running and now - last <= lim.hold_s,
                 self.flush.n,
                 self.flush.first,
+                change,
             )
         ]
 

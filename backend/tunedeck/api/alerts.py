@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
 
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
-from tunedeck.schemas import AlertOut
+from tunedeck.schemas import AlertOut, Severity
 from tunedeck.services import alert_engine as service
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api", tags=["alerts"])
 Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="an alert id: only alerts after it")]
+
+
+class TeamFilter(BaseModel):
+    """The team-wide list's filters; an unknown one is refused (a typo must not widen the list)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    open: bool | None = None
+    after: int | None = Field(None, ge=0, le=2**62, description="an alert id: only alerts after it")
+    min_severity: Severity | None = Field(None, description="only alerts this severe or worse")
+    order: Literal["asc", "desc"] = Field("asc", description="by id: oldest (asc) or newest (desc) first")
+    limit: int = Field(1000, ge=1, le=1000)
 
 
 @router.get("/jobs/{job_id}/alerts", response_model=list[AlertOut], responses=errors(404))
@@ -26,7 +39,14 @@ def job_alerts(
 
 
 @router.get("/alerts", response_model=list[AlertOut])
-def all_alerts(session: SessionDep, open: bool | None = None, after: Cursor = None) -> list[AlertOut]:
-    """Alerts of every job (`open=true`: the conditions that hold now)."""
-    rows = service.list_alerts(session, open_only=open, after=after)
+def all_alerts(session: SessionDep, q: Annotated[TeamFilter, Query()]) -> list[AlertOut]:
+    """Alerts of every job (`open=true`: the conditions that hold now; `open=false`: past ones)."""
+    rows = service.list_alerts(
+        session,
+        open_only=q.open,
+        after=q.after,
+        min_severity=q.min_severity,
+        newest_first=q.order == "desc",
+        limit=q.limit,
+    )
     return [AlertOut.model_validate(r, from_attributes=True) for r in rows]

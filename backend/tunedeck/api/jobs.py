@@ -25,6 +25,7 @@ from tunedeck.schemas import (
     MetricPage,
 )
 from tunedeck.services import jobs as service
+from tunedeck.services.alert_summary import job_out, job_outs
 from tunedeck.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
@@ -84,13 +85,13 @@ def list_jobs(
 ) -> JobPage:
     """List jobs, newest first, optionally by status."""
     jobs, nxt = service.list_jobs(session, status=status, after=after, limit=_limit(settings, limit))
-    return JobPage(jobs=[JobOut.of(j) for j in jobs], next=nxt)
+    return JobPage(jobs=job_outs(session, jobs), next=nxt)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
 def get_job(job_id: int, session: SessionDep) -> JobOut:
-    """One job with its progress."""
-    return JobOut.of(service.get_job(session, job_id))
+    """One job with its progress and the summary of its alerts."""
+    return job_out(session, service.get_job(session, job_id))
 
 
 @router.get("/{job_id}/metrics", response_model=MetricPage, responses=NOT_FOUND)
@@ -143,12 +144,13 @@ def cancel_job(job_id: int, request: Request, session: SessionDep, settings: Set
         raise HTTPException(
             status_code=403, detail=f"only its owner ({job.owner}) or an admin may cancel job {job_id}"
         )
-    return JobOut.of(
+    return job_out(
+        session,
         service.request_cancel(
             session,
             job_id=job_id,
             executor=request.app.state.executor,
             state=request.app.state.jobstate,
             by=principal.name if principal else None,
-        )
+        ),
     )

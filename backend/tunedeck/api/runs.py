@@ -11,6 +11,7 @@ from tunedeck.alerts.rundir import BadInput
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.schemas import NAME_RULES, JobOut
+from tunedeck.services.alert_summary import stored_job_out
 from tunedeck.services.imports import import_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -62,4 +63,4 @@ async def import_run_route(
         )
     except BadInput as e:
         raise HTTPException(422, detail=[{"loc": ["body"], "msg": str(e), "type": "value_error"}]) from None
-    return JobOut.of(job)
+    return await run_in_threadpool(stored_job_out, request.app.state.engine, job)

@@ -15,7 +15,7 @@ import yaml
 from sqlalchemy import Connection, Engine, Select, func, or_
 from sqlmodel import Session, col, select
 
-from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
+from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.config import Settings
 from tunedeck.services.errors import NotFound
 from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
@@ -213,8 +213,10 @@ class Tracker:
         *,
         now: float | None = None,
         on_new: Callable[[Job, list[Alert]], None] | None = None,
+        on_closed: Callable[[set[int]], None] | None = None,
     ) -> list[Alert]:
-        """Bring the job's state up to date and store what it finds; returns the alerts opened now."""
+        """Bring the job's state up to date and store what it finds; returns the alerts opened now.
+        `on_closed` hears of the job when any of its alerts closed (after the commit)."""
         self.pull()
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
@@ -224,11 +226,14 @@ class Tracker:
             st = self.jobs.get(job_id) or self.build(job)
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
-            new = reconcile(session, job_id, findings, finished=job.status.finished)
+            closed: list[Alert] = []
+            new = reconcile(session, job_id, findings, finished=job.status.finished, closed=closed)
             if job.status.finished:  # nothing more comes; a late row builds it again
                 self.jobs.pop(job_id, None)
             if new and on_new:
                 on_new(job, new)
+            if closed and on_closed:
+                on_closed({job_id})
             return new
 
 
@@ -241,12 +246,22 @@ def _by_job(part, jobs: dict[int, _Followed], table: str) -> dict[int, list]:
     return by
 
 
-def reconcile(session: Session, job_id: int, findings: list[Finding], *, finished: bool) -> list[Alert]:
+def reconcile(
+    session: Session,
+    job_id: int,
+    findings: list[Finding],
+    *,
+    finished: bool,
+    closed: list[Alert] | None = None,
+) -> list[Alert]:
     """Store findings as alerts: update the episode that is open (or recomputed), open a new one when
-    a closed condition recurs, close what no longer holds. Returns the alerts opened now."""
+    a closed condition recurs, close what no longer holds. Returns the alerts opened now; those closed
+    now are appended to `closed`."""
+    was_open = {}
     latest: dict[tuple[str, int | None], Alert] = {}
     for a in session.exec(select(Alert).where(Alert.job_id == job_id).order_by(col(Alert.id))):
         latest[(a.kind, a.gpu)] = a
+        was_open[a.id] = a.open
     new: list[Alert] = []
     seen = set()
     for f in findings:
@@ -260,6 +275,7 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
             "step": f.step,
             "message": f.message,
             "suggestion": f.suggestion,
+            "change": json.dumps(f.change) if f.change else None,
             "open": is_open,
             "last_t": f.t,
         }
@@ -284,9 +300,12 @@ def reconcile(session: Session, job_id: int, findings: list[Finding], *, finishe
         if row.open and (key not in seen or finished):
             row.open = False
             session.add(row)
+    shut = [row for row in latest.values() if was_open.get(row.id) and not row.open]
     session.commit()
     for row in new:
         session.refresh(row)
+    if closed is not None:
+        closed += shut
     return new
 
 
@@ -296,11 +315,15 @@ def list_alerts(
     job_id: int | None = None,
     open_only: bool | None = None,
     after: int | None = None,
+    min_severity: str | None = None,
+    newest_first: bool = False,
     limit: int = 1000,
 ) -> list[Alert]:
     if job_id is not None and session.get(Job, job_id) is None:
         raise NotFound(f"job {job_id} not found")
-    q = select(Alert).order_by(col(Alert.id)).limit(limit)
+    q = select(Alert).order_by(col(Alert.id).desc() if newest_first else col(Alert.id)).limit(limit)
+    if min_severity is not None:
+        q = q.where(col(Alert.severity).in_(SEVERITIES[SEVERITIES.index(min_severity) :]))
     if job_id is not None:
         q = q.where(Alert.job_id == job_id)
     if open_only is not None:
@@ -326,6 +349,9 @@ class AlertEngine(Worker):
     ):
         super().__init__()
         self.engine, self.settings, self.on_new, self.sweep_s = engine, settings, on_new, sweep_s
+        # Told of jobs whose alerts closed, at once (the live streams: the stream watcher would see it
+        # only on its next poll).
+        self.on_closed: list[Callable[[set[int]], None]] = []
         self.interval_s = settings.alert_interval_s
         self.limits = limits_of(settings)
         self.tracker = Tracker(engine, self.limits)  # used by this engine's thread only
@@ -343,6 +369,10 @@ class AlertEngine(Worker):
     def job_ended(self, job_id: int) -> None:
         """JobState's call once a job's end has committed: its final judgement closes what was open."""
         self.notify({job_id})
+
+    def _closed(self, jobs: set[int]) -> None:
+        for listener in self.on_closed:
+            listener(jobs)
 
     def _sweep(self) -> None:
         with Session(self.engine) as session:
@@ -366,7 +396,7 @@ class AlertEngine(Worker):
         for job_id in sorted(due):
             self._last[job_id] = time.monotonic()
             try:
-                self.tracker.evaluate(job_id, on_new=self.on_new)
+                self.tracker.evaluate(job_id, on_new=self.on_new, on_closed=self._closed)
             except Exception:
                 log.exception("alert evaluation of job %s failed", job_id)
         if self._dirty:  # jobs evaluated too recently: look again shortly, not a whole interval later

@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 
 from tunedeck import strictjson
 from tunedeck.lflog import METRICS
-from tunedeck.schemas import JobOut
+from tunedeck.services.alert_summary import job_outs
 from tunedeck.tables import Job
 
 ROW_TTL_S = 1.0
@@ -119,7 +119,10 @@ def job_rows(engine: Engine, job_ids: list[int], *, seq: int | None = None) -> l
     with Session(engine) as session:
         jobs = list(session.exec(select(Job).where(col(Job.id).in_(job_ids))))
         conn = session.connection()
-        by_id = {j.id: {**JobOut.of(j).model_dump(mode="json"), **job_extras(conn, j.id)} for j in jobs}
+        by_id = {
+            j.id: {**out.model_dump(mode="json"), **job_extras(conn, j.id)}
+            for j, out in zip(jobs, job_outs(session, jobs))
+        }
     rows = [by_id[i] for i in job_ids if i in by_id]
     if key is not None and rows:
         _ROWS[key] = (time.monotonic(), rows[0])

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from tunedeck.alerts import at_least
+from tunedeck.alerts.series import device
 from tunedeck.config import Settings
 from tunedeck.tables import Alert, Job
 from tunedeck.workers import Worker
@@ -124,7 +125,7 @@ class Notifier(Worker):
                 continue
             text = (
                 f"{ICON.get(a.severity, '')} tunedeck {a.severity}: job {job.id} ({job.name}) {a.kind}"
-                f"{'' if a.gpu is None else f' on GPU {a.gpu}'}: {a.message}"
+                f"{'' if a.gpu is None else f' on {device(a.gpu)}'}: {a.message}"
                 + (f"\nSuggestion: {a.suggestion}" if a.suggestion else "")
             )
             self.put(

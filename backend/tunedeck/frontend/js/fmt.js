@@ -46,6 +46,28 @@ export function when(iso) {
 
 export function statusBadge(status) { return h("span", { class: `badge s-${status}`, "data-status": status, text: status }); }
 
+// A success whose loss went NaN, diverged or stayed stuck is not shown as a healthy green success.
+export function verdictBadge(j) {
+  if (j.verdict !== "succeeded_with_problems") return statusBadge(j.status);
+  const problems = (j.alerts && j.alerts.problems) || [];
+  return h("span", { class: "badge s-problems", "data-status": j.status, "data-verdict": j.verdict,
+    title: `the run finished, but: ${problems.join(", ")}`, text: "succeeded with problems" });
+}
+
+// Each severity its own sign and colour: an info finding never looks like a warning.
+export const SEVERITY_SIGN = { critical: "✖", warning: "⚠", info: "ℹ" };
+
+// The worst alert a job ever had (open or closed), with how many of that severity and how many are open.
+export function alertSummaryBadge(j) {
+  const a = j.alerts || {};
+  if (!a.worst) return "";
+  const n = (a.counts || {})[a.worst] || 0;
+  const parts = Object.entries(a.counts || {}).map(([sev, k]) => `${k} ${sev}`);
+  return h("span", { class: `badge sev-${a.worst}`, "data-severity": a.worst,
+    title: `alerts ever: ${parts.join(", ")}; ${a.open || 0} open now`,
+    text: `${SEVERITY_SIGN[a.worst] || ""} ${a.worst} ${n}${a.open ? ` · ${a.open} open` : ""}` });
+}
+
 export function progressBar(p, wide = false) {
   const pct = p && p.percentage !== null && p.percentage !== undefined ? p.percentage : 0;
   return h("span", { class: `bar${wide ? " wide" : ""}`, title: `${pct.toFixed(1)}%` }, h("i", { style: `width:${Math.min(100, pct)}%` }));

@@ -1,8 +1,9 @@
 // One job, live: history is loaded downsampled up to a cursor, then the job stream continues from it.
 /* global Plotly */
+import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
 import { config, ema, empty, GiB, layout, mode, onZoom, plain, range, throttled } from "./charts.js";
-import { $, bytes, duration, h, nav, num, progressBar, statusBadge, when } from "./fmt.js";
+import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
 
 const indicator = nav("");
 const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
@@ -35,7 +36,7 @@ function showJob(j) {
   state.job = j;
   document.title = `tunedeck · ${j.name}`;
   $("#title").textContent = `#${j.id} ${j.name}`;
-  $("#status").replaceChildren(statusBadge(j.status));
+  $("#status").replaceChildren(verdictBadge(j));
   $("#owner").textContent = j.owner ? `by ${j.owner}` : "";
   const p = j.progress || {};
   $("#bar").replaceChildren(progressBar(p, true));
@@ -309,9 +310,9 @@ function addMemory(rows) {
 }
 
 function gpuLabel(gpu) {
-  if (gpu === -1) return "host RAM (CPU job)";
+  if (gpu === -1) return "host memory (CPU job)";
   const name = state.gpuNames && state.gpuNames.get(gpu);
-  return `GPU ${gpu}${name ? ` ${name}` : ""}`;
+  return `${deviceLabel(gpu)}${name ? ` ${name}` : ""}`;
 }
 
 function drawMemory() {
@@ -398,13 +399,7 @@ async function loadAlerts() {
   state.alerts = rows;
   const box = $("#alerts");
   if (!rows.length) { box.replaceChildren(h("span", { class: "muted", text: "none" })); return; }
-  box.replaceChildren(...rows.map((a) => h("div", { class: `alert-item${a.open ? "" : " closed"}`, "data-kind": a.kind },
-    h("span", { class: `badge sev-${a.severity}`, text: a.severity }), " ",
-    h("b", { text: a.kind }), a.gpu !== null && a.gpu !== undefined ? ` · GPU ${a.gpu}` : "",
-    a.step !== null && a.step !== undefined ? ` · step ${a.step}` : "", a.count > 1 ? ` · ×${a.count}` : "",
-    a.open ? " · open" : " · resolved",
-    h("div", { text: a.message }),
-    a.suggestion ? h("div", { class: "sugg", text: `→ ${a.suggestion}` }) : null)));
+  box.replaceChildren(...rows.map((a) => alertItem(a, jobId)));
   redrawMetrics();
   redrawMemory();
 }

@@ -1,6 +1,6 @@
 // The team page: every job, live from the team stream (which sends every job's current row first).
 import { live } from "./api.js";
-import { $, bytes, duration, h, nav, num, progressBar, statusBadge, when } from "./fmt.js";
+import { $, alertSummaryBadge, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
 
 const indicator = nav("/");
 const jobs = new Map();
@@ -17,11 +17,6 @@ function vram(j) {
   return j.total_vram_bytes ? `${bytes(j.peak_vram_bytes)} / ${bytes(j.total_vram_bytes)}` : bytes(j.peak_vram_bytes);
 }
 
-function alertBadge(j) {
-  if (!j.open_alerts) return "";
-  return h("span", { class: `badge sev-${j.alert_severity || "warning"}`, title: "open alerts", text: `⚠ ${j.open_alerts}` });
-}
-
 function lossCell(j) {
   // An inf or NaN loss arrives as null, named in `nonfinite` (strict JSON has neither).
   const bad = j.nonfinite && j.nonfinite.last_loss;
@@ -36,13 +31,13 @@ function row(j) {
     h("td", { class: "num", text: j.id }),
     h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name })),
     h("td", { text: j.owner || "–" }),
-    h("td", {}, statusBadge(j.status)),
+    h("td", {}, verdictBadge(j)),
     h("td", { text: gpus(j) }),
     h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),
     h("td", { class: "num", text: j.status === "running" ? duration(p.eta_seconds) : "–" }),
     lossCell(j),
     h("td", { class: "num", text: vram(j) }),
-    h("td", {}, alertBadge(j)),
+    h("td", { class: "alerts" }, alertSummaryBadge(j)),
     h("td", { class: "muted", text: when(j.created_at) }));
 }
 

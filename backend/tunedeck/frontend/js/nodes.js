@@ -12,7 +12,21 @@ function gpuRow(g) {
     h("td", {}, g.job_id ? h("a", { href: `/jobs/${g.job_id}`, text: `#${g.job_id}` }) : h("span", { class: "muted", text: "free" })));
 }
 
-async function refresh() {
+const RECENT = 20; // closed warning/critical alerts listed under "Recent problems"
+
+function alertItem(a) {
+  return h("div", { class: `alert-item${a.open ? "" : " closed"}`, "data-kind": a.kind, "data-severity": a.severity },
+    h("span", { class: `badge sev-${a.severity}`, text: a.severity }), " ",
+    h("a", { href: `/jobs/${a.job_id}`, text: `#${a.job_id}` }), ` ${a.kind}: ${a.message}`,
+    a.suggestion ? h("div", { class: "sugg", text: `→ ${a.suggestion}` }) : null);
+}
+
+function showAlerts(box, rows, none) {
+  box.classList.toggle("muted", !rows || !rows.length);
+  box.replaceChildren(...(rows === null ? ["Alerts are not available on this server yet."] : !rows.length ? [none] : rows.map(alertItem)));
+}
+
+async function refreshNodes() {
   try {
     const nodes = await optional("/api/nodes");
     if (nodes === null) { $("#nodes").replaceChildren(h("div", { class: "notice", text: "The node inventory is not available on this server yet." })); return; }
@@ -21,14 +35,26 @@ async function refresh() {
       n.reason ? h("div", { class: "notice", text: n.reason }) : null,
       n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "job"].map((t) => h("th", { text: t })))),
         h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: "No GPUs on this node: jobs run on the CPU." }))));
-    const alerts = await optional("/api/alerts", { open: true });
-    $("#alerts").classList.toggle("muted", !alerts || !alerts.length);
-    $("#alerts").replaceChildren(...(alerts === null ? ["Alerts are not available on this server yet."] : !alerts.length ? ["No open alerts."]
-      : alerts.map((a) => h("div", { class: "alert-item" }, h("span", { class: `badge sev-${a.severity}`, text: a.severity }), " ",
-        h("a", { href: `/jobs/${a.job_id}`, text: `#${a.job_id}` }), ` ${a.kind}: ${a.message}`, a.suggestion ? h("div", { class: "sugg", text: `→ ${a.suggestion}` }) : null))));
   } catch (e) {
     $("#nodes").replaceChildren(h("div", { class: "error", text: describe(e) }));
   }
+}
+
+// Alerts come from the database: they never wait for the GPU libraries' reading.
+async function refreshAlerts() {
+  try {
+    const [alerts, recent] = await Promise.all([optional("/api/alerts", { open: true }),
+      optional("/api/alerts", { open: false, min_severity: "warning", order: "desc", limit: RECENT })]);
+    const more = recent && recent.length ? `; ${recent.length === RECENT ? `${RECENT}+` : recent.length} recent problem(s) below` : "";
+    showAlerts($("#alerts"), alerts, `No open alerts${more}.`);
+    showAlerts($("#recent"), recent, "No recent problems.");
+  } catch (e) {
+    $("#alerts").replaceChildren(h("div", { class: "error", text: describe(e) }));
+  }
+}
+
+async function refresh() {
+  await Promise.all([refreshNodes(), refreshAlerts()]);
   window.tunedeckReady = true;
 }
 

@@ -1,13 +1,13 @@
 """Who asked a job to stop: the cancelling token's name, for "stopped by NAME at step N".
 
-Revision ID: 0009_h20
+Revision ID: 0009
 Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009_h20"
+revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
