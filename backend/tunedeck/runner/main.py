@@ -144,10 +144,14 @@ class Runner:
         me = {os.getpid()}
         self.cancelled = True
         targets = procs.training_processes(trainer.pid)
-        self.note(
-            f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step"
-        )
-        procs.signal_all(targets, signal.SIGABRT)
+        if self.cfg.command == "train":
+            self.note(
+                f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step"
+            )
+            procs.signal_all(targets, signal.SIGABRT)
+        else:  # export and api have no SIGABRT handler (it would dump core); uvicorn stops on SIGTERM
+            self.note(f"cancel requested: SIGTERM to {len(targets)} process(es)")
+            procs.signal_all(targets, signal.SIGTERM)
         for sig, grace in ((signal.SIGTERM, self.cfg.abort_grace_s), (signal.SIGKILL, self.cfg.term_grace_s)):
             try:
                 trainer.wait(timeout=grace)
@@ -170,7 +174,7 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
         try:
             trainer = subprocess.Popen(
-                [str(cli), "train", runfiles.TRAIN_YAML],
+                [str(cli), self.cfg.command, runfiles.TRAIN_YAML],
                 cwd=self.run_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,

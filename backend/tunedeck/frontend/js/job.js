@@ -3,6 +3,7 @@
 import { describe, get, live, optional, post } from "./api.js";
 import { config, ema, GiB, layout, onZoom, plain, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, progressBar, statusBadge, when } from "./fmt.js";
+import { showResults } from "./job-results.js";
 
 const indicator = nav("");
 const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
@@ -309,6 +310,7 @@ async function loadFiles() {
   const files = await get(`/api/jobs/${jobId}/files`);
   $("#files tbody").replaceChildren(...(files.length ? files.map((f) => h("tr", {}, h("td", {}, h("code", { text: f.path })),
     h("td", { class: "num", text: bytes(f.bytes) }))) : [h("tr", {}, h("td", { class: "muted", text: "no files yet" }))]));
+  await showResults(state.job);
 }
 
 // ------------------------------------------------------------------ start
