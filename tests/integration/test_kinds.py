@@ -11,9 +11,11 @@ import httpx
 import pytest
 
 from tests.conftest import OUTPUT, Server, demo_config, job_processes
+from tests.ui import conftest as ui
 from tests.utils.factories import create_token
 
 pytestmark = pytest.mark.slow
+browser, page, shot = ui.browser, ui.page, ui.shot  # headless Chromium for the job and chat pages
 ENDED = ("succeeded", "failed", "cancelled")
 FIGURES = OUTPUT / "kinds-figures.json"
 IDLE_S = 8
@@ -105,7 +107,7 @@ def test_eval_job_reports_the_adapters_loss(server, assets, trained):
     assert res["predictions"] == 0 and res["export"] is None
 
 
-def test_predict_job_scores_and_pages_its_generations(server, assets, trained):
+def test_predict_job_scores_and_pages_its_generations(server, assets, trained, page):
     config = infer_config(
         assets,
         adapter_name_or_path=trained["output_dir"],
@@ -135,6 +137,16 @@ def test_predict_job_scores_and_pages_its_generations(server, assets, trained):
     r = server.api.get(f"/api/jobs/{job['id']}/predictions", params={"ofset": 2})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "ofset", r.text
 
+    # The job page: the scores as a table, the generations beside prompt and label.
+    page.goto(f"{server.url}/jobs/{job['id']}")
+    page.wait_for_selector("#predictions tbody tr", timeout=60_000)
+    cells = page.locator("#predictions tbody tr").first.locator("td pre").all_inner_texts()
+    assert [c.strip() for c in cells] == [lines[0][k].strip() for k in ("prompt", "label", "predict")]
+    assert page.locator("#predictions tbody tr").count() == min(20, len(lines))
+    assert "bleu-4" in page.locator("#result-metrics").inner_text()
+    shot(page, "predict-results")
+    assert page.errors == []
+
 
 def test_export_merges_the_adapter_and_a_predict_job_loads_the_export(server, assets, exported):
     out = Path(exported["output_dir"])
@@ -156,10 +168,12 @@ def test_export_merges_the_adapter_and_a_predict_job_loads_the_export(server, as
     assert results(server, job)["predictions"] > 0
 
 
-def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(server, assets, trained):
+def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(server, assets, trained, page):
     from openai import OpenAI
 
-    r = server.api.post(f"/api/jobs/{trained['id']}/chat", json={"gpus": 0, "max_new_tokens": 12})
+    r = server.api.post(
+        f"/api/jobs/{trained['id']}/chat", json={"gpus": 0, "max_new_tokens": 12, "do_sample": False}
+    )
     assert r.status_code == 201, r.text
     chat = r.json()
     assert chat["kind"] == "chat"
@@ -186,6 +200,15 @@ def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(ser
         answers.append("".join(parts))
     assert all(answers), answers
     record(chat_ttft_s=[round(t, 3) for t in ttft])
+    # The chat page streams its answer through the same route.
+    page.goto(f"{server.url}/jobs/{chat['id']}/chat")
+    page.wait_for_function("() => window.tunedeck && window.tunedeck.ready", timeout=60_000)
+    page.fill("#question", "Who are you?")
+    page.click("#send")
+    page.wait_for_function("() => window.tunedeck.answers.length === 1", timeout=60_000)
+    assert page.locator(".chat-assistant .chat-text").inner_text().strip()
+    shot(page, "chat")
+    assert page.errors == []
     # Without a valid tunedeck token nobody gets through, and the model server itself wants its own key.
     assert (
         httpx.post(f"{base}/chat/completions", json={"messages": []}, headers=bearer("tdk_nope")).status_code

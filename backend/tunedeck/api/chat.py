@@ -38,6 +38,9 @@ class ChatStart(BaseModel):
     gpus: int | None = Field(None, ge=0, le=64, description="GPUs for the chat server; 0 = CPU")
     max_new_tokens: int | None = Field(None, ge=1, le=1_000_000)
     temperature: float | None = Field(None, ge=0, le=100, allow_inf_nan=False)
+    do_sample: bool | None = Field(
+        None, description="false: greedy answers (requests may still ask otherwise)"
+    )
 
 
 @router.post(
