@@ -61,6 +61,10 @@ def test_each_kind_renders_its_commands_keys(app_factory, assets):
     ran = preview(app, {"name": "c", "kind": "chat", "config": {"model_name_or_path": model(assets)}})
     assert not trainer & ran.keys() and "export_dir" not in ran
 
+    r = app.api.post(
+        "/api/estimate", json={"name": "c", "kind": "chat", "config": {"model_name_or_path": model(assets)}}
+    )
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["kind"], r.text
     # A train job is what it always was.
     ran = preview(app, {"name": "t", "config": demo_config(assets)})
     assert ran["do_train"] is True and ran["include_num_input_tokens_seen"] is True

@@ -253,8 +253,15 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     )
     if kind.name == "train":
         estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
-    else:
-        estimate, estimate_error = None, None  # the estimator models training memory
+    else:  # the estimator models training memory (optimizer state, gradients, activations)
+        estimate, estimate_error = (
+            None,
+            {
+                "loc": ["kind"],
+                "msg": f"memory estimates are for train jobs; this is a {kind.name} job",
+                "type": "estimate_error",
+            },
+        )
     kind_errors, kind_warnings = kinds.check(
         kind,
         config,

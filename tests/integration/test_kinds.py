@@ -4,13 +4,15 @@ module, real `llamafactory-cli train | export | api` processes on the CPU."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
-from tests.conftest import OUTPUT, Server, demo_config, job_processes
+from tests.conftest import OUTPUT, PYTHON, Server, demo_config, job_processes
 from tests.ui import conftest as ui
 from tests.utils.factories import create_token
 
@@ -74,11 +76,20 @@ def trained(server, assets) -> dict:
 
 
 @pytest.fixture(scope="module")
-def exported(server, assets, trained) -> dict:
+def exported(server, assets, trained, tmp_path_factory) -> dict:
+    """The adapter merged into its base model, submitted as a script would: `tunedeck submit --kind export`."""
     config = infer_config(
         assets, adapter_name_or_path=trained["output_dir"], finetuning_type="lora", export_size=1
     )
-    return run(server, {"name": "kinds export", "kind": "export", "config": config, "gpus": 0})
+    path = tmp_path_factory.mktemp("export") / "merge_lora.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cli = [PYTHON, "-m", "tunedeck.cli", "submit", str(path), "--kind", "export", "--gpus", "0"]
+    out = subprocess.run([*cli, "--server", server.url], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    job_id = int(out.stdout.split("submitted job ")[1].split()[0])
+    job = server.wait(job_id, ENDED, timeout=300)
+    assert job["status"] == "succeeded" and job["kind"] == "export", job
+    return job
 
 
 def results(server: Server, job: dict) -> dict:
@@ -230,7 +241,7 @@ def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(ser
     if server.api.get(f"/api/jobs/{chat['id']}").json()["status"] == "running":
         assert waiting == "queued"
     stopped = server.wait(chat["id"], ENDED, timeout=120)
-    assert stopped["status"] == "cancelled", stopped
+    assert stopped["status"] == "cancelled" and "chat server stopped" in stopped["error"], stopped
     assert job_processes(stopped["run_dir"]) == []
     after = server.wait(queued["id"], ENDED, timeout=300)
     assert after["status"] == "succeeded" and after["started_at"] >= stopped["finished_at"]

@@ -204,6 +204,8 @@ class Runner:
             self.note(f"killed {left} leftover process(es) of the job")
         code = trainer.returncode
         cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
+        if self.cancelled and self.cfg.command == "api" and code in (0, -signal.SIGTERM):
+            cause = "chat server stopped (cancelled, or idle for TUNEDECK_CHAT_IDLE_S)"
         return self._finish(exit_code=code, cause=cause)
 
     def _start_watch(self) -> FileWatch:

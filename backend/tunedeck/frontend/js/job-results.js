@@ -60,7 +60,7 @@ function chatButton(job) {
   const button = h("button", { id: "start-chat", onclick: async () => {
     button.disabled = true;
     try {
-      const chat = await post(`/api/jobs/${job.id}/chat`, { gpus: job.gpus });
+      const chat = await post(`/api/jobs/${job.id}/chat`, { gpus: Math.min(job.gpus, 1) });
       location.href = `/jobs/${chat.id}/chat`;
     } catch (e) { note.textContent = describe(e); button.disabled = false; }
   } }, "Chat with this model");
