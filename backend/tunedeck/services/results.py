@@ -85,7 +85,11 @@ def folder_bytes(path: Path) -> int:
 
 def weights_bytes(path: Path) -> int:
     """The weight files at the top of a model or adapter folder (its checkpoint-N/ subfolders are not it)."""
-    return sum(p.stat().st_size for p in path.iterdir() if p.is_file() and p.name.endswith(WEIGHTS))
+    return sum(
+        p.stat().st_size
+        for p in path.iterdir()
+        if p.is_file() and p.name.endswith(WEIGHTS) and not p.name.startswith("training_args")
+    )
 
 
 def _config(job: Job) -> dict[str, Any]:
