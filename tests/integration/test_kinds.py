@@ -159,7 +159,7 @@ def test_predict_job_scores_and_pages_its_generations(server, assets, trained, p
     assert page.errors == []
 
 
-def test_export_merges_the_adapter_and_a_predict_job_loads_the_export(server, assets, exported):
+def test_export_merges_the_adapter_and_a_predict_job_loads_the_export(server, assets, trained, exported):
     out = Path(exported["output_dir"])
     assert (out / "config.json").is_file() and list(out.glob("*.safetensors"))
     assert not (out / "adapter_config.json").exists()  # merged: a plain model, no adapter left
@@ -167,7 +167,9 @@ def test_export_merges_the_adapter_and_a_predict_job_loads_the_export(server, as
     assert export["weights_bytes"] == sum(p.stat().st_size for p in out.glob("*.safetensors"))
     assert export["total_bytes"] == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     assert {f["path"] for f in export["files"]} >= {"config.json", "model.safetensors"}
-    assert export["base_weights_bytes"] > 0 and export["adapter_weights_bytes"] > 0
+    assert export["base_weights_bytes"] == (assets / "demo" / "model" / "model.safetensors").stat().st_size
+    adapter = Path(trained["output_dir"]) / "adapter_model.safetensors"
+    assert export["adapter_weights_bytes"] == adapter.stat().st_size
     record(
         export_weights_bytes=export["weights_bytes"],
         export_total_bytes=export["total_bytes"],
