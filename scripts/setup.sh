@@ -28,6 +28,8 @@ fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip >/dev/null
 constraints="$VENV/constraints.txt"
+# Predict jobs score generations with BLEU/ROUGE: LLaMA-Factory imports these for it (its `metrics` extra).
+metrics=("jieba>=0.42" "nltk>=3.8" "rouge-chinese>=1.0.3")
 
 if [ -n "$host_torch" ]; then
   read -r version kind <<<"$host_torch"
@@ -35,6 +37,7 @@ if [ -n "$host_torch" ]; then
   echo "torch==$version" >"$constraints"
   "${pip[@]}" install -c "$constraints" "llamafactory==0.9.5"
   DS_BUILD_OPS=0 "${pip[@]}" install -c "$constraints" "deepspeed==0.19.8"
+  "${pip[@]}" install -c "$constraints" "${metrics[@]}"
   case "$kind" in
     rocm) "${pip[@]}" install -c "$constraints" -e ".[rocm]" ;;
     cuda) "${pip[@]}" install -c "$constraints" -e ".[nvidia]" ;;
@@ -53,6 +56,7 @@ else
     "${pip[@]}" install ./packaging/torchaudio-placeholder
   fi
   DS_BUILD_OPS=0 "${pip[@]}" install -c "$constraints" deepspeed==0.19.8
+  "${pip[@]}" install -c "$constraints" "${metrics[@]}"
   "${pip[@]}" install -c "$constraints" -e .
 fi
 

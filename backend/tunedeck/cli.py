@@ -108,8 +108,9 @@ def submit(
     gpus: Annotated[Optional[int], typer.Option(help="GPUs for the job; 0 = CPU")] = None,
     deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
     server: ServerOpt = None,
+    kind: Annotated[str, typer.Option(help="train | eval | predict | export | chat")] = "train",
 ) -> None:
-    """Submit a fine-tune from a YAML file or a preset."""
+    """Submit a fine-tune (or an eval, predict, export or chat job) from a YAML file or a preset."""
     from tunedeck.spec import load_yaml
 
     if (file is None) == (preset is None):
@@ -129,7 +130,7 @@ def submit(
         server,
         "POST",
         "/api/jobs",
-        json={"name": name or default_name, "config": config, "deepspeed": ds, "gpus": gpus},
+        json={"name": name or default_name, "kind": kind, "config": config, "deepspeed": ds, "gpus": gpus},
     )
     for w in job.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)

@@ -210,6 +210,12 @@ class Settings(BaseSettings):
         description="A preflight refresh asked within this long of the last probe gets that probe's result; "
         "refreshes asked while a probe runs always share it.",
     )
+    chat_idle_s: float = Field(
+        900.0,
+        gt=0,
+        description="A chat job (`llamafactory-cli api`) that gets no request through tunedeck for this long is "
+        "stopped, and its GPU or CPU slot freed.",
+    )
 
     @field_validator("workspace", "database", "train_python", "admin_token_file", mode="after")
     @classmethod

@@ -10,9 +10,11 @@ from fastapi import FastAPI
 
 from tunedeck import __version__, auth, guard
 from tunedeck.api import alerts as alerts_api
+from tunedeck.api import chat as chat_api
 from tunedeck.api import checks, errors, jobs, preflight, prometheus, series, stream, system, telemetry, ui
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
+from tunedeck.api import results as results_api
 from tunedeck.api import runs as runs_api
 from tunedeck.api.responses import COMMON
 from tunedeck.config import Settings, get_settings
@@ -20,6 +22,7 @@ from tunedeck.db import check_file, make_engine, upgrade
 from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
 from tunedeck.services.alert_engine import AlertEngine
+from tunedeck.services.chat import ChatIdle
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState
@@ -77,7 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         # Every background thread, started in this order and stopped in reverse: each is up before
         # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).
-        workers = [notifier, alerts, writer, scheduler, Retention(engine, settings)]
+        idle = ChatIdle(engine=engine, settings=settings, executor=executor, state=jobstate)
+        workers = [notifier, alerts, writer, scheduler, Retention(engine, settings), idle]
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
         app.state.workers, app.state.jobstate = workers, jobstate
         app.state.notifier, app.state.alerts = notifier, alerts
@@ -129,6 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         memory_api,
         nodes_api,
         runs_api,
+        results_api,
+        chat_api,
         prometheus,
     ):
         app.include_router(module.router, responses=COMMON)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunedeck import kinds
 from tunedeck.lint import lf_table
 
 PROBE = Path(__file__).with_name("preflight_probe.py")
@@ -312,6 +313,26 @@ def check_smi(p: Probe) -> Findings:
     return [_check("smi", "ok", "no GPU: memory is sampled with psutil")]
 
 
+def check_kind_packages(p: Probe) -> Findings:
+    """Packages a job kind needs beyond training: one check per package, naming the kinds."""
+    out = []
+    for package, needed_by in kinds.packages_needed().items():
+        have = p.versions.get(package.replace("-", "_"))
+        who = ", ".join(needed_by)
+        if have:
+            out.append(_check(package, "ok", f"{package} {have} ({who} jobs)"))
+        else:
+            out.append(
+                _check(
+                    package,
+                    "warn",
+                    f"{package} is not installed: {who} jobs fail (LLaMA-Factory's BLEU/ROUGE metrics import it)",
+                    f"pip install {package} in the training environment (scripts/setup.sh does)",
+                )
+            )
+    return out
+
+
 # In the order the page and `tunedeck doctor` list them.
 CHECKS = (
     check_torch,
@@ -323,6 +344,7 @@ CHECKS = (
     check_key_table_versions,
     check_flash_attn,
     check_smi,
+    check_kind_packages,
 )
 
 
@@ -349,7 +371,9 @@ def evaluate(raw: dict[str, Any]) -> dict[str, Any]:
         "hostname": raw.get("hostname"),
         "python": raw.get("python"),
         "devices": p.devices,
-        "packages": {k: p.versions.get(k) for k in packages} | {"flash_attn": bool(fa.get("importable"))},
+        "packages": {k: p.versions.get(k) for k in packages}
+        | {"flash_attn": bool(fa.get("importable"))}
+        | {k.replace("-", "_"): p.versions.get(k.replace("-", "_")) for k in kinds.packages_needed()},
         "checks": checks,
     }
 

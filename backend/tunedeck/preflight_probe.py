@@ -37,6 +37,10 @@ PACKAGES = (
     "amdsmi",
     "pyrsmi",
     "nvidia-ml-py",
+    # LLaMA-Factory's predict metrics (BLEU/ROUGE) import these; tunedeck.kinds names who needs them.
+    "jieba",
+    "nltk",
+    "rouge-chinese",
 )
 
 

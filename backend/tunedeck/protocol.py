@@ -27,6 +27,7 @@ class RunnerConfig(BaseModel):
     server_url: str
     output_dir: str
     train_python: str
+    command: Literal["train", "export", "api"] = Field("train", description="the llamafactory-cli command")
     env: dict[str, str] = Field(description="for llamafactory-cli, beyond the runner's own")
     abort_grace_s: float
     term_grace_s: float

@@ -18,6 +18,7 @@ from tunedeck.protocol import Strict
 from tunedeck.tables import Job, JobStatus
 
 NonFinite = Literal["inf", "-inf", "nan"]
+JobKind = Literal["train", "eval", "predict", "export", "chat"]
 
 
 # The one rule for job names, wherever a name comes in (JSON, the YAML route's query, an import's form):
@@ -31,9 +32,14 @@ NAME_RULES: dict[str, Any] = {
 
 
 class JobSpec(Strict):
-    """What a client submits. `config` holds LLaMA-Factory train keys, as in its YAML files."""
+    """What a client submits. `config` holds LLaMA-Factory keys, as in its YAML files."""
 
     name: str = PField(**NAME_RULES)
+    kind: JobKind = PField(
+        "train",
+        description="train: fine-tune; eval: loss on eval_dataset; predict: generate for eval_dataset "
+        "(BLEU/ROUGE); export: merge the adapter into the model; chat: an OpenAI-compatible server",
+    )
     config: dict[str, Any]
     deepspeed: str | dict[str, Any] | None = None
     gpus: int | None = PField(
@@ -85,6 +91,7 @@ class AlertSummary(BaseModel):
 class JobOut(BaseModel):
     id: int
     name: str
+    kind: str = "train"
     owner: str | None
     status: JobStatus
     gpus: int
@@ -114,6 +121,7 @@ class JobOut(BaseModel):
         return cls(
             id=job.id,
             name=job.name,
+            kind=job.kind,
             owner=job.owner,
             status=job.status,
             gpus=job.gpus,

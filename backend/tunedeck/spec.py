@@ -80,12 +80,14 @@ def load_yaml(text: str, *, max_items: int | None = None) -> dict[str, Any]:
     return data
 
 
-def spec_from_yaml(text: str, *, name: str, gpus: int | None = None, max_items: int | None = None) -> JobSpec:
-    """A LLaMA-Factory train YAML as-is: its `deepspeed:` path becomes the job's DeepSpeed config."""
+def spec_from_yaml(
+    text: str, *, name: str, gpus: int | None = None, max_items: int | None = None, kind: str = "train"
+) -> JobSpec:
+    """A LLaMA-Factory YAML as-is: its `deepspeed:` path becomes the job's DeepSpeed config."""
     config = load_yaml(text, max_items=max_items)
     ds = config.pop("deepspeed", None)
     try:
-        return JobSpec(name=name, config=config, deepspeed=ds, gpus=gpus)
+        return JobSpec(name=name, kind=kind, config=config, deepspeed=ds, gpus=gpus)
     except ValidationError as e:  # e.g. `deepspeed: 5`: located at the YAML key, like every other error
         where = {"deepspeed": ("config", "deepspeed"), "name": ("query", "name"), "gpus": ("query", "gpus")}
         msgs: dict[tuple, list[str]] = {}

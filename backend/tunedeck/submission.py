@@ -20,17 +20,13 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from tunedeck import catalog, hubcache, lint, reach, runfiles, tree
+from tunedeck import catalog, hubcache, kinds, lint, reach, runfiles, tree
 from tunedeck import estimate as est
 from tunedeck.config import Settings
 from tunedeck.presets import deepspeed_presets
 from tunedeck.schemas import JobSpec
 from tunedeck.spec import SpecError, detail
 
-# Keys tunedeck owns: the job gets a fresh output folder and a token count (throughput).
-FORCED = {"overwrite_output_dir": True, "include_num_input_tokens_seen": True}
-DEFAULTS = {"do_train": True, "report_to": "none"}
-REQUIRED = ("model_name_or_path", "dataset")
 MODEL_LOC = ["config", "model_name_or_path"]
 
 
@@ -81,6 +77,7 @@ class Submission:
     warnings: list[str]
     estimate: dict[str, Any] | None
     estimate_errors: list[dict[str, Any]]  # 422 detail items saying why there is no estimate
+    kind: kinds.Kind = kinds.KINDS["train"]
 
     @property
     def notes(self) -> list[lint.Finding]:
@@ -96,7 +93,8 @@ class Submission:
     def render(self, *, output_dir: Path, ds_path: Path) -> tuple[str, str | None]:
         """The train.yaml and ds_config.json texts for a job's run folder."""
         config = dict(self.config)
-        config["output_dir"] = str(output_dir)
+        if key := kinds.output_key(self.kind):
+            config[key] = str(output_dir)
         if self.ds_config is not None:
             config["deepspeed"] = str(ds_path)
         train_yaml = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
@@ -234,13 +232,12 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
         in_config = config.pop("deepspeed")
         if ds_value is None:
             ds_value = in_config
+    kind = kinds.of(spec.kind)
+    warnings += kinds.take_owned(kind, config)
     if "output_dir" in config:
         warnings.append(
             f"output_dir {config.pop('output_dir')!r} ignored: every job gets a fresh folder in its run directory"
         )
-    for key in REQUIRED:
-        if key not in config and not (key == "dataset" and config.get("do_train") is False):
-            errors.append(detail(["config", key], "is required"))
     gpus = spec.gpus if spec.gpus is not None else (1 if node.gpus > 0 else 0)
     if gpus > node.gpus:
         errors.append(detail(["gpus"], f"asks for {gpus} GPUs; this node has {node.gpus}"))
@@ -254,7 +251,27 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     findings = lint.lint(
         config, ds_config, gpus=gpus, preflight=node.preflight, model_config=model_config, mca=False
     )
-    estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
+    if kind.name == "train":
+        estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
+    else:  # the estimator models training memory (optimizer state, gradients, activations)
+        estimate, estimate_error = (
+            None,
+            {
+                "loc": ["kind"],
+                "msg": f"memory estimates are for train jobs; this is a {kind.name} job",
+                "type": "estimate_error",
+            },
+        )
+    kind_errors, kind_warnings = kinds.check(
+        kind,
+        config,
+        args=lint.lf_table()["args"],
+        gpus=gpus,
+        preflight=node.preflight,
+        deepspeed=ds_config is not None,
+    )
+    errors += kind_errors
+    warnings += kind_warnings
     # Paths, network keys, hub ids and remote code: what the job may reach beyond its run folder.
     reached = reach.check(config, ds_config, settings, read=read)
     if not any(x["loc"] == ["config", "dataset_dir"] for x in reached.errors):
@@ -270,9 +287,7 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
         estimate_errors = [estimate_error] if estimate_error is not None else []
     if config.get("dataset_dir") is None:
         config["dataset_dir"] = str(settings.workspace / "data")
-    config.update(FORCED)
-    for key, value in DEFAULTS.items():
-        config.setdefault(key, value)
+    kinds.apply(kind, config)
     return Submission(
         config=config,
         ds_config=ds_config,
@@ -283,4 +298,5 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
         warnings=warnings,
         estimate=estimate,
         estimate_errors=estimate_errors,
+        kind=kind,
     )

@@ -62,6 +62,10 @@ class Job(SQLModel, table=True):
     runner_token_hash: str | None = None
     last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
     estimate: str | None = Field(default=None, sa_column=Column(Text))  # VRAM estimate, JSON
+    kind: str = Field(default="train", sa_column_kwargs={"server_default": "train"})  # tunedeck/kinds.py
+    api_port: int | None = None  # a chat job's `llamafactory-cli api` port on 127.0.0.1
+    api_key: str | None = None  # ... and the key it wants: other local users cannot use it directly
+    last_used_at: datetime | None = None  # a chat job's newest proxied request (idle stop)
 
 
 class MetricPoint(SQLModel, table=True):

@@ -33,6 +33,9 @@ ROCM_BOX = {
         "transformers": "5.6.0",
         "llamafactory": "0.9.5",
         "deepspeed": "0.19.8",
+        "jieba": "0.42.1",
+        "nltk": "3.10.4",
+        "rouge_chinese": "1.0.3",
     },
     "torch": {
         "version": "2.5.1+rocm6.2",
@@ -58,6 +61,19 @@ ROCM_BOX = {
         "pynvml": {"ok": False},
     },
 }
+
+
+def test_a_missing_predict_metric_package_is_named_with_the_job_kind_that_needs_it():
+    raw = copy.deepcopy(ROCM_BOX)
+    del raw["versions"]["jieba"]  # the probe reports what it cannot find as missing (None) or not at all
+    raw["versions"]["rouge_chinese"] = None
+    result = preflight.evaluate(raw)
+    checks = {c["name"]: c for c in result["checks"]}
+    for package in ("jieba", "rouge-chinese"):
+        assert checks[package]["status"] == "warn"
+        assert "predict jobs fail" in checks[package]["detail"] and package in checks[package]["fix"]
+    assert checks["nltk"]["status"] == "ok"
+    assert result["packages"]["jieba"] is None and result["packages"]["nltk"] == "3.10.4"
 
 
 def status(result: dict) -> dict[str, str]:

@@ -55,6 +55,13 @@ def bounded(max_examples: int, **more) -> settings:
 
 STREAM = "GET /api/stream"
 TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
+# These need a trained model or a running chat server, which a paused fuzz server never has: they are
+# fuzzed for conformance here and answer 2xx in tests/integration/test_kinds.py.
+NEEDS_A_MODEL = {
+    "POST /api/jobs/{job_id}/chat",
+    "GET /api/jobs/{job_id}/v1/models",
+    "POST /api/jobs/{job_id}/v1/chat/completions",
+}
 JOB_READS = [STREAM] + [
     f"GET /api/jobs/{{job_id}}{tail}"
     for tail in ("", "/metrics", "/logs", "/config", "/files", "/series", "/memory", "/alerts", "/estimate")
@@ -446,7 +453,11 @@ def test_every_operation_conforms_and_reaches_the_data(fuzz_server, schema, seed
             big = {"name": "big", "config": {"x": "x" * BODY_LIMIT}}
             exercise(op.Case(body=big, media_type="application/json"), headers)
     assert TALLY.failures_of(TALLY.phase) == [], "\n".join(TALLY.failures_of(TALLY.phase))
-    assert [label for label in labels if label != TELEMETRY and not TALLY.two_xx(label)] == []
+    assert [
+        label
+        for label in labels
+        if label != TELEMETRY and label not in NEEDS_A_MODEL and not TALLY.two_xx(label)
+    ] == []
 
 
 # ---------------------------------------------------------------- stateful: submit → read → cancel

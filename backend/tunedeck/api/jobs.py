@@ -16,6 +16,7 @@ from tunedeck.schemas import (
     FileOut,
     JobConfigOut,
     JobCreated,
+    JobKind,
     JobOut,
     JobPage,
     JobSpec,
@@ -64,14 +65,15 @@ def submit_yaml(
     name: Annotated[str, Query(**NAME_RULES)],
     body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
     gpus: Annotated[int | None, Query(ge=0, le=64)] = None,
+    kind: JobKind = "train",
 ) -> JobCreated:
-    """Submit a LLaMA-Factory train YAML as-is."""
+    """Submit a LLaMA-Factory YAML as-is (train, or another job kind)."""
     return _created(
         request,
         session,
         settings,
         node,
-        specs.spec_from_yaml(body, name=name, gpus=gpus, max_items=settings.spec_max_keys),
+        specs.spec_from_yaml(body, name=name, gpus=gpus, max_items=settings.spec_max_keys, kind=kind),
     )
 
 

@@ -62,7 +62,7 @@ def _page(name: str):
 
 
 def mount(app: FastAPI) -> None:
-    """Pages at /, /new, /jobs/{id}, /compare, /nodes; static files under /static."""
+    """Pages at /, /new, /jobs/{id}, /jobs/{id}/chat, /compare, /nodes; static files under /static."""
     app.include_router(router, responses=COMMON)
     app.include_router(forms.router, responses=COMMON)
     app.include_router(report.router)  # declares its own (JSON) errors
@@ -81,7 +81,13 @@ def mount(app: FastAPI) -> None:
             FRONTEND / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
         )
 
+    chat_page = _page("chat.html")
+
+    def chat(job_id: int) -> FileResponse:
+        return chat_page()
+
     app.add_api_route("/jobs/{job_id}", job, include_in_schema=False)
+    app.add_api_route("/jobs/{job_id}/chat", chat, include_in_schema=False)
     app.add_api_route("/favicon.ico", favicon, include_in_schema=False)  # browsers ask for it unprompted
     app.add_api_route("/static/vendor/plotly.min.js", plotly_js, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=FRONTEND), name="static")

@@ -11,7 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tunedeck import procs, runfiles, spec
+from tunedeck import kinds, procs, runfiles, spec
 from tunedeck.config import Settings
 from tunedeck.protocol import RunnerConfig
 from tunedeck.services.nodes import NodeInventory
@@ -31,15 +31,18 @@ class LocalExecutor:
     ) -> tuple[int, float | None]:
         run_dir = Path(job.run_dir)
         s = self.settings
+        env = spec.launch_env(
+            gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None, offline=not s.allow_hub
+        )
+        env.update(kinds.launch_env(job))  # a chat job's port and key, set on `job` for the proxy
         RunnerConfig(
             job_id=job.id,
             job_key=job.run_dir,
             server_url=server_url,
             output_dir=job.output_dir,
             train_python=str(s.train_python),
-            env=spec.launch_env(
-                gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None, offline=not s.allow_hub
-            ),
+            command=kinds.of(job.kind).command,
+            env=env,
             abort_grace_s=s.cancel_abort_grace_s,
             term_grace_s=s.cancel_term_grace_s,
             flush_s=s.telemetry_flush_s,

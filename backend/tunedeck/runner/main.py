@@ -144,10 +144,14 @@ class Runner:
         me = {os.getpid()}
         self.cancelled = True
         targets = procs.training_processes(trainer.pid)
-        self.note(
-            f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step"
-        )
-        procs.signal_all(targets, signal.SIGABRT)
+        if self.cfg.command == "train":
+            self.note(
+                f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step"
+            )
+            procs.signal_all(targets, signal.SIGABRT)
+        else:  # export and api have no SIGABRT handler (it would dump core); uvicorn stops on SIGTERM
+            self.note(f"cancel requested: SIGTERM to {len(targets)} process(es)")
+            procs.signal_all(targets, signal.SIGTERM)
         for sig, grace in ((signal.SIGTERM, self.cfg.abort_grace_s), (signal.SIGKILL, self.cfg.term_grace_s)):
             try:
                 trainer.wait(timeout=grace)
@@ -170,7 +174,7 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
         try:
             trainer = subprocess.Popen(
-                [str(cli), "train", runfiles.TRAIN_YAML],
+                [str(cli), self.cfg.command, runfiles.TRAIN_YAML],
                 cwd=self.run_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -200,6 +204,8 @@ class Runner:
             self.note(f"killed {left} leftover process(es) of the job")
         code = trainer.returncode
         cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
+        if self.cancelled and self.cfg.command == "api" and code in (0, -signal.SIGTERM):
+            cause = "chat server stopped (cancelled, or idle for TUNEDECK_CHAT_IDLE_S)"
         return self._finish(exit_code=code, cause=cause)
 
     def _start_watch(self) -> FileWatch:

@@ -28,6 +28,7 @@ def create_job(
     checked = resolve(spec, settings, node).checked()
     job = Job(
         name=spec.name,
+        kind=spec.kind,
         owner=owner,
         gpus=checked.gpus,
         spec=spec.model_dump_json(),

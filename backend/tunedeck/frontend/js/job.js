@@ -4,6 +4,7 @@ import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
 import { config, ema, empty, GiB, layout, mode, onZoom, plain, range, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { showResults } from "./job-results.js";
 
 const indicator = nav("");
 const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
@@ -434,7 +435,11 @@ async function loadConfig() {
 // Checkpoints folded away: a run with many saves lists dozens of files per checkpoint.
 async function loadFiles() {
   const files = await get(`/api/jobs/${jobId}/files`);
-  if (!files.length) { $("#files").replaceChildren(h("span", { class: "muted", text: "no files yet" })); return; }
+  if (!files.length) {
+    $("#files").replaceChildren(h("span", { class: "muted", text: "no files yet" }));
+    await showResults(state.job);
+    return;
+  }
   const groups = new Map();
   for (const f of files) {
     const m = /^(checkpoint-(\d+))\//.exec(f.path);
@@ -449,6 +454,7 @@ async function loadFiles() {
       h("table", {}, h("tbody", {}, ...g.files.map((f) => h("tr", {}, h("td", {}, h("code", { text: f.path })),
         h("td", { class: "num", text: bytes(f.bytes) }))))));
   }));
+  await showResults(state.job);
 }
 
 // ------------------------------------------------------------------ summary

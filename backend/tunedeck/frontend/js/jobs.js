@@ -29,7 +29,7 @@ function row(j) {
   const steps = p.total_steps ? `${p.current_steps ?? 0}/${p.total_steps}` : "";
   return h("tr", { "data-job": j.id, "data-status": j.status },
     h("td", { class: "num", text: j.id }),
-    h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name })),
+    h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name }), j.kind && j.kind !== "train" ? h("span", { class: "muted", text: ` · ${j.kind}` }) : null),
     h("td", { text: j.owner || "–" }),
     h("td", {}, verdictBadge(j)),
     h("td", { text: gpus(j) }),

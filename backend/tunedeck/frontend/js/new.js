@@ -22,6 +22,8 @@ function input(key, kind, hint) {
 $("#g-job").append(
   h("div", { class: "field", "data-field": "name" }, h("label", { for: "f-name", text: "job name" }), h("input", { id: "f-name", name: "name", required: true, placeholder: "qwen2-lora-sft" })),
   h("div", { class: "field", "data-field": "gpus" }, h("label", { for: "f-gpus", text: "GPUs (0 = CPU)" }), h("input", { id: "f-gpus", name: "gpus", type: "number", min: "0", step: "1" })),
+  h("div", { class: "field", "data-field": "kind" }, h("label", { for: "f-kind", text: "kind" }),
+    h("select", { id: "f-kind", name: "kind" }, ...["train", "eval", "predict", "export", "chat"].map((k) => h("option", { value: k, text: k })))),
 );
 for (const [title, fields] of GROUPS) {
   $("#groups").append(h("fieldset", {}, h("legend", { text: title }), h("div", { class: "fields" }, ...fields.map(([k, kind, hint]) => input(k, kind, hint)))));
@@ -77,7 +79,7 @@ async function collect() {
   } else if (mode.startsWith("preset:")) deepspeed = mode.slice(7);
   else if (mode.startsWith("path:")) deepspeed = mode.slice(5);
   const gpus = $("#f-gpus").value.trim();
-  return { name: $("#f-name").value.trim(), config, deepspeed, gpus: gpus === "" ? null : Number(gpus) };
+  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus) };
 }
 
 // ------------------------------------------------------------------ errors at their fields
@@ -96,7 +98,7 @@ function fieldFor(loc) {
     return document.querySelector(`[data-field="config.${CSS.escape(String(path[1]))}"]`) || document.querySelector('[data-field="extra"]');
   }
   if (path[0] === "deepspeed") return document.querySelector('[data-field="deepspeed"]');
-  if (path[0] === "gpus" || path[0] === "name" || path[0] === "extra") return document.querySelector(`[data-field="${path[0]}"]`);
+  if (["gpus", "name", "kind", "extra"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
   return null;
 }
 
