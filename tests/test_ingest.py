@@ -16,7 +16,7 @@ from tunedeck.services.metric_charts import metric_series
 from tunedeck.tables import Job, JobStatus, LogLine, MetricPoint
 
 # metric_points columns that are not trainer metrics: keys, time, progress, the line as written
-SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite")
+SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite", "extra")
 
 
 def new_job(engine) -> int:  # noqa: ANN001
@@ -119,7 +119,7 @@ def test_every_reader_of_metric_points_names_the_one_list_of_columns(tmp_path):
     table = MetricPoint.__table__.c
     assert tuple(c.name for c in table if c.name not in SERVICE_COLUMNS) == METRICS
     assert [k for k in METRICS if isinstance(table[k].type, Integer)] == list(COUNTS)
-    assert tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite")) == METRICS
+    assert tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite", "extra")) == METRICS
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     job_id = new_job(engine)

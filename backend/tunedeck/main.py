@@ -10,7 +10,9 @@ from fastapi import FastAPI
 
 from tunedeck import __version__, auth, guard
 from tunedeck.api import alerts as alerts_api
+from tunedeck.api import artifacts as artifacts_api
 from tunedeck.api import checks, errors, jobs, preflight, prometheus, series, stream, system, telemetry, ui
+from tunedeck.api import lifecycle as lifecycle_api
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import runs as runs_api
@@ -118,6 +120,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (
         jobs,
+        lifecycle_api,
+        artifacts_api,
         telemetry,
         system,
         stream,
