@@ -22,6 +22,7 @@ from tests.conftest import Server, demo_config
 
 pytestmark = pytest.mark.slow
 ENDED = ("succeeded", "failed", "cancelled")
+MAX_STEPS = 20
 
 
 def until(check, what: str, timeout: float = 240):
@@ -39,22 +40,29 @@ def stepped(server: Server, job_id: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, assets):
-    """A server; a parent stopped at step N (no save step: save_steps is past max_steps); its resume."""
+    """A server; a parent stopped at step N (no save step: save_steps is past max_steps); an
+    uninterrupted clone of it (the reference); and the parent's resume."""
     server = Server(tmp_path_factory.mktemp("lifecycle") / "ws", assets).start()
     # Every step logged; no step is a save step, so only the stop can leave a checkpoint.
-    config = demo_config(assets, max_steps=60, logging_steps=1, save_steps=1000, eval_steps=1000)
+    config = demo_config(assets, max_steps=MAX_STEPS, logging_steps=1, save_steps=1000, eval_steps=1000)
     parent = server.submit({"name": "parent run", "config": config, "gpus": 0})
     until(
-        lambda: (server.api.get(f"/api/jobs/{parent['id']}").json()["progress"]["current_steps"] or 0) >= 5,
-        "the parent's fifth step",
+        lambda: (server.api.get(f"/api/jobs/{parent['id']}").json()["progress"]["current_steps"] or 0) >= 3,
+        "the parent's third step",
     )
     refused = server.api.delete(f"/api/jobs/{parent['id']}")  # while it runs
     assert server.api.post(f"/api/jobs/{parent['id']}/cancel").status_code == 200
+    # The same spec but a key that changes nothing of the training: the uninterrupted reference.
+    reference = server.api.post(
+        f"/api/jobs/{parent['id']}/clone", json={"overrides": {"save_steps": 500}, "name": "reference run"}
+    )
+    assert reference.status_code == 201, reference.text
     parent = server.wait(parent["id"], ENDED)
     resumed = server.api.post(f"/api/jobs/{parent['id']}/resume", json={})
     assert resumed.status_code == 201, resumed.text
     child = server.wait(resumed.json()["id"], ENDED, timeout=600)
-    yield {"server": server, "parent": parent, "child": child, "refused": refused}
+    reference = server.wait(reference.json()["id"], ENDED, timeout=600)
+    yield {"server": server, "parent": parent, "child": child, "reference": reference, "refused": refused}
     server.stop()
 
 
@@ -62,7 +70,7 @@ def test_a_stop_saves_a_full_checkpoint_at_its_step(lab):
     server, parent = lab["server"], lab["parent"]
     assert parent["status"] == "cancelled", parent
     last = stepped(server, parent["id"])[-1]["step"]
-    assert 5 <= last < 60 and last % 1000
+    assert 3 <= last < MAX_STEPS
     cps = server.api.get(f"/api/jobs/{parent['id']}/checkpoints").json()
     assert [c["name"] for c in cps] == [f"checkpoint-{last}"]  # the stop's, at the step it stopped
     cp = cps[0]
@@ -71,16 +79,21 @@ def test_a_stop_saves_a_full_checkpoint_at_its_step(lab):
 
 
 def test_the_resumed_job_continues_at_the_next_step(lab):
-    server, parent, child = lab["server"], lab["parent"], lab["child"]
-    assert child["status"] == "succeeded", child
-    assert child["parent_id"] == parent["id"]
+    server, parent, child, reference = lab["server"], lab["parent"], lab["child"], lab["reference"]
+    assert child["status"] == reference["status"] == "succeeded", (child, reference)
+    assert child["parent_id"] == reference["parent_id"] == parent["id"]
     before, after = stepped(server, parent["id"]), stepped(server, child["id"])
     steps_lost = after[0]["step"] - before[-1]["step"] - 1
     assert steps_lost == 0, (before[-1], after[0])
-    assert after[-1]["step"] == 60 and [p["step"] for p in after] == list(range(after[0]["step"], 61))
-    # The loss goes on from where it was, not from the untrained model's.
-    first_loss = before[0]["loss"]
-    assert abs(after[0]["loss"] - before[-1]["loss"]) < abs(after[0]["loss"] - first_loss)
+    assert [p["step"] for p in after] == list(range(after[0]["step"], MAX_STEPS + 1))
+    # Weights, optimizer, scheduler, RNG and data position all came back: the resumed steps are the
+    # uninterrupted run's steps, loss and learning rate alike.
+    uninterrupted = {p["step"]: p for p in stepped(server, reference["id"])}
+    assert [p["step"] for p in before + after] == sorted(uninterrupted)
+    for p in before + after:
+        same = uninterrupted[p["step"]]
+        assert p["lr"] == pytest.approx(same["lr"], rel=1e-6), (p, same)
+        assert p["loss"] == pytest.approx(same["loss"], rel=2e-3, abs=1e-3), (p, same)
     config = server.api.get(f"/api/jobs/{child['id']}/config").json()["train_yaml"]
     assert f"resume_from_checkpoint: {parent['output_dir']}/checkpoint-{before[-1]['step']}" in config
     # grad_norm of every training step, which trainer_log.jsonl leaves out.
@@ -148,14 +161,17 @@ def test_the_adapter_archive_loads_with_peft(lab, tmp_path, assets):
 
 
 def test_clone_with_an_override_is_checked_like_a_submit(lab, assets):
-    server, parent = lab["server"], lab["parent"]
+    server, parent, reference = lab["server"], lab["parent"], lab["reference"]
+    assert reference["name"] == "reference run"
+    reference_yaml = server.api.get(f"/api/jobs/{reference['id']}/config").json()["train_yaml"]
+    assert "save_steps: 500\n" in reference_yaml
     r = server.api.post(
-        f"/api/jobs/{parent['id']}/clone",
-        json={"overrides": {"max_steps": 2, "warmup_steps": None}, "name": "cloned run"},
+        f"/api/jobs/{parent['id']}/clone", json={"overrides": {"max_steps": 2, "warmup_steps": None}}
     )
     assert r.status_code == 201, r.text
     clone = r.json()
-    assert clone["parent_id"] == parent["id"] and clone["name"] == "cloned run"
+    assert clone["parent_id"] == parent["id"] and clone["name"] == parent["name"]
+    stop(server, clone["id"])
     yaml_text = server.api.get(f"/api/jobs/{clone['id']}/config").json()["train_yaml"]
     assert "max_steps: 2\n" in yaml_text and "warmup_steps" not in yaml_text
     bad = server.api.post(f"/api/jobs/{parent['id']}/clone", json={"overrides": {"max_stepz": 2}})
@@ -166,7 +182,6 @@ def test_clone_with_an_override_is_checked_like_a_submit(lab, assets):
     as_clone = server.api.post(f"/api/jobs/{parent['id']}/clone", json={"overrides": {"max_steps": -3}})
     assert as_clone.status_code == as_submit.status_code == 422
     assert as_clone.json()["detail"] == as_submit.json()["detail"]
-    stop(server, clone["id"])
 
 
 def stop(server: Server, job_id: int) -> dict:
@@ -192,7 +207,8 @@ def test_tags_notes_search_and_delete(lab):
     assert ids(tag="keep") == [child["id"]]
     assert ids(tag="lr-sweep") == [child["id"], parent["id"]]
     assert ids(q="BASELINE") == [child["id"]]  # notes, any case
-    assert ids(q="parent") == [child["id"], parent["id"]]  # names (the resume keeps its parent's)
+    assert ids(q="REFERENCE") == [lab["reference"]["id"]]  # names
+    assert child["id"] in ids(q="parent run")  # the resume keeps its parent's name
     assert ids(q="%") == []  # a wildcard is a character
     assert parent["id"] in ids(status="cancelled") and child["id"] not in ids(status="cancelled")
     assert ids(created_after="2999-01-01T00:00:00Z") == []
