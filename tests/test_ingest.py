@@ -119,7 +119,10 @@ def test_every_reader_of_metric_points_names_the_one_list_of_columns(tmp_path):
     table = MetricPoint.__table__.c
     assert tuple(c.name for c in table if c.name not in SERVICE_COLUMNS) == METRICS
     assert [k for k in METRICS if isinstance(table[k].type, Integer)] == list(COUNTS)
-    assert tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite", "extra")) == METRICS
+    assert (
+        tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite", "extra"))
+        == METRICS
+    )
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     job_id = new_job(engine)

@@ -45,7 +45,7 @@ def metrics(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None) -> 
     if as_json:
         _dump(points)
         return
-    keys = ("step", "loss", "eval_loss", "lr", "grad_norm", "throughput")
+    keys = ("step", "loss", "eval_loss", "lr", "grad_norm")  # --json gives every column
     typer.echo("  ".join(f"{k:>12}" for k in keys))
     for p in points:
         typer.echo("  ".join(f"{'' if p.get(k) is None else format(p[k], '.6g'):>12}" for k in keys))
