@@ -120,8 +120,8 @@ def remove(session: Session, job: Job, *, settings: Settings, files: bool) -> No
 
 
 def _utc(t: datetime) -> datetime:
-    """As stored: UTC without a zone (a time given without one is taken as UTC)."""
-    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+    """In UTC, as the column holds it; a time given without a zone is taken as UTC."""
+    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def search(
