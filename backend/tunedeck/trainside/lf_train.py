@@ -1,9 +1,9 @@
 """`llamafactory-cli train` with two callbacks of ours, run by path with the trainer's Python.
 
 LLaMA-Factory's graceful stop (SIGABRT in web-UI mode) ends training after the step and saves the
-adapter only, so a stop at step 120 could resume from checkpoint-100 at best. `SaveOnStop` asks the
-Trainer for a regular checkpoint (adapter, optimizer, scheduler, RNG, ZeRO shards) at the step
-where it stops. `ExtraLog` writes the numbers LLaMA-Factory's trainer_log.jsonl leaves out
+adapter only, so a stop at step 120 could resume from checkpoint-100 at best. `SaveOnStop` stops
+every rank after the same whole step and asks the Trainer for a regular checkpoint there (adapter,
+optimizer, scheduler, RNG, ZeRO shards). `ExtraLog` writes the numbers LLaMA-Factory's trainer_log.jsonl leaves out
 (grad_norm, ...), one line per logging event, so line i of both files is the same event.
 
 Run as `python lf_train.py train.yaml`. Under torchrun (same rule as LLaMA-Factory's launcher:
@@ -33,30 +33,37 @@ def _callbacks():
     from transformers import TrainerCallback
 
     class SaveOnStop(TrainerCallback):
-        """Turns LLaMA-Factory's stop into a checkpoint at the step where training stops."""
+        """Takes over LLaMA-Factory's stop: every rank stops after the same whole step, and saves.
+
+        LLaMA-Factory's own handler stops each process where the signal finds it, even inside
+        gradient accumulation; ranks that got it a step apart would wait on each other's collectives.
+        Here the signal only raises a flag; at each step's end the ranks agree on it (one all-reduce
+        of a scalar when there are several), then all stop and save a checkpoint of that step."""
 
         def __init__(self) -> None:
             self.stopping = False
 
         def on_train_begin(self, args, state, control, **kwargs):
-            # LLaMA-Factory's LogCallback installed its handler when it was made: chain onto it.
-            previous = signal.getsignal(signal.SIGABRT)
-            if not callable(previous):
-                return
+            # Replaces the handler LogCallback installed when it was made (in web-UI mode only).
+            if callable(signal.getsignal(signal.SIGABRT)):
+                signal.signal(signal.SIGABRT, self._flag)
 
-            def handler(signum, frame):
-                self.stopping = True
-                previous(signum, frame)
+        def _flag(self, signum, frame) -> None:
+            self.stopping = True
 
-            signal.signal(signal.SIGABRT, handler)
+        def _agreed(self, args) -> bool:
+            if args.world_size <= 1:
+                return self.stopping
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([1.0 if self.stopping else 0.0], device=args.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            return bool(flag.item())
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.stopping and state.global_step > 0:
-                control.should_save = True
-
-        def on_epoch_end(self, args, state, control, **kwargs):
-            # A stop inside gradient accumulation leaves the loop here, after the last whole step.
-            if self.stopping and state.global_step > 0:
+            if self._agreed(args):
+                control.should_epoch_stop = control.should_training_stop = True
                 control.should_save = True
 
     class ExtraLog(TrainerCallback):
