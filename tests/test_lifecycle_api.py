@@ -52,6 +52,11 @@ def test_clone_takes_overrides_and_refuses_like_a_submit(app, assets):
     assert outside.status_code == 422 and outside.json()["detail"][0]["loc"] == ["config", "dataset_dir"]
     assert app.api.post(f"/api/jobs/{parent['id']}/clone", json={"overides": {}}).status_code == 422
     assert app.api.post("/api/jobs/999/clone", json={}).status_code == 404
+    log = '{"current_steps": 1, "total_steps": 1, "loss": 1.0}\n'
+    imported = app.api.post("/api/runs/import", files={"trainer_log": ("trainer_log.jsonl", log)}).json()
+    for verb in ("clone", "resume"):
+        r = app.api.post(f"/api/jobs/{imported['id']}/{verb}", json={})
+        assert r.status_code == 409 and "imported run" in r.json()["detail"], (verb, r.text)
 
 
 def test_resume_from_the_newest_or_a_named_checkpoint(app, assets):

@@ -31,7 +31,10 @@ def download_file(job_id: int, path: str, session: SessionDep) -> FileResponse:
 @router.get(
     "/{job_id}/archive",
     response_class=StreamingResponse,
-    responses={**BINARY, **errors(404)},
+    responses={
+        200: {"content": {"application/zip": {}, "application/x-tar": {}}, "description": "the archive"},
+        **errors(404),
+    },
     dependencies=[only_query("what", "format")],
 )
 def download_archive(

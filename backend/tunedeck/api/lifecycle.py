@@ -119,7 +119,7 @@ def resume_job(
     "/{job_id}/clone",
     status_code=status.HTTP_201_CREATED,
     response_model=JobCreated,
-    responses=errors(404, 413),
+    responses=errors(404, 409, 413),
 )
 def clone_job(
     job_id: int, body: CloneIn, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep

@@ -21,6 +21,16 @@ from tunedeck.submission import Node, Submission, is_train_key
 from tunedeck.tables import Job, JobStatus
 
 
+def _spec(job: Job) -> JobSpec:
+    """The spec a job was submitted with; an imported run has none to run again."""
+    try:
+        return JobSpec.model_validate_json(job.spec)
+    except ValueError:
+        raise Conflict(
+            f"job {job.id} was not submitted here (an imported run): it has no spec to run"
+        ) from None
+
+
 def _child(
     session: Session, *, settings: Settings, node: Node, parent: Job, spec: JobSpec, owner: str | None
 ) -> tuple[Job, Submission]:
@@ -42,8 +52,8 @@ def resume(
     owner: str | None,
 ) -> tuple[Job, Submission]:
     """A new job of the parent's spec that continues from one of its checkpoints (the newest by default)."""
+    spec = _spec(parent)
     folder = checkpoints.choose(parent, checkpoint)
-    spec = JobSpec.model_validate_json(parent.spec)
     config = {**spec.config, "resume_from_checkpoint": str(folder)}
     return _child(
         session,
@@ -71,7 +81,7 @@ def clone(
         raise SpecError(
             [detail(["body", "overrides", k], "is not a LLaMA-Factory train key") for k in unknown]
         )
-    spec = JobSpec.model_validate_json(parent.spec)
+    spec = _spec(parent)
     config = dict(spec.config)
     deepspeed = spec.deepspeed
     for key, value in overrides.items():
