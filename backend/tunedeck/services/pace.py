@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-MIN_SPAN_S = 1.0  # lines read together share one time: a shorter span measures nothing
+MIN_SPAN_S = 0.25  # lines read together share one time: a shorter span measures nothing
 
 
 def first_point(conn: Connection, job_id: int) -> dict[str, Any] | None:
