@@ -157,9 +157,17 @@ def resumed_lines(first_step: int, n: int, *, tokens_per_step: int, total: int) 
 def test_tokens_per_second_and_eta_come_from_the_jobs_own_steps(tmp_path):
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
-    parent, child = new_job(engine), new_job(engine)
+    parent, child, clone = new_job(engine), new_job(engine), new_job(engine)
     with engine.begin() as c:
-        c.execute(text("UPDATE jobs SET parent_id = :p WHERE id = :c"), {"p": parent, "c": child})
+        c.execute(
+            text("UPDATE jobs SET parent_id = :p, train_yaml = :y WHERE id = :c"),
+            {
+                "p": parent,
+                "c": child,
+                "y": "stage: sft\nresume_from_checkpoint: /runs/1/output/checkpoint-100\n",
+            },
+        )
+        c.execute(text("UPDATE jobs SET parent_id = :p WHERE id = :c"), {"p": parent, "c": clone})
     raws = resumed_lines(101, 5, tokens_per_step=200, total=300)
     t0 = 1000.0
     with engine.begin() as c:  # the first line alone: no span to measure, and LF's figures are wrong
@@ -175,13 +183,15 @@ def test_tokens_per_second_and_eta_come_from_the_jobs_own_steps(tmp_path):
     assert [p[0].throughput for p in points] == [None, 100.0, 100.0, 100.0, 100.0]  # 200 tokens / 2 s
     assert job.current_steps == 105 and job.eta_seconds == (300 - 105) * 2.0  # not LF's 7 s
 
-    # A job of its own (no parent): LF's figure stands until there is a span to measure.
-    own = new_job(engine)
-    with engine.begin() as c:
-        apply_batch(c, own, {"seq": 0, "metrics": [{"line": 0, "t": t0, "raw": line(1, throughput=55.5)}]})
-    with Session(engine) as s:
-        assert s.exec(select(MetricPoint.throughput).where(MetricPoint.job_id == own)).one() == (55.5,)
-        assert s.get(Job, own).eta_seconds == 65.0
+    # A job that starts afresh (a clone too): LF's figure stands until there is a span to measure.
+    for own in (new_job(engine), clone):
+        with engine.begin() as c:
+            apply_batch(
+                c, own, {"seq": 0, "metrics": [{"line": 0, "t": t0, "raw": line(1, throughput=55.5)}]}
+            )
+        with Session(engine) as s:
+            assert s.exec(select(MetricPoint.throughput).where(MetricPoint.job_id == own)).one() == (55.5,)
+            assert s.get(Job, own).eta_seconds == 65.0
 
 
 def test_grad_norm_and_other_numbers_come_from_the_extra_line(tmp_path):

@@ -27,7 +27,16 @@ def first_point(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 
 def resumed(conn: Connection, job_id: int) -> bool:
-    return bool(conn.execute(text("SELECT parent_id FROM jobs WHERE id = :j"), {"j": job_id}).scalar())
+    """True for a job that continues a checkpoint (its train.yaml sets resume_from_checkpoint)."""
+    return bool(
+        conn.execute(
+            text(
+                "SELECT instr(char(10) || train_yaml, char(10) || 'resume_from_checkpoint: ') > 0 "
+                "FROM jobs WHERE id = :j"
+            ),
+            {"j": job_id},
+        ).scalar()
+    )
 
 
 def apply(rows: list[dict[str, Any]], first: dict[str, Any] | None, *, trust_logged: bool) -> None:
