@@ -16,7 +16,7 @@ from tunedeck.services.metric_charts import metric_series
 from tunedeck.tables import Job, JobStatus, LogLine, MetricPoint
 
 # metric_points columns that are not trainer metrics: keys, time, progress, the line as written
-SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite")
+SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite", "extra")
 
 
 def new_job(engine) -> int:  # noqa: ANN001
@@ -119,7 +119,10 @@ def test_every_reader_of_metric_points_names_the_one_list_of_columns(tmp_path):
     table = MetricPoint.__table__.c
     assert tuple(c.name for c in table if c.name not in SERVICE_COLUMNS) == METRICS
     assert [k for k in METRICS if isinstance(table[k].type, Integer)] == list(COUNTS)
-    assert tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite")) == METRICS
+    assert (
+        tuple(k for k in MetricOut.model_fields if k not in ("id", "step", "t", "nonfinite", "extra"))
+        == METRICS
+    )
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     job_id = new_job(engine)
@@ -131,3 +134,87 @@ def test_every_reader_of_metric_points_names_the_one_list_of_columns(tmp_path):
     charted = metric_series(engine, job_id=job_id, max_points=10)["series"]
     assert list(charted) == [k for k in METRICS if k != "epoch"]  # token counts too: an x axis
     assert {k: s["y"] for k, s in charted.items()} == {k: [values[k]] for k in charted}
+
+
+def resumed_lines(first_step: int, n: int, *, tokens_per_step: int, total: int) -> list[str]:
+    """What LLaMA-Factory logs after a resume: tokens counted from the start of the parent, and a
+    throughput and time left from the resumed process's own seconds."""
+    return [
+        json.dumps(
+            {
+                "current_steps": s,
+                "total_steps": total,
+                "loss": 2.0,
+                "total_tokens": s * tokens_per_step,
+                "throughput": 13830.0,
+                "remaining_time": "0:00:07",
+            }
+        )
+        for s in range(first_step, first_step + n)
+    ]
+
+
+def test_tokens_per_second_and_eta_come_from_the_jobs_own_steps(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    parent, child, clone = new_job(engine), new_job(engine), new_job(engine)
+    with engine.begin() as c:
+        c.execute(
+            text("UPDATE jobs SET parent_id = :p, train_yaml = :y WHERE id = :c"),
+            {
+                "p": parent,
+                "c": child,
+                "y": "stage: sft\nresume_from_checkpoint: /runs/1/output/checkpoint-100\n",
+            },
+        )
+        c.execute(text("UPDATE jobs SET parent_id = :p WHERE id = :c"), {"p": parent, "c": clone})
+    raws = resumed_lines(101, 5, tokens_per_step=200, total=300)
+    t0 = 1000.0
+    with engine.begin() as c:  # the first line alone: no span to measure, and LF's figures are wrong
+        apply_batch(c, child, {"seq": 0, "metrics": [{"line": 0, "t": t0, "raw": raws[0]}]})
+    with engine.begin() as c:  # one step every 2 s
+        batch = [{"line": i, "t": t0 + 2.0 * i, "raw": raws[i]} for i in range(1, 5)]
+        apply_batch(c, child, {"seq": 1, "metrics": batch})
+    with Session(engine) as s:
+        points = s.exec(
+            select(MetricPoint).where(MetricPoint.job_id == child).order_by(MetricPoint.line)
+        ).all()
+        job = s.get(Job, child)
+    assert [p[0].throughput for p in points] == [None, 100.0, 100.0, 100.0, 100.0]  # 200 tokens / 2 s
+    assert job.current_steps == 105 and job.eta_seconds == (300 - 105) * 2.0  # not LF's 7 s
+
+    # A job that starts afresh (a clone too): LF's figure stands until there is a span to measure.
+    for own in (new_job(engine), clone):
+        with engine.begin() as c:
+            apply_batch(
+                c, own, {"seq": 0, "metrics": [{"line": 0, "t": t0, "raw": line(1, throughput=55.5)}]}
+            )
+        with Session(engine) as s:
+            assert s.exec(select(MetricPoint.throughput).where(MetricPoint.job_id == own)).one() == (55.5,)
+            assert s.get(Job, own).eta_seconds == 65.0
+
+
+def test_grad_norm_and_other_numbers_come_from_the_extra_line(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    extra = json.dumps({"grad_norm": 0.75, "eval_runtime": 1.5, "step": 1, "name": "not a number"})
+    metrics = [
+        {"line": 0, "t": 1.0, "raw": line(1, loss=2.0), "extra": extra},
+        {"line": 1, "t": 2.0, "raw": line(2, loss=1.9), "extra": extra},  # another step's: not used
+        {"line": 2, "t": 3.0, "raw": line(3, loss=1.8), "extra": "{not json"},
+    ]
+    with engine.begin() as c:
+        apply_batch(c, job_id, {"seq": 0, "metrics": metrics})
+    with Session(engine) as s:
+        rows = s.exec(
+            select(MetricPoint).where(MetricPoint.job_id == job_id).order_by(MetricPoint.line)
+        ).all()
+    got = [MetricOut.model_validate(r[0], from_attributes=True) for r in rows]
+    assert [(p.grad_norm, p.extra) for p in got] == [
+        (0.75, {"eval_runtime": 1.5}),
+        (None, None),
+        (None, None),
+    ]
+    charted = metric_series(engine, job_id=job_id, max_points=10)["series"]
+    assert charted["grad_norm"]["y"] == [0.75]

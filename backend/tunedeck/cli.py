@@ -1,4 +1,4 @@
-"""`tunedeck serve | submit | jobs | show | logs | cancel | demo`."""
+"""`tunedeck serve | submit | jobs | show | logs | cancel | demo`, and the verbs registered below."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import httpx
 import typer
 
+from tunedeck.cli_http import call
 from tunedeck.config import Settings, get_settings
 
 app = typer.Typer(help="tunedeck: launch and monitor LLaMA-Factory fine-tunes.", no_args_is_help=True)
@@ -20,33 +21,7 @@ ServerOpt = Annotated[
 ]
 
 
-def _client(server: str | None) -> httpx.Client:
-    settings = get_settings()
-    headers = {"X-Tunedeck": "1"}  # the server refuses writes without it (cross-site requests cannot send it)
-    if settings.token:
-        headers["Authorization"] = f"Bearer {settings.token}"
-    return httpx.Client(base_url=server or settings.url, timeout=30, headers=headers)
-
-
-def _call(server: str | None, method: str, path: str, **kw) -> dict | list:
-    try:
-        with _client(server) as c:
-            r = c.request(method, path, **kw)
-    except httpx.HTTPError as e:
-        typer.echo(f"cannot reach the tunedeck server: {e}", err=True)
-        raise typer.Exit(2) from None
-    if r.status_code >= 400:
-        try:
-            detail = r.json().get("detail")
-        except ValueError:
-            detail = r.text
-        if isinstance(detail, list):
-            for d in detail:
-                typer.echo(f"error: {'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}", err=True)
-        else:
-            typer.echo(f"error ({r.status_code}): {detail}", err=True)
-        raise typer.Exit(1)
-    return r.json()
+_call = call  # the name the verbs below were written with
 
 
 def _line(job: dict) -> str:
@@ -142,11 +117,25 @@ def submit(
 @app.command()
 def jobs(
     status: Annotated[Optional[str], typer.Option(help="only jobs in this status")] = None,
+    q: Annotated[Optional[str], typer.Option("--q", help="a substring of the name or notes")] = None,
+    owner: Annotated[Optional[str], typer.Option(help="only this owner's jobs")] = None,
+    tag: Annotated[Optional[str], typer.Option(help="only jobs with this tag")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
     server: ServerOpt = None,
 ) -> None:
-    """List jobs, newest first."""
-    params = {"status": status} if status else {}
-    for job in _call(server, "GET", "/api/jobs", params=params)["jobs"]:
+    """List jobs, newest first: every page of them."""
+    params = {k: v for k, v in (("status", status), ("q", q), ("owner", owner), ("tag", tag)) if v}
+    found: list[dict] = []
+    while True:
+        page = _call(server, "GET", "/api/jobs", params=params)
+        found += page["jobs"]
+        if page["next"] is None:
+            break
+        params["after"] = page["next"]
+    if as_json:
+        typer.echo(json.dumps(found, indent=2))
+        return
+    for job in found:
         typer.echo(_line(job))
 
 
@@ -158,16 +147,21 @@ def show(job_id: int, server: ServerOpt = None) -> None:
 
 @app.command()
 def logs(
-    job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f")] = False, server: ServerOpt = None
+    job_id: int,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per line (stream, time, text)")
+    ] = False,
+    server: ServerOpt = None,
 ) -> None:
     """Print a job's output; --follow keeps printing until the job ends."""
     after, ended = None, False
     while True:
         page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params={"after": after} if after else {})
         for line in page["lines"]:
-            typer.echo(line["text"])
+            typer.echo(json.dumps(line) if as_json else line["text"])
         after = page["next"]
-        if not follow:
+        if not follow and not page["lines"]:
             return
         if not page["lines"]:
             if ended:
@@ -380,6 +374,12 @@ def db_rollup(
 from tunedeck.cli_checks import register as _register_checks
 
 _register_checks(app)
+
+# `tunedeck metrics | alerts | config | files | download | checkpoints | resume | clone | rm | tag |
+# import | compare` (a job's lifecycle and data, through the server)
+from tunedeck.cli_jobs import register as _register_jobs
+
+_register_jobs(app)
 
 # `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
 from tunedeck.cli_analyze import register as _register_analyze

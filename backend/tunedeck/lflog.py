@@ -1,7 +1,9 @@
 """LLaMA-Factory's trainer_log.jsonl, read the same way by ingest and by the pure alert package.
 
-METRICS is the one list of metric columns: each is a trainer_log.jsonl key, stored in a
-metric_points column of the same name and answered under that name by the API.
+METRICS is the one list of metric columns: each is a trainer_log.jsonl key (grad_norm: a
+tunedeck_log.jsonl key, see trainside/lf_train.py), stored in a metric_points column of the same
+name and answered under that name by the API. The other numbers of tunedeck_log.jsonl go into
+`extra`, one JSON object per point.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ METRICS = (
     "total_tokens",
     "vram_allocated",
     "vram_reserved",
+    "grad_norm",
 )
 COUNTS = ("total_tokens",)  # integer columns; the others are floats
 HMS = re.compile(r"^(?:(\d{1,9}) days?, )?(\d{1,9}):(\d\d):(\d\d)$")  # bounded: a float holds the sum
@@ -36,8 +39,24 @@ def seconds(text: Any) -> float | None:
     return float(((d * 24 + h) * 60 + mi) * 60 + s)
 
 
-def parse_point(raw: str) -> dict[str, Any]:
+def _extra(text: str | None, step: Any) -> dict[str, float]:
+    """The finite numbers of a tunedeck_log.jsonl line, when it is the same step's."""
+    try:
+        d = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    if not isinstance(d, dict) or d.get("step") != step:
+        return {}
+    return {
+        str(k)[:100]: float(v)
+        for k, v in list(d.items())[:100]
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
+def parse_point(raw: str, extra: str | None = None) -> dict[str, Any]:
     """One trainer_log.jsonl line as metric columns; a line that is not JSON keeps only `raw`.
+    `extra` is tunedeck_log.jsonl's line of the same event: grad_norm and the other numbers.
 
     Columns get finite numbers only: an Infinity or NaN (json.dumps writes them for a diverged
     loss) is None there and named in `nonfinite`, so no reader ever meets one."""
@@ -47,6 +66,9 @@ def parse_point(raw: str) -> dict[str, Any]:
         d = None
     if not isinstance(d, dict):
         return {}
+    more = _extra(extra, d.get("current_steps"))
+    d = {**{k: v for k, v in more.items() if k in METRICS}, **d}
+    rest = {k: v for k, v in more.items() if k not in METRICS}
     bad: dict[str, str] = {}
 
     def num(k: str) -> float | None:
@@ -72,4 +94,5 @@ def parse_point(raw: str) -> dict[str, Any]:
     out["percentage"] = num("percentage")
     out["eta_seconds"] = seconds(d.get("remaining_time"))
     out["nonfinite"] = json.dumps(bad) if bad else None
+    out["extra"] = json.dumps(rest) if rest else None
     return out

@@ -10,8 +10,10 @@ from fastapi import FastAPI
 
 from tunedeck import __version__, auth, guard
 from tunedeck.api import alerts as alerts_api
+from tunedeck.api import artifacts as artifacts_api
 from tunedeck.api import chat as chat_api
 from tunedeck.api import checks, errors, jobs, preflight, prometheus, series, stream, system, telemetry, ui
+from tunedeck.api import lifecycle as lifecycle_api
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import results as results_api
@@ -123,6 +125,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (
         jobs,
+        lifecycle_api,
+        artifacts_api,
         telemetry,
         system,
         stream,

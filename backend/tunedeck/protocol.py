@@ -65,6 +65,9 @@ class MetricIn(Strict):
     line: int = PField(ge=0, le=2**62)
     t: float = PField(allow_inf_nan=False)
     raw: str = PField(max_length=65536)
+    extra: str | None = PField(
+        None, max_length=65536, description="the tunedeck_log.jsonl line of the same event (grad_norm, ...)"
+    )
 
 
 class LogIn(Strict):

@@ -6,6 +6,7 @@
         train.log, trainer.pid        the runner's: the trainer's raw output, its pid
         outbox.jsonl, result.json     the runner's: every batch it sent, and how the trainer ended
         output/trainer_log.jsonl      LLaMA-Factory's (output_dir), one line per logging step
+        output/tunedeck_log.jsonl     trainside/lf_train.py's: the other numbers of each such line
 
 Both sides import this module, so it imports nothing of either.
 """
@@ -24,6 +25,7 @@ OUTBOX = "outbox.jsonl"
 RESULT = "result.json"
 OUTPUT = "output"
 TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factory
+EXTRA_LOG = "tunedeck_log.jsonl"  # beside it: what trainer_log leaves out (grad_norm...), line for line
 MEMORY_CSV = "memory.csv"  # an imported run's memory samples, kept beside its other files
 
 

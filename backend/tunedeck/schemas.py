@@ -113,6 +113,9 @@ class JobOut(BaseModel):
         description="the status, or succeeded_with_problems for a success whose loss went NaN, "
         "diverged or stayed stuck (alerts.problems)"
     )
+    parent_id: int | None = PField(None, description="the job this one resumes or was cloned from")
+    tags: list[str] = []
+    notes: str | None = None
 
     @classmethod
     def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
@@ -142,6 +145,9 @@ class JobOut(BaseModel):
             stopped=stop_message(job),
             alerts=alerts,
             verdict="succeeded_with_problems" if troubled else job.status.value,
+            parent_id=job.parent_id,
+            tags=json.loads(job.tags) if job.tags else [],
+            notes=job.notes,
         )
 
 
@@ -167,11 +173,15 @@ class MetricOut(BaseModel):
     total_tokens: int | None
     vram_allocated: float | None
     vram_reserved: float | None
+    grad_norm: float | None = None
     nonfinite: dict[str, NonFinite] | None = PField(
         None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
     )
+    extra: dict[str, float] | None = PField(
+        None, description="the step's other numbers as the Trainer logged them (eval_runtime, rewards, ...)"
+    )
 
-    @field_validator("nonfinite", mode="before")
+    @field_validator("nonfinite", "extra", mode="before")
     @classmethod
     def _stored(cls, v: Any) -> Any:
         return json.loads(v) if isinstance(v, str) else v

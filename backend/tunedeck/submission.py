@@ -300,3 +300,8 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
         estimate_errors=estimate_errors,
         kind=kind,
     )
+
+
+def is_train_key(key: str) -> bool:
+    """A key LLaMA-Factory's train command accepts (or `deepspeed`, which the spec carries)."""
+    return key == "deepspeed" or key in lint.lf_table()["args"]

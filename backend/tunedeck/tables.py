@@ -30,7 +30,11 @@ class JobStatus(str, enum.Enum):
 
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status", "status"), Index("ix_jobs_finished_at", "finished_at"))
+    __table_args__ = (
+        Index("ix_jobs_status", "status"),
+        Index("ix_jobs_finished_at", "finished_at"),
+        Index("ix_jobs_parent", "parent_id"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     name: str
@@ -66,6 +70,9 @@ class Job(SQLModel, table=True):
     api_port: int | None = None  # a chat job's `llamafactory-cli api` port on 127.0.0.1
     api_key: str | None = None  # ... and the key it wants: other local users cannot use it directly
     last_used_at: datetime | None = None  # a chat job's newest proxied request (idle stop)
+    parent_id: int | None = None  # the job this one resumes or was cloned from
+    tags: str | None = Field(default=None, sa_column=Column(Text))  # JSON list of strings
+    notes: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class MetricPoint(SQLModel, table=True):
@@ -92,6 +99,8 @@ class MetricPoint(SQLModel, table=True):
     total_tokens: int | None = None
     vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
     vram_reserved: float | None = None
+    grad_norm: float | None = None  # from tunedeck_log.jsonl (trainside/lf_train.py)
+    extra: str | None = Field(default=None, sa_column=Column(Text))  # its other finite numbers, JSON
     raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
     # The columns above hold finite numbers only; an Infinity or NaN of the line is NULL there and
     # named here, JSON such as {"loss": "inf"} (SQLite cannot store NaN, and JSON cannot carry either).

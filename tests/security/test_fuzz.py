@@ -54,6 +54,8 @@ def bounded(max_examples: int, **more) -> settings:
 
 
 STREAM = "GET /api/stream"
+DELETE = "DELETE /api/jobs/{job_id}"
+CLONE = "POST /api/jobs/{job_id}/clone"
 TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
 # These need a trained model or a running chat server, which a paused fuzz server never has: they are
 # fuzzed for conformance here and answer 2xx in tests/integration/test_kinds.py.
@@ -314,6 +316,12 @@ class Seeds:
     jobs: list[int]
     imported: int
     presets: list[str]
+    stocked: int  # an ended job with an adapter and a resumable checkpoint in its output folder
+    doomed: list[int]  # ended jobs for DELETE alone: the others must stay for every other operation
+
+
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+CHECKPOINT_FILES = ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json")
 
 
 def cli_token(server: Server, name: str, role: str) -> str:
@@ -412,7 +420,26 @@ def seeds(fuzz_server, assets, tmp_path_factory) -> Seeds:
     assert me.get(f"/api/jobs/{imported}/alerts").json()
     presets = [p["name"] for p in me.get("/api/presets").json()]
     assert presets
-    return Seeds(jobs=[queued, from_yaml, theirs, ended, imported], imported=imported, presets=presets)
+
+    def cancelled(name: str) -> dict:
+        job = me.post("/api/jobs", json={"name": name, "config": demo_config(assets)}).json()
+        return me.post(f"/api/jobs/{job['id']}/cancel").json()
+
+    stocked = cancelled("seed-stocked")  # what a stopped run leaves: an adapter and a checkpoint
+    out = Path(stocked["output_dir"])
+    (out / "checkpoint-2").mkdir(parents=True)
+    for name in ADAPTER_FILES:
+        (out / name).write_bytes(b"{}")
+    for name in CHECKPOINT_FILES:
+        (out / "checkpoint-2" / name).write_bytes(b"{}")
+    doomed = [cancelled(f"seed-doomed-{i}")["id"] for i in range(3)]
+    return Seeds(
+        jobs=[queued, from_yaml, theirs, ended, imported, stocked["id"]],
+        imported=imported,
+        presets=presets,
+        stocked=stocked["id"],
+        doomed=doomed,
+    )
 
 
 # ---------------------------------------------------------------- stateless: every operation
@@ -420,9 +447,21 @@ def seeds(fuzz_server, assets, tmp_path_factory) -> Seeds:
 
 def variants(op, seeds: Seeds, assets: Path) -> list[st.SearchStrategy]:
     """Generated cases of `op`: as generated, naming seeded rows, and with valid bodies."""
+    if op.label == DELETE:  # destructive: only ever the jobs made for it
+        return [op.as_strategy(path_parameters={"job_id": j}) for j in seeds.doomed]
     out = [op.as_strategy()]
-    if "{job_id}" in op.path:
+    if "{job_id}" in op.path and "{path}" in op.path:
+        out += [op.as_strategy(path_parameters={"job_id": seeds.stocked, "path": p}) for p in ADAPTER_FILES]
+    elif "{job_id}" in op.path:
         out += [op.as_strategy(path_parameters={"job_id": j}) for j in seeds.jobs]
+    if op.label == CLONE:
+        out.append(
+            replaced(
+                op,
+                path_parameters=st.sampled_from([{"job_id": j} for j in seeds.jobs]),
+                body=st.fixed_dictionaries({"overrides": st.just({})}, optional={"name": NAMES}),
+            )
+        )
     if "{name}" in op.path:
         out += [op.as_strategy(path_parameters={"name": n}) for n in seeds.presets]
     if "{node}" in op.path:  # refresh=false: one probe of the node, not one per case

@@ -1,7 +1,8 @@
 """A training environment whose `llamafactory-cli` is a stand-in: the real runner, a trainer we steer.
 
-The runner starts `<dir of TUNEDECK_TRAIN_PYTHON>/llamafactory-cli train train.yaml`, so a folder with a
-`python` that is this interpreter and a stand-in `llamafactory-cli` beside it runs every part of
+The runner starts `<TUNEDECK_TRAIN_PYTHON> <tunedeck>/trainside/lf_train.py train.yaml`, so a folder with a
+`python` that is this interpreter (but hands lf_train.py to the stand-in) and a stand-in
+`llamafactory-cli` beside it runs every part of
 tunedeck for real except the training. The stand-in writes the environment it was given to
 `trainer-env.json` in its run folder and then acts by the job's name (its run folder's name):
 - `stubborn`: ignores SIGABRT and SIGTERM, says so, and waits for a SIGKILL;
@@ -43,7 +44,12 @@ def training_env(folder: Path) -> Path:
     """The stand-in environment in `folder`; returns its python, for TUNEDECK_TRAIN_PYTHON."""
     folder.mkdir(parents=True, exist_ok=True)
     python = folder / "python"
-    python.write_text(f'#!/bin/sh\nexec {json.dumps(sys.executable)} "$@"\n')
+    # The runner starts training as `python .../trainside/lf_train.py train.yaml`: that goes to the stand-in.
+    python.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in *lf_train.py) shift; exec {json.dumps(str(folder / "llamafactory-cli"))} train "$@";; esac\n'
+        f'exec {json.dumps(sys.executable)} "$@"\n'
+    )
     cli = folder / "llamafactory-cli"
     cli.write_text(TRAINER.format(python=sys.executable))
     for f in (python, cli):

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from tunedeck.config import Settings
 from tunedeck.services.nodes import node_preflight
+from tunedeck.spec import SpecError
 from tunedeck.submission import Node
 
 
@@ -29,3 +30,25 @@ def get_node(request: Request) -> Node:
 
 
 NodeDep = Annotated[Node, Depends(get_node)]
+
+
+def only_query(*names: str):
+    """A dependency refusing query parameters other than `names` (422 at each), so a misspelt
+    filter is an error rather than an unfiltered answer."""
+    allowed = frozenset(names)
+
+    def check(request: Request) -> None:
+        unknown = [k for k in request.query_params if k not in allowed]
+        if unknown:
+            raise SpecError(
+                [
+                    {
+                        "loc": ["query", k],
+                        "msg": f"unknown query parameter; known: {', '.join(sorted(allowed))}",
+                        "type": "extra_forbidden",
+                    }
+                    for k in unknown
+                ]
+            )
+
+    return Depends(check)

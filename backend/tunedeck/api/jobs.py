@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request, status
 
 from tunedeck import auth
 from tunedeck import spec as specs
-from tunedeck.api.deps import NodeDep, SettingsDep
+from tunedeck.api.deps import NodeDep, SettingsDep, only_query
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import (
@@ -26,6 +27,7 @@ from tunedeck.schemas import (
     MetricPage,
 )
 from tunedeck.services import jobs as service
+from tunedeck.services import lifecycle
 from tunedeck.services.alert_summary import job_out, job_outs
 from tunedeck.tables import JobStatus
 
@@ -77,16 +79,37 @@ def submit_yaml(
     )
 
 
-@router.get("", response_model=JobPage)
+@router.get(
+    "",
+    response_model=JobPage,
+    dependencies=[
+        only_query("status", "after", "limit", "q", "owner", "tag", "created_after", "created_before")
+    ],
+)
 def list_jobs(
     session: SessionDep,
     settings: SettingsDep,
     status: JobStatus | None = None,
     after: Cursor = None,
     limit: Annotated[int | None, Query(ge=1)] = None,
+    q: Annotated[str | None, Query(max_length=200, description="a substring of the name or notes")] = None,
+    owner: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=50)] = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
 ) -> JobPage:
-    """List jobs, newest first, optionally by status."""
-    jobs, nxt = service.list_jobs(session, status=status, after=after, limit=_limit(settings, limit))
+    """List jobs, newest first, filtered by status, text, owner, tag and creation time."""
+    jobs, nxt = lifecycle.search(
+        session,
+        after=after,
+        limit=_limit(settings, limit),
+        status=status,
+        q=q,
+        owner=owner,
+        tag=tag,
+        created_after=created_after,
+        created_before=created_before,
+    )
     return JobPage(jobs=job_outs(session, jobs), next=nxt)
 
 

@@ -1,6 +1,6 @@
 """One runner per job: `python -m tunedeck.runner RUN_DIR`.
 
-Starts `llamafactory-cli train train.yaml` in a session of its own (no shell), follows
+Starts LLaMA-Factory's training (trainside/lf_train.py: `llamafactory-cli train` plus our callbacks) in a session of its own (no shell), follows
 trainer_log.jsonl and the output, and reports everything to the server in batches: a trainer_log
 line or a memory sample as soon as it exists (runner/watch.py), output lines every `flush_s`
 (or sooner, with either). SIGTERM or
@@ -22,6 +22,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+import tunedeck.trainside.lf_train
 from tunedeck import procs, runfiles
 from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
 from tunedeck.protocol import RunnerConfig
@@ -30,6 +31,8 @@ from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.runner.watch import FileWatch
 from tunedeck.telemetry.sampler import Sampler
 
+# LLaMA-Factory's train command with our callbacks (full checkpoint on stop, grad_norm); run by path.
+TRAIN_SCRIPT = Path(tunedeck.trainside.lf_train.__file__)
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
 
@@ -78,6 +81,8 @@ class Runner:
             say=self.note,
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
+        self.extra_tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.EXTRA_LOG)
+        self._extras: dict[int, str] = {}  # line i of the extra log: the numbers of trainer_log line i
         self.cancel = threading.Event()
         self.wake = (
             threading.Event()
@@ -115,8 +120,14 @@ class Runner:
         """Send what is new: trainer_log lines and memory samples always, output lines with them or
         when `flush`. True when something was sent."""
         now = time.time()
+        # The extra line is written before its trainer_log line: read first, it is there when that is.
+        base = self.extra_tail.line
+        self._extras.update((base + i, raw) for i, raw in enumerate(self.extra_tail.read()))
         first = self.tail.line
         metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(self.tail.read())]
+        for m in metrics:
+            if (extra := self._extras.pop(m["line"], None)) is not None:
+                m["extra"] = extra[:65536]
         memory = self._sampler_drain()
         if not (metrics or memory or flush):
             return False
@@ -174,7 +185,10 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGABRT before training starts dumps core
         try:
             trainer = subprocess.Popen(
-                [str(cli), self.cfg.command, runfiles.TRAIN_YAML],
+                # train (eval and predict too) goes through our script for its callbacks; the rest through the CLI
+                [self.cfg.train_python, str(TRAIN_SCRIPT), runfiles.TRAIN_YAML]
+                if self.cfg.command == "train"
+                else [str(cli), self.cfg.command, runfiles.TRAIN_YAML],
                 cwd=self.run_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -286,6 +300,7 @@ class Runner:
         (self.run_dir / runfiles.RESULT).write_text(json.dumps(state))
         self.reporter.add(states=[state])
         self.tail.close()
+        self.extra_tail.close()
         self._raw.close()
         if not self.reporter.drain(self.cfg.give_up_s):
             print(

@@ -23,7 +23,7 @@ from sqlalchemy.dialects.sqlite import insert
 from tunedeck.lflog import METRICS as POINT_KEYS
 from tunedeck.lflog import parse_point
 from tunedeck.protocol import MemoryColumns, TelemetryBatch
-from tunedeck.services import jobstate
+from tunedeck.services import jobstate, pace
 from tunedeck.services.jobstate import JobState
 from tunedeck.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
@@ -91,18 +91,22 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     """Store one batch (a dict shaped like models.TelemetryBatch); idempotent."""
     rows, progress = [], None
     for m in batch.get("metrics", ()):
-        p = parse_point(m["raw"])
+        p = parse_point(m["raw"], m.get("extra"))
         rows.append(
             {
                 "job_id": job_id,
                 "line": m["line"],
                 "t": m["t"],
                 "raw": m["raw"],
-                **{k: p.get(k) for k in ("step", "total_steps", *POINT_KEYS, "nonfinite")},
+                **{k: p.get(k) for k in ("step", "total_steps", "percentage", "eta_seconds")},
+                **{k: p.get(k) for k in (*POINT_KEYS, "nonfinite", "extra")},
             }
         )
-        if p.get("step") is not None:
-            progress = p
+    if any(r["step"] is not None for r in rows):
+        pace.apply(rows, pace.first_point(conn, job_id), trust_logged=not pace.resumed(conn, job_id))
+        progress = dict([r for r in rows if r["step"] is not None][-1])
+    for r in rows:
+        del r["percentage"], r["eta_seconds"]  # the job's progress, not columns of a point
     if rows:
         conn.execute(insert(METRICS).on_conflict_do_nothing(index_elements=["job_id", "line"]), rows)
     logs = [

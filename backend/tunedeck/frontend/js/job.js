@@ -56,6 +56,9 @@ function showJob(j) {
     ...(j.stopped ? [h("div", { class: "notice", id: "stopped", text: j.stopped })] : []),
     ...(j.error ? [h("div", { class: j.status === "failed" ? "error" : "notice", text: j.error })] : []));
   $("#compare").href = `/compare?jobs=${j.id}`;
+  $("#again").href = `/new?from=${j.id}`;
+  $("#parent").hidden = !j.parent_id;
+  if (j.parent_id) { $("#parent").href = `/jobs/${j.parent_id}`; $("#parent").textContent = `from #${j.parent_id}`; }
   if (was && was !== j.status && ended) loadFiles();
   scheduleAlerts();
 }

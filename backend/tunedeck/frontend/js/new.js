@@ -311,6 +311,19 @@ $("#import-file").addEventListener("change", async (ev) => {
 $("#toggle-paste").addEventListener("click", () => { $("#paste-box").hidden = !$("#paste-box").hidden; });
 $("#import-paste").addEventListener("click", () => importYaml($("#paste").value));
 
+// Any job as a starting point: the train.yaml it ran with, less what tunedeck sets for each job.
+async function loadJob(id) {
+  await guarded(async () => {
+    const [job, cfg] = await Promise.all([get(`/api/jobs/${id}`), get(`/api/jobs/${id}/config`)]);
+    const parsed = await post("/api/ui/parse-yaml", cfg.train_yaml, { yaml: true });
+    delete parsed.config.output_dir;
+    delete parsed.config.deepspeed;
+    fill(parsed.config, cfg.ds_config ? JSON.parse(cfg.ds_config) : null);
+    $("#f-name").value = job.name;
+    $("#banner").replaceChildren(h("div", { class: "notice", text: `Starting from job ${job.id} (${job.name}).` }));
+  });
+}
+
 $("#load-preset").addEventListener("click", async () => {
   const name = $("#preset").value;
   if (!name) return;
@@ -325,8 +338,10 @@ async function loadPresets() {
     if (p.kind === "yaml" || p.kind === "yml") $("#preset").append(h("option", { value: p.name, text: p.name }));
     else if (p.kind === "json") $("#ds-mode").insertBefore(h("option", { value: `preset:${p.name}`, text: `preset: ${p.name}` }), $("#ds-mode").lastElementChild);
   }
-  const want = new URLSearchParams(location.search).get("preset");
+  const params = new URLSearchParams(location.search);
+  const want = params.get("preset");
   if (want) { $("#preset").value = want; $("#load-preset").click(); }
+  if (/^\d+$/.test(params.get("from") || "")) await loadJob(params.get("from"));
   window.tunedeckReady = true;
 }
 loadPresets();

@@ -1,0 +1,171 @@
+"""A job's lifecycle: checkpoints, resume, clone with changes, tags and notes, delete."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, HTTPException, Query, Request, status
+from pydantic import BaseModel, ConfigDict
+from pydantic import Field as PField
+
+from tunedeck import auth
+from tunedeck.api.deps import NodeDep, SettingsDep, only_query
+from tunedeck.api.responses import errors
+from tunedeck.db import SessionDep
+from tunedeck.schemas import NAME_RULES, JobCreated, JobOut
+from tunedeck.services import checkpoints, lifecycle
+from tunedeck.services import jobs as service
+from tunedeck.services.alert_summary import job_out
+
+router = APIRouter(prefix="/api/jobs", tags=["lifecycle"])
+Tag = Annotated[str, PField(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CheckpointOut(BaseModel):
+    name: str
+    step: int
+    mtime: datetime
+    bytes: int
+    holds: list[str] = PField(
+        description="adapter, model, optimizer, scheduler, rng, trainer_state, zero_shards"
+    )
+    zero_shards: int
+    resumable: bool = PField(description="weights, optimizer state and trainer state are all there")
+
+
+class ResumeIn(Strict):
+    checkpoint: str | None = PField(
+        None,
+        pattern=r"^checkpoint-\d{1,12}$",
+        description="a checkpoint of the job; default the newest resumable",
+    )
+
+
+class CloneIn(Strict):
+    overrides: dict[str, Any] = PField(
+        default_factory=dict, description="train.yaml keys to set (null drops a key); `deepspeed` too"
+    )
+    name: str | None = PField(None, **NAME_RULES)
+
+
+class JobPatch(Strict):
+    tags: list[Tag] | None = PField(None, max_length=20, description="the job's whole tag list")
+    notes: str | None = PField(None, max_length=10000)
+
+
+class Deleted(BaseModel):
+    id: int
+    files: Literal["keep", "remove"]
+
+
+def _principal(request: Request):
+    return getattr(request.state, "principal", None)
+
+
+def _owned(request: Request, settings, job, verb: str) -> None:
+    if not auth.may_cancel(_principal(request), job.owner, settings):
+        raise HTTPException(
+            status_code=403, detail=f"only its owner ({job.owner}) or an admin may {verb} job {job.id}"
+        )
+
+
+def _created(request: Request, made) -> JobCreated:
+    job, checked = made
+    request.app.state.scheduler.wake()
+    return JobCreated(**JobOut.of(job).model_dump(), warnings=checked.warnings, findings=checked.notes)
+
+
+@router.get("/{job_id}/checkpoints", response_model=list[CheckpointOut], responses=errors(404))
+def get_checkpoints(job_id: int, session: SessionDep) -> list[CheckpointOut]:
+    """The job's checkpoints: step, time, size and what each holds."""
+    return [CheckpointOut(**c) for c in checkpoints.listing(service.get_job(session, job_id))]
+
+
+@router.post(
+    "/{job_id}/resume",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobCreated,
+    responses=errors(404, 409),
+)
+def resume_job(
+    job_id: int,
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    node: NodeDep,
+    body: Annotated[ResumeIn | None, Body()] = None,
+) -> JobCreated:
+    """A new job continuing this one from a checkpoint (the newest resumable by default)."""
+    parent = service.get_job(session, job_id)
+    principal = _principal(request)
+    return _created(
+        request,
+        lifecycle.resume(
+            session,
+            settings=settings,
+            node=node,
+            parent=parent,
+            checkpoint=(body or ResumeIn()).checkpoint,
+            owner=principal.name if principal else None,
+        ),
+    )
+
+
+@router.post(
+    "/{job_id}/clone",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobCreated,
+    responses=errors(404, 409, 413),
+)
+def clone_job(
+    job_id: int, body: CloneIn, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep
+) -> JobCreated:
+    """A new job of this one's spec with some keys changed, checked like any submission."""
+    parent = service.get_job(session, job_id)
+    principal = _principal(request)
+    return _created(
+        request,
+        lifecycle.clone(
+            session,
+            settings=settings,
+            node=node,
+            parent=parent,
+            overrides=body.overrides,
+            name=body.name,
+            owner=principal.name if principal else None,
+        ),
+    )
+
+
+@router.patch("/{job_id}", response_model=JobOut, responses=errors(404))
+def patch_job(
+    job_id: int, body: JobPatch, request: Request, session: SessionDep, settings: SettingsDep
+) -> JobOut:
+    """Set a job's tags and notes."""
+    job = service.get_job(session, job_id)
+    _owned(request, settings, job, "change")
+    return job_out(session, lifecycle.update(session, job, tags=body.tags, notes=body.notes))
+
+
+@router.delete(
+    "/{job_id}", response_model=Deleted, responses=errors(404, 409), dependencies=[only_query("files")]
+)
+def delete_job(
+    job_id: int,
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    files: Annotated[
+        Literal["keep", "remove"], Query(description="its run folder: kept or removed")
+    ] = "keep",
+) -> Deleted:
+    """Delete a job that has ended (never a queued or running one), with or without its files."""
+    job = service.get_job(session, job_id)
+    _owned(request, settings, job, "delete")
+    lifecycle.remove(session, job, settings=settings, files=files == "remove")
+    return Deleted(id=job_id, files=files)

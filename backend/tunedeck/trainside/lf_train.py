@@ -1,0 +1,146 @@
+"""`llamafactory-cli train` with two callbacks of ours, run by path with the trainer's Python.
+
+LLaMA-Factory's graceful stop (SIGABRT in web-UI mode) ends training after the step and saves the
+adapter only, so a stop at step 120 could resume from checkpoint-100 at best. `SaveOnStop` stops
+every rank after the same whole step and asks the Trainer for a regular checkpoint there (adapter,
+optimizer, scheduler, RNG, ZeRO shards). `ExtraLog` writes the numbers LLaMA-Factory's trainer_log.jsonl leaves out
+(grad_norm, ...), one line per logging event, so line i of both files is the same event.
+
+Run as `python lf_train.py train.yaml`. Under torchrun (same rule as LLaMA-Factory's launcher:
+FORCE_TORCHRUN or more than one visible device) it starts torchrun on this same file.
+This file imports nothing of tunedeck: the trainer's Python need not have it installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+
+EXTRA_LOG = "tunedeck_log.jsonl"
+# Keys trainer_log.jsonl carries already (under its own names) or that are not numbers to chart.
+LOGGED = {"loss", "eval_loss", "learning_rate", "epoch", "total_flos"}
+
+
+def _enabled(name: str, default: str = "0") -> bool:
+    return os.getenv(name, default).lower() in ("true", "y", "1")
+
+
+def _callbacks():
+    from transformers import TrainerCallback
+
+    class SaveOnStop(TrainerCallback):
+        """Takes over LLaMA-Factory's stop: every rank stops after the same whole step, and saves.
+
+        LLaMA-Factory's own handler stops each process where the signal finds it, even inside
+        gradient accumulation; ranks that got it a step apart would wait on each other's collectives.
+        Here the signal only raises a flag; at each step's end the ranks agree on it (one all-reduce
+        of a scalar when there are several), then all stop and save a checkpoint of that step."""
+
+        def __init__(self) -> None:
+            self.stopping = False
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            # Replaces the handler LogCallback installed when it was made (in web-UI mode only).
+            if callable(signal.getsignal(signal.SIGABRT)):
+                signal.signal(signal.SIGABRT, self._flag)
+
+        def _flag(self, signum, frame) -> None:
+            self.stopping = True
+
+        def _agreed(self, args) -> bool:
+            if args.world_size <= 1:
+                return self.stopping
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([1.0 if self.stopping else 0.0], device=args.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            return bool(flag.item())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self._agreed(args):
+                control.should_epoch_stop = control.should_training_stop = True
+                control.should_save = True
+
+    class ExtraLog(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            if args.should_save:
+                os.makedirs(args.output_dir, exist_ok=True)
+                path = os.path.join(args.output_dir, EXTRA_LOG)
+                if os.path.exists(path):
+                    os.remove(path)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            # Written before LogCallback's (asynchronous) line: the runner finds it when it reads that.
+            if not args.should_save:
+                return
+            row = {
+                k: v
+                for k, v in (logs or {}).items()
+                if k not in LOGGED
+                and isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+            }
+            row["step"] = state.global_step
+            with open(os.path.join(args.output_dir, EXTRA_LOG), "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+    return [SaveOnStop(), ExtraLog()]
+
+
+def _torchrun(yaml_path: str) -> int:
+    from llamafactory.extras.misc import find_available_port, get_device_count
+
+    env = dict(os.environ)
+    if _enabled("OPTIM_TORCH", "1"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
+    argv = [
+        "torchrun",
+        "--nnodes",
+        os.getenv("NNODES", "1"),
+        "--node_rank",
+        os.getenv("NODE_RANK", "0"),
+        "--nproc_per_node",
+        os.getenv("NPROC_PER_NODE", str(get_device_count())),
+        "--master_addr",
+        os.getenv("MASTER_ADDR", "127.0.0.1"),
+        "--master_port",
+        os.getenv("MASTER_PORT", str(find_available_port())),
+        os.path.abspath(__file__),
+        yaml_path,
+    ]
+    return subprocess.run(argv, env=env).returncode
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: python lf_train.py TRAIN_YAML", file=sys.stderr)
+        return 2
+    if "LOCAL_RANK" not in os.environ:  # not a torchrun worker: decide like LLaMA-Factory's launcher
+        from llamafactory.extras.misc import get_device_count
+
+        if (
+            _enabled("USE_MCA")
+            or _enabled("FORCE_TORCHRUN")
+            or (get_device_count() > 1 and not _enabled("USE_RAY"))
+        ):
+            return _torchrun(sys.argv[1])
+    _run(sys.argv[1])
+    return 0
+
+
+def _run(yaml_path: str) -> None:
+    from llamafactory.train.tuner import run_exp
+
+    sys.argv = [sys.argv[0], yaml_path]  # LLaMA-Factory reads the YAML named on the command line
+    run_exp(callbacks=_callbacks())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
