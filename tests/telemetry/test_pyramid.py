@@ -175,9 +175,7 @@ def memory_points(engine, gpu: int) -> list[tuple[float, float, float]]:
     )
 
 
-def run_windows(
-    engine, series: Series, pts: list, rnd: random.Random, k: int, *, floor: int = 0
-) -> set[int]:
+def run_windows(engine, series: Series, pts: list, rnd: random.Random, k: int, *, floor: int = 0) -> set[int]:
     raw = engine.raw_connection()
     try:
         r, levels = Reader(raw.cursor(), 1), set()
