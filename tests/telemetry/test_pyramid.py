@@ -97,9 +97,9 @@ def store(tmp_path_factory):
 
 
 def brute_stats(pts: list[tuple[float, float, float]]) -> tuple:
-    """n, min (by y then x), max (by -y then x), first (x then y) and last: as the tiles keep them."""
+    """n, min and max (by y then x), first and last (by x then y): as the tiles keep them."""
     lo = min(pts, key=lambda p: (p[1], p[0]))
-    hi = min(pts, key=lambda p: (-p[1], p[0]))
+    hi = max(pts, key=lambda p: (p[1], p[0]))
     first = min(pts, key=lambda p: (p[0], p[1]))
     last = max(pts, key=lambda p: (p[0], p[1]))
     return (len(pts), lo[:2], hi[:2], first[:2], last[:2])

@@ -57,7 +57,8 @@ def chart(
     engine, *, job_id: int, gpu: int | None, max_points: int, t0: float | None, t1: float | None
 ) -> tuple[list[Any], int | None, bool]:
     """Each GPU's series in the window from the tiles: every sample when they fit in `max_points`,
-    else each bucket's lowest and highest sample. A sample retention dropped comes from its tile."""
+    else each bucket's lowest and highest sample (its id, time and bytes; util, power and temperature
+    are on whole samples only)."""
     pyramid.current(engine)
     raw = engine.raw_connection()
     try:
@@ -66,27 +67,38 @@ def chart(
         reader = Reader(cur, job_id)
         pruned = cur.execute("SELECT level FROM chart_pruned WHERE job_id = ?", (job_id,)).fetchone()
         gpus = {g: tb for g, _, tb in _gpus(cur, job_id) if gpu is None or g == gpu}
-        points, reduced = [], False
-        for g in gpus:
+        rows, reduced = [], False
+        for g, total in gpus.items():
             s = Series(pyramid.memory_key(g), RAW, (job_id, g), floor=pruned[0] if pruned else 0)
             ans = reader.window(s, t0, t1, max_points)
             reduced |= ans.reduced
-            points += [
-                (int(a), t, int(y), g) for t, y, a in zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist())
+            if ans.level == 0 and ans.n:  # every sample of the window: the rows themselves
+                found = cur.execute(
+                    f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE job_id = ? AND gpu = ? "
+                    "AND t >= ? AND t <= ?",
+                    (job_id, g, ans.x[0], ans.x[-1]),
+                ).fetchall()
+                rows += [SimpleNamespace(**dict(zip(COLUMNS, r))) for r in found]
+                continue
+            rows += [
+                SimpleNamespace(
+                    id=int(a),
+                    t=t,
+                    gpu=g,
+                    used_bytes=int(y),
+                    total_bytes=total,
+                    util=None,
+                    power_w=None,
+                    temp_c=None,
+                )
+                for t, y, a in zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist())
             ]
-        ids = sorted({p[0] for p in points})
-        found = _rows(cur, ids)
         cur.close()
     finally:
         raw.rollback()
         raw.close()
-    out = {}
-    for i, t, used, g in points:
-        out[i] = found.get(i) or SimpleNamespace(
-            id=i, t=t, gpu=g, used_bytes=used, total_bytes=gpus[g], util=None, power_w=None, temp_c=None
-        )
-    rows = [out[i] for i in sorted(out)]
-    return rows, (rows[-1].id if rows else None), reduced
+    rows.sort(key=lambda r: r.id)
+    return rows, (max((r.id for r in rows), default=None)), reduced
 
 
 def memory_page(

@@ -33,7 +33,7 @@ CHUNK = 100_000  # rows tiled per pass, so a backfill holds bounded memory
 # When an incoming tile's point wins over the stored one (ties as in `reduce`).
 _WINS = {
     "min": "excluded.y_min < y_min OR (excluded.y_min = y_min AND excluded.x_min < x_min)",
-    "max": "excluded.y_max > y_max OR (excluded.y_max = y_max AND excluded.x_max < x_max)",
+    "max": "excluded.y_max > y_max OR (excluded.y_max = y_max AND excluded.x_max >= x_max)",
     "first": "excluded.x_first < x_first OR (excluded.x_first = x_first AND excluded.y_first < y_first)",
     "last": "excluded.x_last > x_last OR (excluded.x_last = x_last AND excluded.y_last >= y_last)",
 }
@@ -62,9 +62,12 @@ def points(x: np.ndarray, y: np.ndarray, a: np.ndarray) -> np.ndarray:
     return np.column_stack((np.ones(len(p)), p, p, p, p))
 
 
-def reduce(keys: list[np.ndarray], s: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """Stats rows with equal keys (first key primary) merged: min by (y, x), max by (-y, x), first by
-    (x, y), last by (x, y) the largest. Returns the groups' keys, in key order, and their rows."""
+def reduce(
+    keys: list[np.ndarray], s: np.ndarray, *, single: bool = False
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Stats rows with equal keys (first key primary) merged: min by (y, x) the smallest, max by (y, x)
+    the largest, first by (x, y) the smallest, last the largest. `single`: the rows are single points
+    (two sorts do). Returns the groups' keys, in key order, and their rows."""
     if not len(s):
         return keys, s
     rev = tuple(reversed(keys))
@@ -79,20 +82,38 @@ def reduce(keys: list[np.ndarray], s: np.ndarray) -> tuple[list[np.ndarray], np.
     out = np.empty((len(starts), len(FIELDS)))
     out[:, N] = np.add.reduceat(s[o_min, N], starts)
     out[:, XMIN : AMIN + 1] = s[o_min[starts], XMIN : AMIN + 1]
-    o = np.lexsort((s[:, XMAX], -s[:, YMAX], *rev))
-    out[:, XMAX : AMAX + 1] = s[o[starts], XMAX : AMAX + 1]
+    o_max = o_min if single else np.lexsort((s[:, XMAX], s[:, YMAX], *rev))
+    out[:, XMAX : AMAX + 1] = s[o_max[ends], XMAX : AMAX + 1]
     o = np.lexsort((s[:, YFIRST], s[:, XFIRST], *rev))
     out[:, XFIRST : AFIRST + 1] = s[o[starts], XFIRST : AFIRST + 1]
-    o = np.lexsort((s[:, YLAST], s[:, XLAST], *rev))
+    o = o if single else np.lexsort((s[:, YLAST], s[:, XLAST], *rev))
     out[:, XLAST : ALAST + 1] = s[o[ends], XLAST : ALAST + 1]
     return [k[starts] for k in sk], out
 
 
-def merged(s: np.ndarray) -> np.ndarray | None:
+def merged(s) -> np.ndarray | None:
     """All rows as one (None when there are none)."""
     if not len(s):
         return None
-    return reduce([np.zeros(len(s))], s)[1][0]
+    if len(s) > 32:
+        return reduce([np.zeros(len(s))], np.asarray(s))[1][0]
+    rows = [
+        r.tolist() if isinstance(r, np.ndarray) else list(r) for r in s
+    ]  # few rows: plain Python is faster
+    out = [sum(r[N] for r in rows)]
+    for lo, pick in ((XMIN, min), (XMAX, max), (XFIRST, min), (XLAST, max)):
+        ax, ay = (1, 0) if lo in (XMIN, XMAX) else (0, 1)  # compare by (y, x) or by (x, y)
+        best = pick(rows, key=lambda r: (r[lo + ax], r[lo + ay]))  # noqa: B023
+        out += best[lo : lo + 3]
+    return np.array(out)
+
+
+def distinct(pts: np.ndarray) -> np.ndarray:
+    """(x, y, a) rows sorted by x, y, a, each once."""
+    pts = pts[np.lexsort((pts[:, 2], pts[:, 1], pts[:, 0]))]
+    keep = np.ones(len(pts), dtype=bool)
+    keep[1:] = (pts[1:] != pts[:-1]).any(axis=1)
+    return pts[keep]
 
 
 def tiles_of(x: np.ndarray, level: int) -> np.ndarray:
@@ -143,22 +164,20 @@ def metric_key(name: str) -> str:
 def add(cur, source: Source, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     """Fold points into every level's tiles: one upsert per touched tile."""
     keys, s = [job, sid, tiles_of(x, 1)], points(x, y, a)
+    rows = []
     for level in range(1, LEVELS + 1):
         if level > 1:
             keys[2] = np.floor_divide(keys[2], 4)
-        keys, s = reduce(keys, s)
-        names = [source.key(v) for v in keys[1].tolist()]
-        cur.executemany(
-            UPSERT,
-            zip(
-                keys[0].astype(np.int64).tolist(),
-                names,
-                repeat(level),
-                keys[2].astype(np.int64).tolist(),
-                s[:, N].astype(np.int64).tolist(),
-                *s[:, 1:].T.tolist(),
-            ),
+        keys, s = reduce(keys, s, single=level == 1)
+        rows += zip(
+            keys[0].astype(np.int64).tolist(),
+            [source.key(v) for v in keys[1].tolist()],
+            repeat(level),
+            keys[2].astype(np.int64).tolist(),
+            s[:, N].astype(np.int64).tolist(),
+            *s[:, 1:].T.tolist(),
         )
+    cur.executemany(UPSERT, rows)
 
 
 def catch_up(conn: Connection) -> int:
@@ -361,7 +380,7 @@ class Reader:
                 last[XLAST : ALAST + 1],
             )
         )
-        pts = np.unique(pts, axis=0)  # sorted by x, then y
+        pts = distinct(pts)
         return Answer(n, level, pts[:, 0], pts[:, 1], pts[:, 2], tiles, group, buckets)
 
 
@@ -376,7 +395,7 @@ def downsample(x: np.ndarray, y: np.ndarray, a: np.ndarray, max_points: int) -> 
     tiles, rows = reduce([tiles_of(x, level)], points(x, y, a))
     group = (np.arange(len(rows)) * min(budget, len(rows))) // len(rows)
     _, buckets = reduce([group], rows)
-    pts = np.unique(
+    pts = distinct(
         np.vstack(
             (
                 buckets[0, XFIRST : AFIRST + 1],
@@ -384,7 +403,6 @@ def downsample(x: np.ndarray, y: np.ndarray, a: np.ndarray, max_points: int) -> 
                 buckets[:, XMAX : AMAX + 1],
                 buckets[-1, XLAST : ALAST + 1],
             )
-        ),
-        axis=0,
+        )
     )
     return Answer(n, level, pts[:, 0], pts[:, 1], pts[:, 2], tiles[0], group, buckets)
