@@ -320,15 +320,21 @@ class Reader:
         """The whole series as one row, from its top level."""
         return merged(self.tiles(s, LEVELS, -(2.0**62), 2.0**62)[1])
 
-    def total(self, s: Series, x0: float | None, x1: float | None) -> int:
-        """How many points of the series lie in [x0, x1]."""
+    def clamp(self, s: Series, x0: float | None, x1: float | None) -> tuple[float, float] | None:
+        """The window cut to the series' extent (None when they do not meet)."""
         ext = self.extent(s)
         if ext is None:
-            return 0
+            return None
         x0 = ext[XFIRST] if x0 is None else max(x0, ext[XFIRST])
         x1 = ext[XLAST] if x1 is None else min(x1, ext[XLAST])
-        top = merged(self.span(s, LEVELS, x0, x1)[1]) if x0 <= x1 else None
-        return 0 if top is None else int(top[N])
+        return (x0, x1) if x0 <= x1 else None
+
+    def total(self, s: Series, x0: float | None, x1: float | None) -> int:
+        """How many points of the series lie in [x0, x1] (from at most 64 tiles and the edges' finer ones)."""
+        if (w := self.clamp(s, x0, x1)) is None:
+            return 0
+        rows = self.span(s, self.level(s, *w, 64), *w)[1]
+        return int(rows[:, N].sum())
 
     def count(self, s: Series, level: int, x0: float, x1: float, most: int) -> int:
         t0, t1 = tiles_of([x0, x1], level)
@@ -353,22 +359,20 @@ class Reader:
     def window(self, s: Series, x0: float | None, x1: float | None, max_points: int) -> Answer:
         """At most about `max_points` points of the series in [x0, x1]: all of them when that many fit,
         else per bucket of tiles its min and max (and the window's first and last point)."""
-        ext = self.extent(s)
-        if ext is None:
+        if (w := self.clamp(s, x0, x1)) is None:
             return Answer(0, 0, EMPTY, EMPTY, EMPTY)
-        x0 = ext[XFIRST] if x0 is None else max(x0, ext[XFIRST])
-        x1 = ext[XLAST] if x1 is None else min(x1, ext[XLAST])
-        n = self.total(s, x0, x1)
-        if not n:
-            return Answer(0, 0, EMPTY, EMPTY, EMPTY)
-        if s.floor == 0 and n <= max_points and (s.scan is None or s.scan <= 4 * max_points):
-            p = self.raw(s, x0, x1)
-            return Answer(n, 0, p[:, XMIN], p[:, YMIN], p[:, AMIN])
+        x0, x1 = w
         budget = max(1, (max_points - 2) // 2)  # two points a bucket, and the window's ends
         # Up to 4x the buckets in tiles of the finest level that fits, merged into `budget` runs of
         # neighbours: at least `budget` buckets whatever the window, never more.
         level = self.level(s, x0, x1, 4 * budget)
         tiles, rows = self.span(s, level, x0, x1)
+        n = int(rows[:, N].sum())
+        if not n:
+            return Answer(0, 0, EMPTY, EMPTY, EMPTY)
+        if s.floor == 0 and n <= max_points and (s.scan is None or s.scan <= 4 * max_points):
+            p = self.raw(s, x0, x1)
+            return Answer(n, 0, p[:, XMIN], p[:, YMIN], p[:, AMIN])
         group = (np.arange(len(rows)) * min(budget, len(rows))) // max(1, len(rows))
         _, buckets = reduce([group], rows)
         first, last = buckets[0], buckets[-1]
