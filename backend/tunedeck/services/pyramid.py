@@ -348,12 +348,10 @@ class Reader:
         """The finest level with at most `most` tiles in the window (counting at most most + 1 rows)."""
         lo = max(1, s.floor)
         hi = next((k for k in range(lo, LEVELS + 1) if np.diff(tiles_of([x0, x1], k))[0] + 1 <= most), LEVELS)
-        while lo < hi:  # fewer tiles at every coarser level: bisect
-            mid = (lo + hi) // 2
-            if self.count(s, mid, x0, x1, most) <= most:
-                hi = mid
-            else:
-                lo = mid + 1
+        # Coarser levels never hold more tiles: walk down from the finest level that surely fits, one
+        # bounded count a level (dense series stop after one).
+        while hi > lo and self.count(s, hi - 1, x0, x1, most) <= most:
+            hi -= 1
         return hi
 
     def window(self, s: Series, x0: float | None, x1: float | None, max_points: int) -> Answer:
