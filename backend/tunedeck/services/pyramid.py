@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from itertools import repeat
 
 import numpy as np
 from sqlalchemy import Connection, Engine
@@ -163,21 +162,26 @@ def metric_key(name: str) -> str:
 
 def add(cur, source: Source, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     """Fold points into every level's tiles: one upsert per touched tile."""
-    keys, s = [job, sid, tiles_of(x, 1)], points(x, y, a)
-    rows = []
-    for level in range(1, LEVELS + 1):
-        if level > 1:
-            keys[2] = np.floor_divide(keys[2], 4)
-        keys, s = reduce(keys, s, single=level == 1)
-        rows += zip(
-            keys[0].astype(np.int64).tolist(),
-            [source.key(v) for v in keys[1].tolist()],
-            repeat(level),
-            keys[2].astype(np.int64).tolist(),
+    (job, sid, tile), s = reduce([job, sid, tiles_of(x, 1)], points(x, y, a), single=True)
+    # Every coarser level from the level-1 tiles at once: one merge, whatever the batch's size.
+    up = LEVELS - 1
+    level = np.repeat(np.arange(2.0, LEVELS + 1), len(s))
+    coarse = np.concatenate([np.floor_divide(tile, 4.0**k) for k in range(1, LEVELS)])
+    keys, rows = reduce([level, np.tile(job, up), np.tile(sid, up), coarse], np.tile(s, (up, 1)))
+    level = np.concatenate((np.ones(len(s)), keys[0]))
+    job, sid, tile = (np.concatenate(p) for p in zip((job, sid, tile), keys[1:]))
+    s = np.vstack((s, rows))
+    cur.executemany(
+        UPSERT,
+        zip(
+            job.astype(np.int64).tolist(),
+            [source.key(v) for v in sid.tolist()],
+            level.astype(np.int64).tolist(),
+            tile.astype(np.int64).tolist(),
             s[:, N].astype(np.int64).tolist(),
             *s[:, 1:].T.tolist(),
-        )
-    cur.executemany(UPSERT, rows)
+        ),
+    )
 
 
 def catch_up(conn: Connection) -> int:
