@@ -150,7 +150,7 @@ def check(ans: pyramid.Answer, pts: list, x0, x1, max_points: int, *, floor: int
         assert ans.n == len(inside)
         # Every extreme of the window is drawn, and the level was needed: one finer has too many tiles.
         assert max(p[1] for p in inside) == max(ans.y) and min(p[1] for p in inside) == min(ans.y)
-        if ans.level > 1:
+        if ans.level > pyramid.FINEST:  # (finer than the finest tiles, a window too long to read raw)
             assert len({math.floor(p[0] / 4 ** (ans.level - 1)) for p in inside}) > 4 * budget
     assert drawn == sorted(drawn)
 

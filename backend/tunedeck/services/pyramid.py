@@ -1,7 +1,7 @@
 """Chart tiles: each series' min, max, first and last point over x-aligned tiles 4**k units wide.
 
 Every stored metric point (x = step) and memory sample (x = unix time) lands in one tile of each
-level k = 1..LEVELS. Ingest tiles the rows stored since a watermark of row ids (`catch_up`, in the
+level k = FINEST..LEVELS. Ingest tiles the rows stored since a watermark of row ids (`catch_up`, in the
 writer's transaction, one upsert per touched tile), so a chart read of any window picks the finest
 level whose tiles in the window fit and reads O(max_points) rows. A tile's min and max are real
 points (x, y and an aux value: the row id of a memory sample, the time of a metric point), so a
@@ -23,6 +23,10 @@ from tunedeck.lflog import COUNTS, METRICS
 log = logging.getLogger("tunedeck.pyramid")
 
 LEVELS = 12  # 4**12 s is 194 days of samples, 4**12 steps 16.7M steps: one or two tiles at the top
+# Tiles of 4 points would be three quarters of all tiles (as many bytes as the raw rows); windows that
+# fine read the raw rows instead (at most RAW_READ x max_points of them) and bucket them in memory.
+FINEST = 2
+RAW_READ = 8
 FIELDS = ("n", *(f"{c}_{p}" for p in ("min", "max", "first", "last") for c in "xya"))
 N, XMIN, YMIN, AMIN, XMAX, YMAX, AMAX, XFIRST, YFIRST, AFIRST, XLAST, YLAST, ALAST = range(13)
 METRIC_COLUMNS = tuple(k for k in METRICS if k not in ("epoch", *COUNTS))  # the curves by step
@@ -162,13 +166,13 @@ def metric_key(name: str) -> str:
 
 def add(cur, source: Source, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     """Fold points into every level's tiles: one upsert per touched tile."""
-    (job, sid, tile), s = reduce([job, sid, tiles_of(x, 1)], points(x, y, a), single=True)
-    # Every coarser level from the level-1 tiles at once: one merge, whatever the batch's size.
-    up = LEVELS - 1
-    level = np.repeat(np.arange(2.0, LEVELS + 1), len(s))
-    coarse = np.concatenate([np.floor_divide(tile, 4.0**k) for k in range(1, LEVELS)])
+    (job, sid, tile), s = reduce([job, sid, tiles_of(x, FINEST)], points(x, y, a), single=True)
+    # Every coarser level from the finest tiles at once: one merge, whatever the batch's size.
+    up = LEVELS - FINEST
+    level = np.repeat(np.arange(FINEST + 1.0, LEVELS + 1), len(s))
+    coarse = np.concatenate([np.floor_divide(tile, 4.0**k) for k in range(1, up + 1)])
     keys, rows = reduce([level, np.tile(job, up), np.tile(sid, up), coarse], np.tile(s, (up, 1)))
-    level = np.concatenate((np.ones(len(s)), keys[0]))
+    level = np.concatenate((np.full(len(s), FINEST), keys[0]))
     job, sid, tile = (np.concatenate(p) for p in zip((job, sid, tile), keys[1:]))
     s = np.vstack((s, rows))
     cur.executemany(
@@ -294,9 +298,9 @@ class Reader:
             return row
         w = 4.0**level
         lo, hi = max(x0, tile * w), min(x1, (tile + 1) * w)
-        if level == 1:
+        if level == FINEST:
             p = self.raw(s, lo, hi)
-            return merged(p[tiles_of(p[:, XMIN], 1) == tile])
+            return merged(p[tiles_of(p[:, XMIN], level) == tile])
         kids, rows = self.tiles(s, level - 1, tile * 4, tile * 4 + 3)
         kept = [
             r if r[XFIRST] >= x0 and r[XLAST] <= x1 else self.part(s, level - 1, k, r, x0, x1)
@@ -350,7 +354,7 @@ class Reader:
 
     def level(self, s: Series, x0: float, x1: float, most: int) -> int:
         """The finest level with at most `most` tiles in the window (counting at most most + 1 rows)."""
-        lo = max(1, s.floor)
+        lo = max(FINEST, s.floor)
         hi = next((k for k in range(lo, LEVELS + 1) if np.diff(tiles_of([x0, x1], k))[0] + 1 <= most), LEVELS)
         # Coarser levels never hold more tiles: walk down from the finest level that surely fits, one
         # bounded count a level (dense series stop after one).
@@ -372,9 +376,10 @@ class Reader:
         n = int(rows[:, N].sum())
         if not n:
             return Answer(0, 0, EMPTY, EMPTY, EMPTY)
-        if s.floor == 0 and n <= max_points and (s.scan is None or s.scan <= 4 * max_points):
-            p = self.raw(s, x0, x1)
-            return Answer(n, 0, p[:, XMIN], p[:, YMIN], p[:, AMIN])
+        scan = n if s.scan is None else s.scan
+        if s.floor == 0 and (n <= max_points or (level == FINEST and scan <= RAW_READ * max_points)):
+            p = self.raw(s, x0, x1)  # every point fits, or finer tiles than these would be needed
+            return downsample(p[:, XMIN], p[:, YMIN], p[:, AMIN], max_points)
         group = (np.arange(len(rows)) * min(budget, len(rows))) // max(1, len(rows))
         _, buckets = reduce([group], rows)
         first, last = buckets[0], buckets[-1]

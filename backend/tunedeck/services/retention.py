@@ -35,7 +35,9 @@ FROM g WHERE g.gpu IS NOT NULL
 
 def keep_level(interval_s: float) -> int:
     """The finest pyramid level whose tiles are at least `interval_s` seconds wide."""
-    return next((k for k in range(1, pyramid.LEVELS + 1) if 4.0**k >= interval_s), pyramid.LEVELS)
+    return next(
+        (k for k in range(pyramid.FINEST, pyramid.LEVELS + 1) if 4.0**k >= interval_s), pyramid.LEVELS
+    )
 
 
 def due_jobs(engine: Engine, *, older_than_s: float, now: float | None = None) -> list[int]:
