@@ -26,7 +26,7 @@ LEVELS = 12  # 4**12 s is 194 days of samples, 4**12 steps 16.7M steps: one or t
 # Tiles of 4 points would be three quarters of all tiles (as many bytes as the raw rows); windows that
 # fine read the raw rows instead (at most RAW_READ x max_points of them) and bucket them in memory.
 FINEST = 2
-RAW_READ = 8
+RAW_READ = 4
 FIELDS = ("n", *(f"{c}_{p}" for p in ("min", "max", "first", "last") for c in "xya"))
 N, XMIN, YMIN, AMIN, XMAX, YMAX, AMAX, XFIRST, YFIRST, AFIRST, XLAST, YLAST, ALAST = range(13)
 METRIC_COLUMNS = tuple(k for k in METRICS if k not in ("epoch", *COUNTS))  # the curves by step
