@@ -51,7 +51,8 @@ def test_a_train_yaml_posted_as_is_becomes_a_job(app_factory, assets):
 
 
 def test_series_keep_spikes_when_downsampled_and_zoom_gets_finer_points(app_factory, assets):
-    """`GET /api/jobs/{id}/series?max_points=&x0=&x1=` gives chart series downsampled with MinMaxLTTB, so spikes survive."""
+    """`GET /api/jobs/{id}/series?max_points=&x0=&x1=` gives chart series read from chart tiles ... so spikes
+    survive."""
     app = app_factory()
     job = create_job(app.engine, app.settings, config=demo_config(assets), name="long", runner_token="r")
     n, spike, dip = 3000, 1234, 2345

@@ -1,4 +1,4 @@
-"""Retention rolls old memory samples up: far fewer rows, every interval's min and max kept, spikes too."""
+"""Retention drops old raw memory samples; the chart tiles stay, so old runs still draw, spikes too."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from tunedeck.db import make_engine, upgrade
-from tunedeck.services.memory_charts import memory_page
-from tunedeck.services.retention import rollup
+from tunedeck.services.memory_charts import gpus_of, memory_page
+from tunedeck.services.retention import keep_level, rollup
 
 GiB = 1 << 30
 
@@ -31,45 +31,50 @@ def seed(engine, *, job_id: int, ended: str, n: int = 3600) -> list[int]:
         )
         c.execute(
             text(
-                "INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes) "
-                "VALUES (:j, :i, :t, 0, :v, :tot)"
+                "INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes, name) "
+                "VALUES (:j, :i, :t, 0, :v, :tot, 'H200')"
             ),
             [{"j": job_id, "i": i, "t": 1000.0 + i, "v": v, "tot": 64 * GiB} for i, v in enumerate(values)],
         )
     return values
 
 
-def test_rollup_keeps_extremes_and_means(tmp_path):
+def test_retention_keeps_coarse_tiles_and_the_peak(tmp_path):
     engine = make_engine(tmp_path / "r.db")
     upgrade(engine)
     old = seed(engine, job_id=1, ended="2026-01-01 00:00:00")
     seed(engine, job_id=2, ended="2099-01-01 00:00:00")  # ended recently (in the future here): untouched
     report = rollup(engine, older_than_s=30 * 86400, interval_s=60)
-    intervals = len({int((1000 + i) // 60) for i in range(3600)})
+    level = keep_level(60)
+    assert 4**level >= 60 > 4 ** (level - 1)
     with engine.connect() as c:
-        rows = c.execute(
+        kept = c.execute(text("SELECT used_bytes, t FROM memory_samples WHERE job_id=1")).all()
+        tiles = c.execute(
             text(
-                "SELECT t0, n, min_bytes, max_bytes, mean_bytes FROM memory_rollups WHERE job_id=1 "
-                "ORDER BY t0"
+                "SELECT level, tile, n, y_min, y_max, x_max FROM chart_tiles WHERE job_id=1 "
+                "AND series='memory.0' ORDER BY level, tile"
             )
         ).all()
-        kept = c.execute(text("SELECT used_bytes FROM memory_samples WHERE job_id=1")).scalars().all()
         assert c.execute(text("SELECT count(*) FROM memory_samples WHERE job_id=2")).scalar() == 3600
-    assert sum(r.n for r in rows) == 3600 and len(rows) == intervals
-    for r in rows:
-        window = [v for i, v in enumerate(old) if r.t0 <= 1000.0 + i < r.t0 + 60]
-        assert (r.min_bytes, r.max_bytes) == (min(window), max(window))
-        assert abs(r.mean_bytes - sum(window) / len(window)) < 1
-    assert max(kept) == 30 * GiB and min(kept) == min(old)
-    # The report counts what the table holds: each interval keeps its lowest and highest sample.
+    # The peak and the newest sample stay (the measured peak, the device's name and size).
+    assert sorted(kept) == sorted({(30 * GiB, 1000.0 + 1200), (old[-1], 1000.0 + 3599)})
     assert report == {"jobs": 1, "before": 3600, "after": len(kept)}
-    assert intervals <= len(kept) <= 2 * intervals
+    assert min(r.level for r in tiles) == level
+    for r in tiles:  # each kept tile still holds the exact min and max of its samples
+        w = 4**r.level
+        window = [v for i, v in enumerate(old) if int((1000 + i) // w) == r.tile]
+        assert (r.n, r.y_min, r.y_max) == (len(window), min(window), max(window))
     assert rollup(engine, older_than_s=30 * 86400, interval_s=60)["jobs"] == 0  # idempotent
-    with Session(engine) as s:  # the chart endpoint still shows the spike after rollup
-        samples, _, _ = memory_page(
+    with Session(engine) as s:  # the chart still shows the whole hour, and the spike at its time
+        samples, _, reduced = memory_page(
             s, job_id=1, gpu=None, after=None, max_points=50, t0=None, t1=None, limit=1000
         )
-    assert max(x.used_bytes for x in samples) == 30 * GiB
+        assert [(g.gpu, g.name, g.total_bytes) for g in gpus_of(s, 1)] == [(0, "H200", 64 * GiB)]
+    assert reduced and 10 <= len(samples) <= 50
+    top = max(samples, key=lambda x: x.used_bytes)
+    assert (top.used_bytes, top.t) == (30 * GiB, 1000.0 + 1200)
+    assert samples[0].t < 1000 + 4**level and samples[-1].t > 4600 - 4**level
+    assert all(x.total_bytes == 64 * GiB for x in samples)
 
 
 def test_cli_rollup(tmp_path):
@@ -85,7 +90,7 @@ def test_cli_rollup(tmp_path):
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    assert "rolled up 1 job(s): 600 samples" in r.stdout
+    assert "rolled up 1 job(s): 600 samples → 2" in r.stdout
     backup = tmp_path / "copy.db"
     r = subprocess.run(
         [sys.executable, "-m", "tunedeck.cli", "db", "backup", str(backup)],
@@ -97,6 +102,5 @@ def test_cli_rollup(tmp_path):
     assert r.returncode == 0 and "integrity ok" in r.stdout
     copy = make_engine(backup)
     with copy.connect() as c:
-        assert c.execute(text("SELECT count(*) FROM memory_rollups")).scalar() == len(
-            {int((1000 + i) // 60) for i in range(600)}
-        )
+        assert c.execute(text("SELECT level FROM chart_pruned WHERE job_id = 7")).scalar() == keep_level(60)
+        assert c.execute(text("SELECT sum(n) FROM chart_tiles WHERE level = 5")).scalar() == 600

@@ -358,7 +358,7 @@ def db_rollup(
         ),
     ] = None,
 ) -> None:
-    """Roll old memory samples up into per-interval min/max/mean rows now."""
+    """Drop the raw memory samples of long-ended jobs now (their chart tiles stay)."""
     from tunedeck.services.retention import rollup
 
     settings = get_settings()

@@ -125,12 +125,17 @@ class Settings(BaseSettings):
     memory_raw_retention_days: float | None = Field(
         30.0,
         gt=0,
-        description="Days after a job ends before its memory samples are rolled up into per-interval "
-        "min/max/mean rows (the min and max samples stay); unset or empty keeps raw samples forever.",
+        description="Days after a job ends before its raw memory samples are dropped (each GPU's highest and "
+        "newest stay; charts draw from the kept chart tiles); unset or empty keeps raw samples forever.",
     )
-    memory_rollup_s: float = Field(60.0, gt=0, description="Interval of a memory rollup row, in seconds.")
+    memory_rollup_s: float = Field(
+        60.0,
+        gt=0,
+        description="Finest memory chart resolution kept after retention, in seconds: narrower chart tiles "
+        "go with the raw samples.",
+    )
     retention_check_s: float = Field(
-        3600.0, gt=0, description="How often the server looks for jobs due for rollup."
+        3600.0, gt=0, description="How often the server looks for jobs due for retention."
     )
     page_limit: int = Field(1000, ge=1, description="Default page size of history endpoints.")
     page_limit_max: int = Field(20000, ge=1, description="Largest page a client may ask for.")

@@ -1,4 +1,4 @@
-"""The SQLite tables (SQLModel): jobs and their series, tokens, alerts, calibration, roll-ups.
+"""The SQLite tables (SQLModel): jobs and their series, tokens, alerts, calibration, chart tiles.
 
 Alembic's migrations create them; a test holds the two to the same schema (tests/test_migrations.py).
 """
@@ -209,7 +209,8 @@ class EstimateCalibration(SQLModel, table=True):
 
 
 class MemoryRollup(SQLModel, table=True):
-    """Count, min, max and mean of one GPU's samples over one interval, kept after raw samples go."""
+    """Count, min, max and mean of one GPU's samples over one interval: written by releases before the
+    chart tiles (which replaced it), read by nothing, kept so no stored row is lost."""
 
     __tablename__ = "memory_rollups"
     __table_args__ = (UniqueConstraint("job_id", "gpu", "t0", name="uq_rollup_job_gpu_t0"),)
@@ -223,3 +224,47 @@ class MemoryRollup(SQLModel, table=True):
     min_bytes: int = Field(sa_type=BigInteger)
     max_bytes: int = Field(sa_type=BigInteger)
     mean_bytes: float
+
+
+class ChartTile(SQLModel, table=True):
+    """One tile of a series' pyramid: count, and the min, max, first and last point (x, y, aux) of
+    the points with floor(x / 4**level) == tile (services/pyramid.py)."""
+
+    __tablename__ = "chart_tiles"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    series: str = Field(primary_key=True)  # metric.<name>, metric.rows, memory.<gpu>
+    level: int = Field(primary_key=True)
+    tile: int = Field(primary_key=True)
+    n: int
+    x_min: float
+    y_min: float
+    a_min: float
+    x_max: float
+    y_max: float
+    a_max: float
+    x_first: float
+    y_first: float
+    a_first: float
+    x_last: float
+    y_last: float
+    a_last: float
+
+
+class ChartState(SQLModel, table=True):
+    """The highest row id of a raw table (memory, metrics) that the tiles hold."""
+
+    __tablename__ = "chart_state"
+
+    source: str = Field(primary_key=True)
+    through_id: int
+
+
+class ChartPruned(SQLModel, table=True):
+    """A job whose raw memory samples retention dropped: its memory charts read tiles >= level only."""
+
+    __tablename__ = "chart_pruned"
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    level: int

@@ -1,4 +1,4 @@
-"""Chart data: a job's metric series, downsampled on the server (`max_points`), zoomable by step."""
+"""Chart data: a job's metric series from the chart tiles (`max_points`), zoomable by step."""
 
 from __future__ import annotations
 
@@ -24,7 +24,13 @@ def get_series(
     x0: Annotated[float | None, Query(description="first step of a zoomed window")] = None,
     x1: Annotated[float | None, Query(description="last step of a zoomed window")] = None,
     until: Annotated[
-        int | None, Query(ge=0, le=2**62, description="only points with id <= until (a stream cursor's m)")
+        int | None,
+        Query(
+            ge=0,
+            le=2**62,
+            description="history up to a stream cursor's m; rows stored after it may be in the answer, and "
+            "`last_id` then names the newest, so a stream resumed from `last_id` repeats nothing",
+        ),
     ] = None,
 ) -> dict:
     """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""

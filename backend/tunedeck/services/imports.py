@@ -13,6 +13,7 @@ from tunedeck.alerts.rundir import build
 from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
 from tunedeck.services import alert_engine as alert_service
+from tunedeck.services import pyramid
 from tunedeck.services.ingest import apply_batch
 from tunedeck.services.jobs import slug
 from tunedeck.services.jobstate import JobState, after_commit, move
@@ -75,6 +76,7 @@ def import_run(
             ],
         }
         apply_batch(conn, job.id, batch)
+        pyramid.catch_up(conn)  # its chart tiles, in the same transaction
         new = alert_service.reconcile(s, job.id, findings, finished=True)  # the run is over: stored closed
         if (
             state.notifier is not None

@@ -23,7 +23,7 @@ from sqlalchemy.dialects.sqlite import insert
 from tunedeck.lflog import METRICS as POINT_KEYS
 from tunedeck.lflog import parse_point
 from tunedeck.protocol import MemoryColumns, TelemetryBatch
-from tunedeck.services import jobstate, pace
+from tunedeck.services import jobstate, pace, pyramid
 from tunedeck.services.jobstate import JobState
 from tunedeck.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
@@ -202,6 +202,7 @@ class IngestWriter(Worker):
             with self.state.begin() as conn:
                 for job_id, batch, _ in group:
                     apply_batch(conn, job_id, batch)
+                pyramid.catch_up(conn)  # the chart tiles of what this group stored, in its transaction
             for *_, fut in group:
                 fut.set_result(None)
         except Exception:  # one bad batch must not fail its neighbours
@@ -209,6 +210,7 @@ class IngestWriter(Worker):
                 try:
                     with self.state.begin() as conn:
                         apply_batch(conn, job_id, batch)
+                        pyramid.catch_up(conn)
                     fut.set_result(None)
                 except Exception as e:  # the waiting request gets the error
                     fut.set_exception(e)

@@ -1,38 +1,104 @@
-"""A job's memory series: pages after a cursor, a time window, and extreme-preserving downsampling."""
+"""A job's memory series: pages after a cursor, a time window, and charts read from the chart tiles."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
-from sqlalchemy import func
 from sqlmodel import Session, col, select
-from tsdownsample import MinMaxLTTBDownsampler
 
 from tunedeck.schemas import MemoryGpu
+from tunedeck.services import pyramid
 from tunedeck.services.jobs import get_job
+from tunedeck.services.pyramid import Reader, Series
 from tunedeck.tables import MemorySample
 
+# One step per GPU of the job: the next gpu index, then that GPU's newest sample (both on ix_memory_job_gpu_t).
+GPUS = """
+WITH RECURSIVE g(gpu) AS (
+  SELECT min(gpu) FROM memory_samples WHERE job_id = :job
+  UNION ALL
+  SELECT (SELECT min(gpu) FROM memory_samples WHERE job_id = :job AND gpu > g.gpu) FROM g WHERE g.gpu IS NOT NULL
+)
+SELECT m.gpu, m.name, m.total_bytes FROM g JOIN memory_samples m ON m.id = (
+  SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
+"""
+RAW = (
+    "SELECT t, used_bytes, id FROM memory_samples WHERE job_id = ? AND gpu = ? AND t >= ? AND t <= ? "
+    "ORDER BY t, id"
+)
+COLUMNS = ("id", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c")
 
-def downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
-    """Indices to keep: MinMaxLTTB (shape-faithful, extremes preselected), plus every local bucket
-    maximum LTTB passed over, so no spike's peak is lost from a memory chart."""
-    n = len(y)
-    if n <= max_points:
-        return np.arange(n)
-    keep = MinMaxLTTBDownsampler().downsample(t, y, n_out=max(3, max_points))
-    # LTTB picks one point per bucket; a bucket's peak can lose to a steeper neighbour. Guarantee it.
-    buckets = np.array_split(np.arange(n), max(1, max_points // 2))
-    peaks = [b[np.argmax(y[b])] for b in buckets if len(b)]
-    return np.unique(np.concatenate([keep, np.asarray(peaks, dtype=keep.dtype)]))
+
+def _gpus(cur, job_id: int) -> list[tuple]:
+    return cur.execute(GPUS, {"job": job_id}).fetchall()
 
 
 def gpus_of(session: Session, job_id: int) -> list[MemoryGpu]:
-    q = (
-        select(MemorySample.gpu, func.max(MemorySample.name), func.max(MemorySample.total_bytes))
-        .where(MemorySample.job_id == job_id)
-        .group_by(MemorySample.gpu)
-        .order_by(MemorySample.gpu)
-    )
-    return [MemoryGpu(gpu=g, name=n, total_bytes=tb) for g, n, tb in session.exec(q)]
+    cur = session.connection().connection.cursor()
+    try:
+        return [MemoryGpu(gpu=g, name=n, total_bytes=tb) for g, n, tb in _gpus(cur, job_id)]
+    finally:
+        cur.close()
+
+
+def _rows(cur, ids: list[int]) -> dict[int, SimpleNamespace]:
+    out = {}
+    for i in range(0, len(ids), 900):  # SQLite's bound-parameter limit, with room
+        chunk = ids[i : i + 900]
+        q = f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE id IN ({', '.join('?' * len(chunk))})"
+        for r in cur.execute(q, chunk):
+            out[r[0]] = SimpleNamespace(**dict(zip(COLUMNS, r)))
+    return out
+
+
+def chart(
+    engine, *, job_id: int, gpu: int | None, max_points: int, t0: float | None, t1: float | None
+) -> tuple[list[Any], int | None, bool]:
+    """Each GPU's series in the window from the tiles: every sample when they fit in `max_points`,
+    else each bucket's lowest and highest sample (its id, time and bytes; util, power and temperature
+    are on whole samples only)."""
+    pyramid.current(engine)
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("BEGIN")  # one snapshot
+        reader = Reader(cur, job_id)
+        pruned = cur.execute("SELECT level FROM chart_pruned WHERE job_id = ?", (job_id,)).fetchone()
+        gpus = {g: tb for g, _, tb in _gpus(cur, job_id) if gpu is None or g == gpu}
+        rows, reduced = [], False
+        for g, total in gpus.items():
+            s = Series(pyramid.memory_key(g), RAW, (job_id, g), floor=pruned[0] if pruned else 0)
+            ans = reader.window(s, t0, t1, max_points)
+            reduced |= ans.reduced
+            if ans.level == 0 and ans.n:  # every sample of the window: the rows themselves
+                found = cur.execute(
+                    f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE job_id = ? AND gpu = ? "
+                    "AND t >= ? AND t <= ?",
+                    (job_id, g, ans.x[0], ans.x[-1]),
+                ).fetchall()
+                rows += [SimpleNamespace(**dict(zip(COLUMNS, r))) for r in found]
+                continue
+            rows += [
+                SimpleNamespace(
+                    id=int(a),
+                    t=t,
+                    gpu=g,
+                    used_bytes=int(y),
+                    total_bytes=total,
+                    util=None,
+                    power_w=None,
+                    temp_c=None,
+                )
+                for t, y, a in zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist())
+            ]
+        cur.close()
+    finally:
+        raw.rollback()
+        raw.close()
+    rows.sort(key=lambda r: r.id)
+    return rows, (max((r.id for r in rows), default=None)), reduced
 
 
 def memory_page(
@@ -45,9 +111,14 @@ def memory_page(
     t0: float | None,
     t1: float | None,
     limit: int,
-) -> tuple[list[MemorySample], int | None, bool]:
+) -> tuple[list[Any], int | None, bool]:
     """Samples in id order; with `max_points`, each GPU's series in the window is downsampled."""
     get_job(session, job_id)
+    if max_points is not None and after is None:
+        rows, nxt, reduced = chart(
+            session.get_bind(), job_id=job_id, gpu=gpu, max_points=max_points, t0=t0, t1=t1
+        )
+        return rows, (after if nxt is None else nxt), reduced
     q = select(MemorySample).where(MemorySample.job_id == job_id).order_by(col(MemorySample.id))
     if gpu is not None:
         q = q.where(MemorySample.gpu == gpu)
@@ -60,25 +131,21 @@ def memory_page(
     if max_points is None:
         rows = list(session.exec(q.limit(limit)))
         return rows, (rows[-1].id if rows else after), False
-    # Downsample from three plain columns (a million ORM rows would take seconds), then load
-    # only the rows that survive.
+    # After a cursor the tiles cannot help (they hold no ids' order): the same buckets, in memory.
     cols = q.with_only_columns(MemorySample.id, MemorySample.gpu, MemorySample.t, MemorySample.used_bytes)
     data = session.connection().execute(cols).all()
     if not data:
         return [], after, False
-    # Plain tuples first: numpy probes Row objects by key, which costs seconds per million rows.
     arr = np.array([tuple(r) for r in data], dtype=np.float64)  # id, gpu, t, used (exact below 2**53)
-    nxt = int(arr[:, 0].max())
     keep, reduced = [], False
     for g in np.unique(arr[:, 1]):
         series = arr[arr[:, 1] == g]
-        series = series[np.argsort(series[:, 2], kind="stable")]
-        idx = downsample(np.ascontiguousarray(series[:, 2]), np.ascontiguousarray(series[:, 3]), max_points)
-        reduced = reduced or len(idx) < len(series)
-        keep.append(series[idx, 0])
-    ids = np.unique(np.concatenate(keep)).astype(np.int64).tolist()
-    out: list[MemorySample] = []
-    for i in range(0, len(ids), 900):  # SQLite's bound-parameter limit
-        out += session.exec(select(MemorySample).where(col(MemorySample.id).in_(ids[i : i + 900]))).all()
-    out.sort(key=lambda r: r.id)
-    return out, nxt, reduced
+        ans = pyramid.downsample(series[:, 2], series[:, 3], series[:, 0], max_points)
+        reduced |= ans.reduced
+        keep += ans.a.astype(np.int64).tolist()
+    cur = session.connection().connection.cursor()
+    try:
+        found = _rows(cur, sorted(set(keep)))
+    finally:
+        cur.close()
+    return [found[i] for i in sorted(found)], int(arr[:, 0].max()), reduced

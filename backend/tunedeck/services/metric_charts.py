@@ -1,31 +1,20 @@
-"""Chart series of a job's metric points, downsampled on the server so a 1M-point run stays fast.
+"""Chart series of a job's metric points, read from the chart tiles so a 10M-point run stays fast.
 
-MinMaxLTTB (tsdownsample) keeps each bucket's extremes, so a loss spike survives any zoom level.
-A zoomed chart asks again with the window `x0..x1` and gets finer points of just that window.
+Each curve is all its points when they fit in `max_points`, else the min and max of each bucket of
+tiles (services/pyramid.py): a loss spike is a real point of the answer at any zoom level. A zoomed
+chart asks again with the window `x0..x1` and gets finer points of just that window.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 from sqlalchemy import Engine
-from tsdownsample import MinMaxLTTBDownsampler
 
-from tunedeck.lflog import METRICS
-
-CACHE_SIZE = 16  # whole answers, for several screens showing the same big run
-_CACHE: dict[tuple, dict] = {}
-_CACHE_LOCK = threading.Lock()
-# The curves by step; total_tokens too, so a chart can put tokens on its x axis.
-COLUMNS = tuple(k for k in METRICS if k != "epoch")
-
-
-def downsample_indices(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
-    if len(y) <= max_points:
-        return np.arange(len(y))
-    return np.sort(MinMaxLTTBDownsampler().downsample(x, y, n_out=max_points, parallel=False))
+from tunedeck.services import pyramid
+from tunedeck.services.pyramid import METRIC_COLUMNS as COLUMNS
+from tunedeck.services.pyramid import Reader, Series
 
 
 def _nonfinite(rows: list[tuple], name: str, max_points: int) -> dict:
@@ -37,6 +26,19 @@ def _nonfinite(rows: list[tuple], name: str, max_points: int) -> dict:
     return {"step": [p[0] for p in pts], "t": [p[1] for p in pts], "value": [p[2] for p in pts]}
 
 
+def series_of(job_id: int, name: str, scan: int | None = None) -> Series:
+    """A metric's curve (x = step, y = value, aux = the time the line was read), or with name None
+    the rows themselves (y = row id)."""
+    y = "id" if name is None else name  # column names come from METRICS only, never from a request
+    return Series(
+        pyramid.ROWS if name is None else pyramid.metric_key(name),
+        f"SELECT step, {y}, t FROM metric_points WHERE job_id = ? AND {y} IS NOT NULL "
+        "AND step >= ? AND step <= ? ORDER BY step, line",
+        (job_id,),
+        scan=scan,
+    )
+
+
 def metric_series(
     engine: Engine,
     *,
@@ -46,68 +48,52 @@ def metric_series(
     x1: float | None = None,
     until: int | None = None,
 ) -> dict:
-    """Each metric as {step, t, y, n, nonfinite_points}: at most `max_points` per metric, within steps
-    x0..x1, ids <= until."""
-    where = ["job_id = :j", "step IS NOT NULL"]
-    params: dict = {"j": job_id}
-    for cond, param, value in (
-        ("step >= :x0", "x0", x0),
-        ("step <= :x1", "x1", x1),
-        ("id <= :u", "u", until),
-    ):
-        if value is not None:
-            where.append(cond)
-            params[param] = value
-    sql = f"SELECT id, step, t, {', '.join(COLUMNS)} FROM metric_points WHERE {' AND '.join(where)} ORDER BY step, line"
-    # The DBAPI cursor straight into numpy: SQLAlchemy Row objects cost ~10x more for 1M rows.
+    """Each metric as {step, t, y, n, nonfinite_points}: at most about `max_points` per metric, within
+    steps x0..x1. With `until`, a row stored after it may be in the answer; `last_id` says the
+    newest row the answer holds, so a stream resumed there repeats nothing."""
+    pyramid.current(engine)
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
-        last_id = cur.execute(
-            "SELECT max(id) FROM metric_points WHERE job_id = :j"
-            + (" AND id <= :u" if until is not None else ""),
-            params,
-        ).fetchone()[0]
-        # Same newest row, same question: the answer cannot have changed (rows are never edited).
-        key = (str(engine.url), job_id, max_points, x0, x1, last_id)
-        if (hit := _CACHE.get(key)) is not None:
-            return hit
-        rows = cur.execute(sql, params).fetchall()
+        cur.execute("BEGIN")  # one snapshot: the tiles, the count and the newest id agree
+        reader = Reader(cur, job_id)
+        rows = series_of(job_id, None)
+        everything = reader.extent(rows)
+        # The newest row: the highest id the tiles hold, or a newer line without a step.
+        (newest,) = cur.execute(
+            "SELECT max(id) FROM (SELECT id FROM metric_points WHERE job_id = ? ORDER BY line DESC LIMIT 1)",
+            (job_id,),
+        ).fetchone()
+        ids = [
+            int(v)
+            for v in (newest, None if everything is None else everything[pyramid.YMAX])
+            if v is not None
+        ]
+        last_id = max(ids, default=None)
+        lo, hi = (-np.inf if x0 is None else x0), (np.inf if x1 is None else x1)
+        count = reader.total(rows, x0, x1)
+        out: dict = {"count": count, "last_id": last_id, "downsampled": False, "series": {}}
+        where = "job_id = ? AND step IS NOT NULL AND step >= ? AND step <= ?"
         # Few rows, found through their partial index: the points whose metrics were inf or NaN.
         # (SQLite would rather walk the job's step index, every row of the job.)
         bad = cur.execute(
-            f"SELECT step, t, nonfinite FROM metric_points INDEXED BY ix_metric_nonfinite WHERE "
-            f"{' AND '.join(where)} AND nonfinite IS NOT NULL ORDER BY step, line",
-            params,
+            f"SELECT step, t, nonfinite FROM metric_points INDEXED BY ix_metric_nonfinite WHERE {where} "
+            "AND nonfinite IS NOT NULL ORDER BY step, line",
+            (job_id, lo, hi),
         ).fetchall()
+        bad = [(step, t, json.loads(text)) for step, t, text in bad]
+        for name in COLUMNS:
+            ans = reader.window(series_of(job_id, name, scan=count), x0, x1, max_points)
+            out["downsampled"] |= ans.reduced
+            out["series"][name] = {
+                "step": ans.x.astype(np.int64).tolist(),
+                "t": ans.a.tolist(),
+                "y": ans.y.tolist(),
+                "n": ans.n,
+                "nonfinite_points": _nonfinite(bad, name, max_points),
+            }
         cur.close()
     finally:
+        raw.rollback()
         raw.close()
-    bad = [(step, t, json.loads(text)) for step, t, text in bad]
-    data = np.array(rows, dtype=np.float64).reshape(len(rows), 3 + len(COLUMNS))
-    del rows
-    step, t = data[:, 1], data[:, 2]
-    out: dict = {
-        "count": len(data),
-        "last_id": int(last_id) if last_id is not None else None,
-        "downsampled": False,
-        "series": {},
-    }
-    for i, name in enumerate(COLUMNS):
-        y = data[:, 3 + i]
-        keep = ~np.isnan(y)
-        xs, ys, ts = step[keep], y[keep], t[keep]
-        idx = downsample_indices(xs, ys, max_points)
-        out["downsampled"] |= len(idx) < len(ys)
-        out["series"][name] = {
-            "step": xs[idx].astype(int).tolist(),
-            "t": ts[idx].tolist(),
-            "y": ys[idx].tolist(),
-            "n": len(ys),
-            "nonfinite_points": _nonfinite(bad, name, max_points),
-        }
-    with _CACHE_LOCK:  # requests run in a thread pool
-        _CACHE[key] = out
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
     return out

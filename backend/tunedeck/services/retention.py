@@ -1,9 +1,10 @@
-"""Retention: old memory samples are rolled up, not deleted.
+"""Retention: old memory samples go, their chart tiles stay.
 
-For jobs that ended more than `memory_raw_retention_days` ago, each `memory_rollup_s` interval of
-each GPU keeps its lowest and its highest real sample in `memory_samples` (so charts, downsampling
-and spike evidence still work unchanged) and its count, min, max and mean go to `memory_rollups`.
-Everything else in the interval is deleted. Rolling up twice changes nothing.
+For jobs that ended more than `memory_raw_retention_days` ago, the raw memory samples are deleted
+but for each GPU's highest and newest sample (so the measured peak, the device's name and its size
+stay known), and so are the chart tiles narrower than `memory_rollup_s`. The job page then draws
+the job from the coarser tiles, every spike still there: a tile's max is a real sample. Pruning
+twice changes nothing.
 """
 
 from __future__ import annotations
@@ -14,64 +15,82 @@ import time
 from sqlalchemy import Engine, text
 
 from tunedeck.config import Settings
+from tunedeck.services import pyramid
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.retention")
 
-ROLLUP = """
-INSERT OR IGNORE INTO memory_rollups (job_id, gpu, t0, t1, n, min_bytes, max_bytes, mean_bytes)
-SELECT job_id, gpu, CAST(t / :w AS INTEGER) * :w, CAST(t / :w AS INTEGER) * :w + :w,
-       count(*), min(used_bytes), max(used_bytes), avg(used_bytes)
-FROM memory_samples WHERE job_id = :job GROUP BY job_id, gpu, CAST(t / :w AS INTEGER)
+# Per GPU of the job (one index step each): its highest sample and its newest.
+KEEP = """
+WITH RECURSIVE g(gpu) AS (
+  SELECT min(gpu) FROM memory_samples WHERE job_id = :job
+  UNION ALL
+  SELECT (SELECT min(gpu) FROM memory_samples WHERE job_id = :job AND gpu > g.gpu) FROM g WHERE g.gpu IS NOT NULL
+)
+SELECT (SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY used_bytes DESC, t LIMIT 1),
+       (SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
+FROM g WHERE g.gpu IS NOT NULL
 """
-# Keep the first sample holding each interval's min and max; delete the rest.
-PRUNE = """
-DELETE FROM memory_samples WHERE job_id = :job AND id NOT IN (
-  SELECT (SELECT s.id FROM memory_samples s WHERE s.job_id = r.job_id AND s.gpu = r.gpu
-          AND s.t >= r.t0 AND s.t < r.t1 AND s.used_bytes = r.max_bytes ORDER BY s.id LIMIT 1)
-  FROM memory_rollups r WHERE r.job_id = :job
-  UNION
-  SELECT (SELECT s.id FROM memory_samples s WHERE s.job_id = r.job_id AND s.gpu = r.gpu
-          AND s.t >= r.t0 AND s.t < r.t1 AND s.used_bytes = r.min_bytes ORDER BY s.id LIMIT 1)
-  FROM memory_rollups r WHERE r.job_id = :job)
-"""
+
+
+def keep_level(interval_s: float) -> int:
+    """The finest pyramid level whose tiles are at least `interval_s` seconds wide."""
+    return next(
+        (k for k in range(pyramid.FINEST, pyramid.LEVELS + 1) if 4.0**k >= interval_s), pyramid.LEVELS
+    )
 
 
 def due_jobs(engine: Engine, *, older_than_s: float, now: float | None = None) -> list[int]:
-    """Ended jobs past the raw-retention age that still hold more samples than their rollups keep."""
+    """Ended jobs past the raw-retention age whose raw samples are still there."""
     cutoff = (now or time.time()) - older_than_s
     with engine.connect() as c:
         rows = c.execute(
             text(
                 "SELECT j.id FROM jobs j WHERE j.status IN ('succeeded','failed','cancelled') "
                 "AND j.finished_at IS NOT NULL AND CAST(strftime('%s', j.finished_at) AS INTEGER) < :cutoff "
-                "AND (SELECT count(*) FROM memory_samples s WHERE s.job_id = j.id) > "
-                "    2 * (SELECT count(*) FROM memory_rollups r WHERE r.job_id = j.id) ORDER BY j.id"
+                "AND NOT EXISTS (SELECT 1 FROM chart_pruned p WHERE p.job_id = j.id) "
+                "AND EXISTS (SELECT 1 FROM memory_samples s WHERE s.job_id = j.id) ORDER BY j.id"
             ),
             {"cutoff": int(cutoff)},
         )
         return [r[0] for r in rows]
 
 
-def rollup_job(engine: Engine, job_id: int, *, interval_s: float) -> tuple[int, int]:
-    """Roll one job's samples up; returns (samples before, samples after)."""
+def prune_job(engine: Engine, job_id: int, *, level: int) -> tuple[int, int]:
+    """Drop one job's raw samples and its tiles below `level`; returns (samples before, after)."""
+    count = text("SELECT count(*) FROM memory_samples WHERE job_id = :j")
     with engine.begin() as c:
-        before = c.execute(
-            text("SELECT count(*) FROM memory_samples WHERE job_id = :j"), {"j": job_id}
-        ).scalar()
-        c.execute(text(ROLLUP), {"job": job_id, "w": interval_s})
-        c.execute(text(PRUNE), {"job": job_id})
-        after = c.execute(
-            text("SELECT count(*) FROM memory_samples WHERE job_id = :j"), {"j": job_id}
-        ).scalar()
+        pyramid.catch_up(c)  # nothing goes before the tiles hold it
+        before = c.execute(count, {"j": job_id}).scalar()
+        keep = sorted({i for pair in c.execute(text(KEEP), {"job": job_id}) for i in pair})
+        c.execute(
+            text(f"DELETE FROM memory_samples WHERE job_id = :j AND id NOT IN ({', '.join(map(str, keep))})"),
+            {"j": job_id},
+        )
+        c.execute(
+            text("DELETE FROM chart_tiles WHERE job_id = :j AND series LIKE 'memory.%' AND level < :level"),
+            {"j": job_id, "level": level},
+        )
+        c.execute(
+            text("INSERT INTO chart_pruned (job_id, level) VALUES (:j, :level)"),
+            {"j": job_id, "level": level},
+        )
+        # SQLite hands the ids above the highest one left out again: the watermark must not sit above them.
+        c.execute(
+            text(
+                "UPDATE chart_state SET through_id = min(through_id, coalesce((SELECT max(id) FROM memory_samples), 0)) "
+                "WHERE source = 'memory'"
+            )
+        )
+        after = c.execute(count, {"j": job_id}).scalar()
     return before, after
 
 
 def rollup(engine: Engine, *, older_than_s: float, interval_s: float, now: float | None = None) -> dict:
-    """Roll up every job that is due; one transaction per job so a long pass never blocks ingest long."""
+    """Prune every job that is due; one transaction per job so a long pass never blocks ingest long."""
     report = {"jobs": 0, "before": 0, "after": 0}
     for job_id in due_jobs(engine, older_than_s=older_than_s, now=now):
-        before, after = rollup_job(engine, job_id, interval_s=interval_s)
+        before, after = prune_job(engine, job_id, level=keep_level(interval_s))
         report["jobs"] += 1
         report["before"] += before
         report["after"] += after
@@ -79,7 +98,7 @@ def rollup(engine: Engine, *, older_than_s: float, interval_s: float, now: float
 
 
 class Retention(Worker):
-    """Rolls up due jobs every `retention_check_s` while `memory_raw_retention_days` is set."""
+    """Prunes due jobs every `retention_check_s` while `memory_raw_retention_days` is set."""
 
     name = "retention"
     delay_s = 60.0  # not during start-up
@@ -96,7 +115,7 @@ class Retention(Worker):
         report = rollup(self.engine, older_than_s=days * 86400, interval_s=self.settings.memory_rollup_s)
         if report["jobs"]:
             log.info(
-                "retention: rolled up %s job(s), %s → %s samples",
+                "retention: pruned %s job(s) to their chart tiles, %s → %s samples",
                 report["jobs"],
                 report["before"],
                 report["after"],
