@@ -7,12 +7,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import httpx
 import typer
 
 from tunedeck.config import Settings, get_settings
+
+if TYPE_CHECKING:  # imported where used: `tunedeck serve` starts faster without the client
+    import httpx
 
 app = typer.Typer(help="tunedeck: launch and monitor LLaMA-Factory fine-tunes.", no_args_is_help=True)
 ServerOpt = Annotated[
@@ -21,6 +23,8 @@ ServerOpt = Annotated[
 
 
 def _client(server: str | None) -> httpx.Client:
+    import httpx
+
     settings = get_settings()
     headers = {"X-Tunedeck": "1"}  # the server refuses writes without it (cross-site requests cannot send it)
     if settings.token:
@@ -29,6 +33,8 @@ def _client(server: str | None) -> httpx.Client:
 
 
 def _call(server: str | None, method: str, path: str, **kw) -> dict | list:
+    import httpx
+
     try:
         with _client(server) as c:
             r = c.request(method, path, **kw)
@@ -206,6 +212,8 @@ def demo(
     typer.echo(f"demo assets in {settings.workspace / 'demo'}")
     if no_submit:
         return
+    import httpx
+
     url = settings.url
     try:
         httpx.get(f"{url}/api/health", timeout=2).raise_for_status()

@@ -9,15 +9,17 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from tunedeck.alerts import at_least
 from tunedeck.config import Settings
 from tunedeck.tables import Alert, Job
+
+if TYPE_CHECKING:  # imported on the first webhook: most servers never post one, and start faster
+    import httpx
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.notify")
@@ -83,6 +85,8 @@ class Notifier(Worker):
             return f"job {job_id} ({job.name})" if job else f"job {job_id}"
 
     def _post(self, client: httpx.Client, payload: dict[str, Any]) -> None:
+        import httpx  # already loaded by run_once
+
         if payload["event"] == "job_finished":  # named here: JobState tells of an end only after its commit
             payload["text"] = f"tunedeck: {self._job_name(payload['job_id'])} {payload['status']}" + (
                 f": {payload['error']}" if payload.get("error") else ""
@@ -103,6 +107,8 @@ class Notifier(Worker):
     def run_once(self) -> None:
         if self._q.empty():
             return
+        import httpx
+
         with httpx.Client(timeout=10) as client:
             while True:
                 try:
