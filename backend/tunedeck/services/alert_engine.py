@@ -390,15 +390,17 @@ class AlertEngine(Worker):
                 self.tracker.pull()
             except Exception:
                 log.exception("alert pull failed")
-        # A job is judged at most once an interval; one fed new samples or points at most once an
-        # interval of those: output lines, which come every flush, never hold back a spike's sample.
+        # A job is judged at most once an interval; one fed new samples or points at most twice an
+        # interval, whatever else came: a sampler sending once an interval is judged on each arrival
+        # (the jitter of its arrivals is well under half an interval), and output lines, which come
+        # every flush, never hold back a spike's sample.
         interval, now = self.settings.alert_interval_s, time.monotonic()
         with self._lock:
             due = {
                 j
                 for j in self._dirty
                 if now - self._last.get(j, 0.0) >= interval
-                or (self.tracker.fresh(j) and now - self._last_fresh.get(j, 0.0) >= interval)
+                or (self.tracker.fresh(j) and now - self._last_fresh.get(j, 0.0) >= interval / 2)
             }
             self._dirty -= due
         for job_id in sorted(due):
