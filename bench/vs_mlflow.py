@@ -244,8 +244,15 @@ class MLflow:
         return r.json()["run"]["info"]["run_id"]
 
     def log(self, run: str, metrics: list[dict]) -> None:
-        r = self.api.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run, "metrics": metrics})
-        r.raise_for_status()
+        for attempt in range(3):  # a worker that drops a connection (a busy machine) gets a retry
+            try:
+                r = self.api.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run, "metrics": metrics})
+                r.raise_for_status()
+                return
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+                time.sleep(0.5)
 
     def count(self, run: str, key: str) -> int:
         with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=60) as db:
