@@ -145,6 +145,16 @@ def watch_stored(db: Path, jobs: list[int], stored: dict, stop: threading.Event)
     conn.close()
 
 
+def watch_rss(proc: psutil.Process, seen: list[float], stop: threading.Event) -> None:
+    """The server's resident memory (MiB), read every 0.2 s while the writers run."""
+    while not stop.is_set():
+        try:
+            seen.append(proc.memory_info().rss / 2**20)
+        except psutil.Error:
+            return
+        stop.wait(0.2)
+
+
 def ack_lag(acks: list[tuple[int, int, float]], stored: dict) -> list[float]:
     """For each acked batch, seconds from its ack to the first poll that saw its last line stored
     (negative: stored before the ack reached the client)."""
@@ -253,6 +263,9 @@ async def main() -> None:
             await asyncio.sleep(1)
             if args.shape == "memory":
                 watcher.start()
+            rss: list[float] = []
+            rss_stop = threading.Event()
+            threading.Thread(target=watch_rss, args=(proc, rss, rss_stop), daemon=True).start()
             cpu0, wall0, me0 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
             if args.shape == "memory":
                 await asyncio.gather(
@@ -264,6 +277,7 @@ async def main() -> None:
             else:
                 await asyncio.gather(*(runner(client, j, tokens[j], stop, stats) for j in jobs))
             cpu1, wall1, me1 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
+            rss_stop.set()
             await asyncio.sleep(1.5)
             done.set()
             for v in viewers:
@@ -282,6 +296,9 @@ async def main() -> None:
             f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core), "
             f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}; "
             f"this client {(me1 - me0) / wall:.0%} of a core, load average {os.getloadavg()[0]:.1f}"
+        )
+        print(
+            f"server RSS under load: peak {max(rss, default=float('nan')):.0f} MiB, end {rss[-1] if rss else float('nan'):.0f} MiB"
         )
         if args.shape == "memory":
             watcher.join(timeout=10)

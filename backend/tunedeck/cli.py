@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import httpx
 import typer
 
 from tunedeck.cli_http import call
@@ -201,6 +200,8 @@ def demo(
     typer.echo(f"demo assets in {settings.workspace / 'demo'}")
     if no_submit:
         return
+    import httpx
+
     url = settings.url
     try:
         httpx.get(f"{url}/api/health", timeout=2).raise_for_status()

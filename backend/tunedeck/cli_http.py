@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
+
 import typer
 
 from tunedeck.config import get_settings
 
+if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start without it
+    import httpx
+
 
 def client(server: str | None, *, timeout: float = 30) -> httpx.Client:
+    import httpx
+
     settings = get_settings()
     headers = {"X-Tunedeck": "1"}  # the server refuses writes without it (cross-site requests cannot send it)
     if settings.token:
@@ -36,6 +42,8 @@ def refused(r: httpx.Response) -> typer.Exit:
 
 
 def call(server: str | None, method: str, path: str, **kw) -> dict | list:
+    import httpx
+
     try:
         with client(server) as c:
             r = c.request(method, path, **kw)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import httpx
 import typer
 import yaml
 
 from tunedeck.cli_http import call, client, refused, unreachable
+
+if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start without it
+    pass
 
 ServerOpt = Annotated[
     Optional[str], typer.Option("--server", help="server URL (default from TUNEDECK_* settings)")
@@ -109,6 +111,8 @@ def download(
     server: ServerOpt = None,
 ) -> None:
     """Download one file of a run, or the adapter (a checkpoint, everything) as one archive."""
+    import httpx
+
     if path:
         url, params, name = f"/api/jobs/{job_id}/files/{path}", {}, Path(path).name
     else:

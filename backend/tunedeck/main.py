@@ -65,7 +65,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             logging.getLogger("tunedeck").warning(note)
         node_gpus = settings.gpu_slots if settings.gpu_slots is not None else len(detect_gpus()[2])
         notifier = Notifier(settings, engine)
-        alerts = AlertEngine(engine, settings, on_new=notifier.alerts_opened)
+        # Live streams (a task on the event loop, not a thread): woken by the ingest writer after each
+        # commit, by the alert engine when it opens an alert, and by their own watcher of job changes.
+        events = app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
+
+        def alerts_opened(job, new) -> None:  # a page shows a new alert at once, not at the next watch
+            events.notify({job.id})
+            notifier.alerts_opened(job, new)
+
+        alerts = AlertEngine(engine, settings, on_new=alerts_opened)
         jobstate = JobState(
             engine, notifier=notifier, alerts=alerts
         )  # every status change, and who hears of it
@@ -88,12 +96,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.workers, app.state.jobstate = workers, jobstate
         app.state.notifier, app.state.alerts = notifier, alerts
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
-        # Live streams (a task on the event loop, not a thread): woken by the ingest writer after each
-        # commit, and by its own watcher of job changes.
-        app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
-        writer.listeners += [app.state.events.notify, alerts.notify]
-        alerts.on_closed.append(app.state.events.notify)
-        app.state.events.start()
+        writer.listeners += [events.notify, alerts.notify]
+        alerts.on_closed.append(events.notify)
+        events.start()
         started = []
         try:
             for worker in workers:

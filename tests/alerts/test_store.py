@@ -20,7 +20,7 @@ from tunedeck.services import memory_charts as memory
 from tunedeck.services.ingest import IngestWriter, finish
 from tunedeck.services.jobstate import JobState
 from tunedeck.services.notify import Notifier
-from tunedeck.tables import Alert, Job, JobStatus, MemorySample
+from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample
 
 GiB = 1024**3
 
@@ -251,3 +251,34 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
     assert not any(g.get("severity") in ("info", "warning") for g in Hook.got)  # below the chosen severity
     done = next(g for g in Hook.got if g["event"] == "job_finished")
     assert done["text"] == f"tunedeck: job {job_id} (j) failed: out of memory: HIP out of memory"
+
+
+def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_path):
+    """The interval between two judgements of a job holds back output lines, never a new sample: a
+    spike's confirming sample is judged on the engine's next pass, not an interval later."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    y = 50 * GiB + np.random.default_rng(1).normal(0, 0.05 * GiB, 102)
+    y[100] += 30 * GiB
+    t0 = 1_800_000_000.0
+    rows = [
+        {"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
+        for i, v in enumerate(y)
+    ]
+    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=3600))
+
+    def store(table, items) -> list[Alert]:
+        with engine.begin() as conn:
+            conn.execute(table.insert(), items)
+        judge.notify({job_id})
+        judge.run_once()
+        with Session(engine) as s:
+            return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
+
+    assert store(MemorySample.__table__, rows[:100]) == []  # the first judgement builds the state
+    line = {"job_id": job_id, "line": 0, "t": t0 + 100, "stream": "stderr", "text": "step 1"}
+    assert store(LogLine.__table__, [line]) == []  # output alone: left for the interval
+    assert judge.tracker.jobs[job_id].upto["logs"] > 0  # ... though already read
+    (a,) = store(MemorySample.__table__, rows[100:])
+    assert a.open and a.t == t0 + 100

@@ -9,12 +9,16 @@ reads, never to the wall clock, so a slow start shifts nothing.
 k-1) until the trainer log `path` (relative to the working directory: a runner works in its run
 folder) holds a line with current_steps >= n. An event in the trace then lands mid-training, with
 all the reads before it as its baseline, however long the trainer takes to start.
+
+`TUNEDECK_FAKE_SMI_READS` (optional) names a file that gets "device read-number unix-time" for each
+memory read: when a scripted event was first seen, for benchmarks that time what follows it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 
 _state: dict = {}
 
@@ -52,4 +56,7 @@ def used(i: int) -> int:
     if gate and k >= gate["at"] and not _gate_open(gate):
         return int(values[min(gate["at"], len(values)) - 1])
     _state["calls"][i] = k + 1
+    if reads := os.environ.get("TUNEDECK_FAKE_SMI_READS"):
+        with open(reads, "a") as f:
+            f.write(f"{i} {k} {time.time():.4f}\n")
     return int(values[max(0, min(k, len(values) - 1))])

@@ -7,8 +7,8 @@ key; the model's own server listens on 127.0.0.1 only and wants a key that never
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-import httpx
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +20,9 @@ from tunedeck.db import SessionDep
 from tunedeck.schemas import JobCreated, JobOut
 from tunedeck.services import chat as service
 from tunedeck.services.jobs import create_job
+
+if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start without it
+    pass
 
 router = APIRouter(prefix="/api/jobs", tags=["chat"])
 STARTING = "the chat server of job {id} does not answer yet (it loads the model first); retry shortly"
@@ -70,6 +73,8 @@ def start_chat(
 
 
 async def _forward(request: Request, session, job_id: int, method: str, path: str, body: bytes | None):
+    import httpx
+
     job = service.chat_target(session, job_id)
     engine = request.app.state.engine
     await run_in_threadpool(service.touch, engine, job_id)

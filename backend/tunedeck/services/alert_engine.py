@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from sqlalchemy import Connection, Engine, Select, func, or_
+from sqlalchemy import Connection, Engine, Select, bindparam, func, or_
 from sqlmodel import Session, col, select
 
 from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run, Series
@@ -90,11 +90,12 @@ def _log_rows(q: Select) -> Select:
 class _Followed:
     """A job's detector state and where in its stored series it stands."""
 
-    __slots__ = ("line", "log_line", "run", "upto")
+    __slots__ = ("fresh", "line", "log_line", "run", "upto")
 
     def __init__(self, run: Run, upto: dict[str, int]):
         self.run, self.upto = run, upto  # upto: the last id of each table already fed
         self.line = self.log_line = -1  # the last metric and log line fed
+        self.fresh = False  # fed memory samples or metric points since its last evaluation
 
 
 class Tracker:
@@ -107,6 +108,12 @@ class Tracker:
         self.jobs: dict[int, _Followed] = {}
         self.seen: dict[str, int] | None = None  # the last id of each table read
         self.rows = 0  # series rows read so far (for the scaling benchmark and tests)
+        self._sql: dict[str, tuple[str, list[str], dict]] = {}
+
+    def fresh(self, job_id: int) -> bool:
+        """Whether the job was fed memory samples or metric points since its last evaluation."""
+        st = self.jobs.get(job_id)
+        return st is not None and st.fresh
 
     @staticmethod
     def _top(conn: Connection) -> dict[str, int]:
@@ -121,17 +128,33 @@ class Tracker:
         # Never past the newest id: when the newest rows were deleted (retention) their ids are handed out again.
         self.seen = top
 
-    def _rows(self, conn: Connection, q: Select):
-        for part in conn.execution_options(yield_per=CHUNK).execute(q).partitions():
-            self.rows += len(part)
-            yield part
+    def _rows(self, conn: Connection, shape: str, query: Callable[[], Select], **values):
+        """The rows of `query` (compiled once per `shape`, its bind parameters from `values`), straight
+        from the driver's cursor: plain tuples, not Row objects, which cost three times the read
+        itself on the ingest path (every stored sample passes through here once)."""
+        if shape not in self._sql:
+            c = query().compile(dialect=conn.dialect)
+            self._sql[shape] = (str(c), list(c.positiontup or ()), dict(c.params))
+        sql, names, fixed = self._sql[shape]
+        cur = conn.connection.driver_connection.cursor()
+        try:
+            cur.execute(sql, [values[k] if k in values else fixed[k] for k in names])
+            while part := cur.fetchmany(CHUNK):
+                self.rows += len(part)
+                yield part
+        finally:
+            cur.close()
 
     def _feed(self, conn: Connection, lo: dict[str, int], hi: dict[str, int]) -> None:
         def new(name: str) -> Select:
             t = TABLES[name]
-            return select(t.c.id, t.c.job_id).where(t.c.id > lo[name], t.c.id <= hi[name]).order_by(t.c.id)
+            q = select(t.c.id, t.c.job_id).where(t.c.id > bindparam("lo"), t.c.id <= bindparam("hi"))
+            return q.order_by(t.c.id)
 
-        for part in self._rows(conn, _memory_rows(new("memory"))):
+        def fetch(name: str, query: Callable[[Select], Select]):
+            return self._rows(conn, f"new {name}", lambda: query(new(name)), lo=lo[name], hi=hi[name])
+
+        for part in fetch("memory", _memory_rows):
             by: dict[tuple[int, int], list] = {}
             for r in part:
                 st = self.jobs.get(r[1])
@@ -139,10 +162,10 @@ class Tracker:
                     by.setdefault((r[1], r[2]), []).append(r)
             for (job_id, gpu), rows in by.items():
                 self._memory(job_id, gpu, rows)
-        for part in self._rows(conn, _metric_rows(new("metrics"))):
+        for part in fetch("metrics", _metric_rows):
             for job_id, rows in _by_job(part, self.jobs, "metrics").items():
                 self._points(job_id, rows)
-        for part in self._rows(conn, _log_rows(new("logs"))):
+        for part in fetch("logs", _log_rows):
             for job_id, rows in _by_job(part, self.jobs, "logs").items():
                 self._logs(job_id, rows)
         for st in self.jobs.values():
@@ -152,6 +175,7 @@ class Tracker:
         st = self.jobs.get(job_id)
         if st is None:
             return
+        st.fresh = True
         try:
             st.run.feed_memory(gpu, [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows])
         except OutOfOrder:  # a replayed batch stored late: built again from the stored series
@@ -169,7 +193,7 @@ class Tracker:
         if rows[0][2] <= st.line:
             del self.jobs[job_id]
             return
-        st.line = rows[-1][2]
+        st.line, st.fresh = rows[-1][2], True
         st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6])) for r in rows)
 
     def _logs(self, job_id: int, rows: list) -> None:
@@ -190,10 +214,13 @@ class Tracker:
 
             def of(name: str) -> Select:
                 t = TABLES[name]
-                return select(t.c.id).where(t.c.job_id == job.id, t.c.id <= top[name])
+                return select(t.c.id).where(t.c.job_id == bindparam("job"), t.c.id <= bindparam("top"))
 
-            q = _memory_rows(of("memory")).order_by(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id)
-            for part in self._rows(conn, q):
+            def fetch(name: str, query: Callable[[], Select]):
+                return self._rows(conn, f"all {name}", query, job=job.id, top=top[name])
+
+            q = lambda: _memory_rows(of("memory")).order_by(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id)
+            for part in fetch("memory", q):
                 i = 0
                 while i < len(part):
                     j = i
@@ -201,9 +228,9 @@ class Tracker:
                         j += 1
                     self._memory(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]])
                     i = j
-            for part in self._rows(conn, _metric_rows(of("metrics")).order_by(METRICS.c.line)):
+            for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
-            for part in self._rows(conn, _log_rows(of("logs")).order_by(LOGS.c.line)):
+            for part in fetch("logs", lambda: _log_rows(of("logs")).order_by(LOGS.c.line)):
                 self._logs(job.id, [(None, None, *r[1:]) for r in part])
         return st
 
@@ -224,6 +251,7 @@ class Tracker:
                 self.jobs.pop(job_id, None)
                 raise NotFound(f"job {job_id} not found")
             st = self.jobs.get(job_id) or self.build(job)
+            st.fresh = False
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
             closed: list[Alert] = []
@@ -356,7 +384,8 @@ class AlertEngine(Worker):
         self.limits = limits_of(settings)
         self.tracker = Tracker(engine, self.limits)  # used by this engine's thread only
         self._dirty: set[int] = set()
-        self._last: dict[int, float] = {}
+        self._last: dict[int, float] = {}  # when each job was last judged
+        self._last_fresh: dict[int, float] = {}  # ... and last judged with new samples or points
         self._lock = threading.Lock()
         self._last_sweep = time.monotonic()
 
@@ -386,15 +415,28 @@ class AlertEngine(Worker):
                 self._sweep()
             except Exception:
                 log.exception("alert sweep failed")
+        if self._dirty:
+            try:  # new rows fed first (their cost is per row, not per pass), so the rule below knows them
+                self.tracker.pull()
+            except Exception:
+                log.exception("alert pull failed")
+        # A job is judged at most once an interval; one fed new samples or points at most twice an
+        # interval, whatever else came: a sampler sending once an interval is judged on each arrival
+        # (the jitter of its arrivals is well under half an interval), and output lines, which come
+        # every flush, never hold back a spike's sample.
+        interval, now = self.settings.alert_interval_s, time.monotonic()
         with self._lock:
             due = {
                 j
                 for j in self._dirty
-                if time.monotonic() - self._last.get(j, 0.0) >= self.settings.alert_interval_s
+                if now - self._last.get(j, 0.0) >= interval
+                or (self.tracker.fresh(j) and now - self._last_fresh.get(j, 0.0) >= interval / 2)
             }
             self._dirty -= due
         for job_id in sorted(due):
             self._last[job_id] = time.monotonic()
+            if self.tracker.fresh(job_id):
+                self._last_fresh[job_id] = self._last[job_id]
             try:
                 self.tracker.evaluate(job_id, on_new=self.on_new, on_closed=self._closed)
             except Exception:

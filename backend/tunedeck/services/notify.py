@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -19,6 +18,9 @@ from tunedeck.alerts import at_least
 from tunedeck.alerts.series import device
 from tunedeck.config import Settings
 from tunedeck.tables import Alert, Job
+
+if TYPE_CHECKING:  # imported on the first webhook: most servers never post one, and start faster
+    import httpx
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.notify")
@@ -47,6 +49,8 @@ class Lane(Worker):
         self.wake()
 
     def _post(self, client: httpx.Client, payload: dict[str, Any]) -> None:
+        import httpx  # already loaded by run_once
+
         if payload["event"] == "job_finished":  # named here: JobState tells of an end only after its commit
             payload = dict(payload)
             payload["text"] = f"tunedeck: {self._name_job(payload['job_id'])} {payload['status']}" + (
@@ -68,6 +72,8 @@ class Lane(Worker):
     def run_once(self) -> None:
         if self._q.empty():
             return
+        import httpx
+
         with httpx.Client(timeout=10) as client:
             while True:
                 try:

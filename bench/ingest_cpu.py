@@ -1,0 +1,91 @@
+"""Server CPU per one-value-a-row sample, stage by stage, in this process (no HTTP, no other load).
+
+    .venv/bin/python bench/ingest_cpu.py [--jobs 8] [--batches 40] [--batch 2000]
+    PYTHONPATH=/other/checkout/backend .venv/bin/python bench/ingest_cpu.py   # the same on other code
+
+On a busy machine a server's wall-clock throughput says more about its neighbours than about it;
+the CPU time of each stage, measured here on a real SQLite file, does not. Stages: the request's
+JSON decode and validation (what FastAPI does with a runner's columnar batch), the writer's insert
+(grouped transactions as the ingest writer commits them), and the alert engine's pass (read back
+the new rows, feed the detectors), then the cost of one evaluation of a job with nothing new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import memory_body
+from sqlmodel import Session
+
+from tunedeck.config import Settings
+from tunedeck.db import make_engine, upgrade
+from tunedeck.protocol import TelemetryBatch
+from tunedeck.services.alert_engine import Tracker, limits_of
+from tunedeck.services.ingest import apply_batch, plain
+from tunedeck.tables import Job, JobStatus
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=40, help="batches a job")
+    ap.add_argument("--batch", type=int, default=2000, help="samples a batch (8 GPUs)")
+    args = ap.parse_args()
+    ws = Path(tempfile.mkdtemp(prefix="tunedeck-ingest-cpu-"))
+    engine = make_engine(ws / "t.db")
+    upgrade(engine)
+    with Session(engine) as s:
+        ids = []
+        for i in range(args.jobs):
+            job = Job(
+                name=f"j{i}", status=JobStatus.running, spec="{}", train_yaml="", devices="0,1,2,3,4,5,6,7"
+            )
+            s.add(job)
+            s.flush()
+            ids.append(job.id)
+        s.commit()
+    bodies = [
+        (j, memory_body(k, k * args.batch, args.batch, 1.8e9, "columns"))
+        for k in range(args.batches)
+        for j in ids
+    ]
+    n = len(bodies) * args.batch
+    tracker = Tracker(engine, limits_of(Settings(workspace=ws)))
+    tracker.pull()
+    with Session(engine) as s:
+        for j in ids:
+            tracker.build(s.get(Job, j))
+
+    stages: dict[str, float] = {}
+    c = time.process_time()
+    batches = [plain(TelemetryBatch.model_validate(json.loads(b))) for _, b in bodies]
+    stages["decode + validate"] = time.process_time() - c
+    c = time.process_time()
+    for i in range(0, len(bodies), 16):  # the writer commits whatever is waiting, together
+        with engine.begin() as conn:
+            for (j, _), b in zip(bodies[i : i + 16], batches[i : i + 16]):
+                apply_batch(conn, j, b)
+    stages["insert (grouped commits)"] = time.process_time() - c
+    c = time.process_time()
+    tracker.pull()
+    stages["alert pass: read back + detectors"] = time.process_time() - c
+    c = time.process_time()
+    for _ in range(10):
+        for j in ids:
+            tracker.evaluate(j)
+    per_eval = (time.process_time() - c) / (10 * len(ids))
+    print(f"{n:,} samples, {args.jobs} jobs x 8 GPUs, batches of {args.batch}")
+    for name, sec in stages.items():
+        print(f"  {name:36s} {1e6 * sec / n:6.2f} µs CPU a value")
+    print(f"  {'total':36s} {1e6 * sum(stages.values()) / n:6.2f} µs CPU a value")
+    print(f"  one evaluation of a job (8 GPUs) with nothing new: {1e3 * per_eval:.1f} ms CPU")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A new alert reaches an open job page as soon as the alert engine stores it: the engine wakes the
+streams itself, so neither the stream watcher's poll nor a keep-alive (an hour apart here) is on the way."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from contextlib import closing
+
+import httpx
+
+from tests.conftest import demo_config
+from tests.sseclient import events
+
+GiB = 1024**3
+TOKEN = "runner-secret"
+
+
+def columns(first: int, used: list[float]) -> dict:
+    lines = list(range(first, first + len(used)))
+    return {
+        "line": lines,
+        "t": [1_800_000_000.0 + i for i in lines],
+        "gpu": [0] * len(used),
+        "used_bytes": [int(u) for u in used],
+        "total_bytes": [192 * GiB] * len(used),
+    }
+
+
+def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
+    server = server_factory(
+        TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_STREAM_POLL_S="3600", TUNEDECK_STREAM_PING_S="3600"
+    )
+    job = server.submit({"name": "push", "config": demo_config(assets), "gpus": 0})["id"]
+    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
+        db.execute(
+            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            (hashlib.sha256(TOKEN.encode()).hexdigest(), job),
+        )
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+    def post(seq: int, memory: dict) -> None:
+        body = json.dumps({"seq": seq, "memory": memory})
+        r = server.api.post(f"/api/jobs/{job}/telemetry", content=body, headers=headers)
+        assert r.status_code == 200, r.text
+
+    base = [50 * GiB + (i % 7) * 0.01 * GiB for i in range(102)]
+    post(0, columns(0, base[:100]))
+    seen: dict[str, list] = {"memory": [], "alerts": []}
+
+    def follow() -> None:
+        with (
+            httpx.Client(base_url=server.url, timeout=180) as client,
+            client.stream("GET", "/api/stream", params={"job": job}) as r,
+        ):
+            for ev in events(r):
+                if ev["event"] in seen:
+                    seen[ev["event"]] += ev["data"]
+                if any(a["kind"] == "vram_spike" for a in seen["alerts"]):
+                    return
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while len(seen["memory"]) < 100:  # the page has caught up with what is stored
+        assert time.monotonic() < deadline, "the stream never replayed the stored samples"
+        time.sleep(0.05)
+    assert not [a for a in seen["alerts"] if a["kind"] == "vram_spike"]
+    base[100] += 30 * GiB  # one sample up, the next back down: a spike
+    post(1, columns(100, base[100:]))
+    reader.join(timeout=120)
+    (alert,) = [a for a in seen["alerts"] if a["kind"] == "vram_spike"]
+    assert alert["gpu"] == 0 and alert["t"] == 1_800_000_100.0

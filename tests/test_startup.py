@@ -1,0 +1,51 @@
+"""A server start loads only what serving needs: Alembic only when the database is behind, the HTTP
+client only for a webhook or a CLI command. Checked in fresh interpreters, where imports are real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from alembic.script import ScriptDirectory
+
+from tests.conftest import PYTHON
+from tunedeck.db import MIGRATIONS_DIR, downgrade, make_engine, script_heads, upgrade
+
+
+def loaded_after(code: str, *modules: str) -> dict:
+    """Runs `code` in a new interpreter; which of `modules` it left imported, and what it printed."""
+    probe = f"{code}\nimport sys, json\nprint(json.dumps({{m: m in sys.modules for m in {modules!r}}}))"
+    out = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def version(db) -> set[str]:
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return {r[0] for r in c.execute("SELECT version_num FROM alembic_version")}
+
+
+def test_heads_read_from_the_files_are_alembics():
+    assert script_heads() == set(ScriptDirectory(str(MIGRATIONS_DIR)).get_heads())
+
+
+def test_a_restart_at_head_loads_neither_alembic_nor_the_http_client(tmp_path):
+    db = tmp_path / "m.db"
+    upgrade(make_engine(db))
+    code = (
+        "from pathlib import Path\nimport tunedeck.cli\nfrom tunedeck.db import make_engine, upgrade\n"
+        f"from tunedeck.main import create_app\nupgrade(make_engine(Path({str(db)!r})))\ncreate_app()"
+    )
+    assert loaded_after(code, "alembic", "httpx") == {"alembic": False, "httpx": False}
+    assert version(db) == script_heads()
+
+
+def test_a_database_behind_is_still_migrated(tmp_path):
+    db = tmp_path / "m.db"
+    engine = make_engine(db)
+    upgrade(engine)
+    downgrade(engine, "0007_jobs_finished")
+    assert version(db) == {"0007_jobs_finished"}
+    upgrade(engine)
+    assert version(db) == script_heads()
