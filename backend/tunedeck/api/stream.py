@@ -29,16 +29,18 @@ def _cursor(last_event_id: str | None, cursor: str | None) -> feed.Cursor:
 async def _follow(request: Request, job: int | None, cur: feed.Cursor):
     state = request.app.state
     settings, engine, hub = state.settings, state.engine, state.events
-    limit = settings.stream_batch_max
+    limit, queue = settings.stream_batch_max, state.scheduler.queue
     while True:
         ticket, since = hub.ticket(job or TEAM), hub.generation
         key = (job or TEAM, str(cur))
         if job is None:
-            events, cur = await hub.shared(key, since, lambda c=cur: feed.team_events(engine, c, limit=limit))
+            events, cur = await hub.shared(
+                key, since, lambda c=cur: feed.team_events(engine, c, limit=limit, queue=queue)
+            )
             more = bool(events)
         else:
             events, cur, more = await hub.shared(
-                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit)
+                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit, queue=queue)
             )
         for ev in events:
             yield ev.sse()
