@@ -49,7 +49,7 @@ function showJob(j) {
   stop.disabled = ended || stop.dataset.sent === "1";
   if (ended) stop.textContent = j.status === "cancelled" ? "Stopped" : "Stop";
   const waits = j.status === "queued" && j.waiting_for;
-  $("#waiting").replaceChildren(...(waits ? [h("div", { class: "notice", text: `Queued, place ${j.queue_position}: waiting for ${j.waiting_for}` })] : []));
+  $("#waiting").replaceChildren(...(waits ? [h("div", { class: "notice", text: `Queued, #${j.queue_position} in line: ${j.waiting_for}` })] : []));
   // `error` also carries the cause of a stop or a clean exit: red only for failures.
   $("#error").replaceChildren(...(j.error ? [h("div", { class: j.status === "failed" ? "error" : "notice", text: j.error })] : []));
   $("#compare").href = `/compare?jobs=${j.id}`;
