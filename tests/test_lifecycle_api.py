@@ -52,6 +52,26 @@ def test_clone_takes_overrides_and_refuses_like_a_submit(app, assets):
     assert outside.status_code == 422 and outside.json()["detail"][0]["loc"] == ["config", "dataset_dir"]
     assert app.api.post(f"/api/jobs/{parent['id']}/clone", json={"overides": {}}).status_code == 422
     assert app.api.post("/api/jobs/999/clone", json={}).status_code == 404
+    # The advice "rerun with NCCL_DEBUG=INFO" can be followed: env, priority and GPUs change with the clone.
+    parent_env = app.submit(
+        {
+            "name": "env",
+            "config": demo_config(assets),
+            "gpus": 0,
+            "env": {"OMP_NUM_THREADS": "2", "NCCL_DEBUG": "WARN"},
+        }
+    )
+    r = app.api.post(
+        f"/api/jobs/{parent_env['id']}/clone",
+        json={"env": {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": None}, "priority": 3},
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["priority"] == 3
+    assert app.api.get(f"/api/jobs/{r.json()['id']}/config").json()["env"] == {"NCCL_DEBUG": "INFO"}
+    refused = app.api.post(f"/api/jobs/{parent_env['id']}/clone", json={"env": {"LD_PRELOAD": "/tmp/x.so"}})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["env", "LD_PRELOAD"], (
+        refused.text
+    )
     log = '{"current_steps": 1, "total_steps": 1, "loss": 1.0}\n'
     imported = app.api.post("/api/runs/import", files={"trainer_log": ("trainer_log.jsonl", log)}).json()
     for verb in ("clone", "resume"):

@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     launch_paused: bool = Field(
         False, description="Hold queued jobs (maintenance, draining a node); running jobs are still watched."
     )
+    backfill_max_wait_s: float = Field(
+        1800.0,
+        ge=0,
+        description="How long a queued job asking for a GPU count lets later, smaller jobs start on idle GPUs "
+        "before it keeps every GPU that frees until it can start (0: no overtaking it).",
+    )
     scheduler_interval_s: float = Field(1.0, gt=0, description="How often the scheduler looks at the queue.")
     cancel_abort_grace_s: float = Field(
         60.0,

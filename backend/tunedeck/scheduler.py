@@ -1,8 +1,20 @@
 """Queue and device allocation, and the watch over running jobs.
 
-FIFO: the oldest queued job starts as soon as the devices it asks for are free; later jobs wait
-behind it, so a big job is never starved by small ones. Detected GPUs are slots; a CPU-only job
-takes one of `cpu_slots`.
+Order: higher `priority` first, then the order submitted. Detected GPUs are slots; a CPU-only job
+takes one of `cpu_slots`. A job starts when what it asks for is free: `gpus` devices (the lowest
+free ones, those a later job is pinned to last) or exactly its `devices`.
+
+Backfill without run-time estimates: a job that cannot start does not hold up the jobs behind it
+while they fit on devices it cannot use now; only what it is sure to need is kept for it.
+- A job pinned to `devices` keeps those devices: as each frees, nobody behind it takes it.
+- A job asking for a GPU count keeps nothing during its first `backfill_max_wait_s` in the queue:
+  smaller jobs behind it may start on idle GPUs (and may delay it, since how long they run is not
+  known). After that wait it keeps every GPU that is free or frees, so no job behind it starts on
+  a GPU any more: it starts as soon as the jobs already running leave it enough. A big job is thus
+  never starved by a stream of small ones; at worst it waits out the window plus the runs it let in.
+- CPU slots are all alike: CPU jobs start in order, and never wait for GPU jobs (nor these for them).
+Priority is absolute: a job waits while a job of higher priority that is ahead of it cannot start
+and keeps what it needs.
 """
 
 from __future__ import annotations
@@ -15,9 +27,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
-from tunedeck import runfiles
+from tunedeck import queueplan, runfiles
 from tunedeck.config import Settings
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState, move
@@ -52,6 +64,12 @@ class Scheduler(Worker):
         self.state = state
         self.node_gpus = node_gpus
         self.interval_s = settings.scheduler_interval_s
+        self.capacity = queueplan.Capacity(
+            gpus=node_gpus,
+            cpu_slots=settings.cpu_slots,
+            paused=settings.launch_paused,
+            backfill_max_wait_s=settings.backfill_max_wait_s,
+        )
 
     def run_once(self) -> None:
         self.tick()
@@ -110,24 +128,12 @@ class Scheduler(Worker):
         for fut in [self.writer.submit(job_id, b) for b in batches]:
             fut.result(timeout=120)
 
-    def free_devices(self, session: Session) -> tuple[list[int], int]:
-        running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
-        used = {int(d) for j in running if j.devices for d in j.devices.split(",")}
-        cpu_used = sum(1 for j in running if j.gpus == 0)
-        return [i for i in range(self.node_gpus) if i not in used], self.settings.cpu_slots - cpu_used
+    def queue(self, session: Session) -> dict[int, queueplan.Spot]:
+        """Every queued job's place in line and what it waits for, as the next pass sees them."""
+        return queueplan.read(session, self.capacity).spots
 
     def _start_queued(self, session: Session) -> None:
-        queued = list(session.exec(select(Job).where(Job.status == JobStatus.queued).order_by(col(Job.id))))
-        for job in queued:
-            free, cpu_free = self.free_devices(session)
-            if job.gpus == 0:
-                if cpu_free <= 0:
-                    return
-                devices: list[int] = []
-            elif len(free) >= job.gpus:
-                devices = free[: job.gpus]
-            else:
-                return  # strict FIFO: nobody overtakes the head of the queue
+        for job, devices in queueplan.read(session, self.capacity).starts:
             self._launch(session, job, devices)
 
     def _launch(self, session: Session, job: Job, devices: list[int]) -> None:

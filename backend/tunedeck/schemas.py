@@ -6,15 +6,17 @@ Tables are in tables.py; what runners send is in protocol.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ValidationInfo, field_validator
 from pydantic import Field as PField
 
 from tunedeck import runfiles, tree
 from tunedeck.protocol import Strict
+from tunedeck.queueplan import Spot, asked
 from tunedeck.tables import Job, JobStatus
 
 NonFinite = Literal["inf", "-inf", "nan"]
@@ -44,6 +46,20 @@ class JobSpec(Strict):
     deepspeed: str | dict[str, Any] | None = None
     gpus: int | None = PField(
         None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node"
+    )
+    devices: list[Annotated[int, PField(ge=0, le=1023)]] | None = PField(
+        None,
+        min_length=1,
+        max_length=64,
+        description="exactly these GPU ids (the job waits until they are free); sets `gpus`",
+    )
+    priority: int = PField(
+        0, ge=0, le=10, description="higher starts first; equal priorities start in the order submitted"
+    )
+    env: dict[str, str] = PField(
+        default_factory=dict,
+        description="environment variables for the trainer, from an allow-list (NCCL_*, RCCL_*, HSA_*, "
+        "ROCR_*, HIP_*, PYTORCH_CUDA_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF, OMP_NUM_THREADS)",
     )
 
     @field_validator("config", "deepspeed")
@@ -116,6 +132,9 @@ class JobOut(BaseModel):
     parent_id: int | None = PField(None, description="the job this one resumes or was cloned from")
     tags: list[str] = []
     notes: str | None = None
+    priority: int = 0
+    queue_position: int | None = PField(None, description="a queued job's place in line: 1 starts next")
+    waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
     @classmethod
     def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
@@ -148,7 +167,14 @@ class JobOut(BaseModel):
             parent_id=job.parent_id,
             tags=json.loads(job.tags) if job.tags else [],
             notes=job.notes,
+            priority=asked(job).priority,
         )
+
+    def placed(self, spots: Mapping[int, Spot]) -> JobOut:
+        """This row with its place in the queue (only a queued job has one)."""
+        if (spot := spots.get(self.id)) is not None and self.status == JobStatus.queued:
+            self.queue_position, self.waiting_for = spot.position, spot.waiting_for
+        return self
 
 
 class JobPage(BaseModel):
@@ -209,6 +235,7 @@ class JobConfigOut(BaseModel):
     ds_config: str | None
     run_dir: str
     output_dir: str
+    env: dict[str, str] = PField({}, description="the job's own environment variables (spec `env`)")
 
 
 class FileOut(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tunedeck import tree
+from tunedeck import jobenv, tree
 from tunedeck.schemas import JobSpec
 
 MAX_YAML_BYTES = 1_000_000
@@ -96,8 +96,17 @@ def spec_from_yaml(
         raise SpecError([detail(list(loc), " or ".join(m)) for loc, m in msgs.items()]) from None
 
 
-def launch_env(*, gpus: int, devices: list[int], deepspeed: bool, offline: bool = True) -> dict[str, str]:
-    """Environment for `llamafactory-cli train` beyond the runner's own (which adds the stop signal)."""
+def launch_env(
+    *,
+    gpus: int,
+    devices: list[int],
+    deepspeed: bool,
+    offline: bool = True,
+    job_env: dict[str, str] | None = None,
+    cpu_threads: int | None = None,
+) -> dict[str, str]:
+    """Environment for `llamafactory-cli train` beyond the runner's own (which adds the stop signal):
+    ours, then the job's own variables (checked at submit), which win over a default thread count."""
     visible = ",".join(map(str, devices))
     env = {
         "RECORD_VRAM": "1",
@@ -110,4 +119,7 @@ def launch_env(*, gpus: int, devices: list[int], deepspeed: bool, offline: bool 
     if deepspeed or gpus > 1:
         env["FORCE_TORCHRUN"] = "1"
         env["NPROC_PER_NODE"] = str(max(gpus, 1))
+    if gpus == 0 and cpu_threads:
+        env["OMP_NUM_THREADS"] = str(cpu_threads)
+    env.update(jobenv.launch(job_env or {}))
     return env

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from tunedeck import catalog, hubcache, kinds, lint, reach, runfiles, tree
+from tunedeck import catalog, hubcache, jobenv, kinds, lint, reach, runfiles, tree
 from tunedeck import estimate as est
 from tunedeck.config import Settings
 from tunedeck.presets import deepspeed_presets
@@ -215,6 +215,27 @@ def _estimate(
         return None, {"loc": ["config"], "msg": f"its values give no estimate: {e}", "type": "estimate_error"}
 
 
+def _devices(spec: JobSpec, node: Node, errors: list[dict[str, Any]]) -> int:
+    """The GPU count of a spec pinned to `devices` (refused: ids the node lacks, repeats, another count)."""
+    devices = spec.devices or []
+    missing = sorted({d for d in devices if d >= node.gpus})
+    if missing:
+        have = f"GPUs 0-{node.gpus - 1}" if node.gpus else "no GPU"
+        errors.append(
+            detail(["devices"], f"GPU {', '.join(map(str, missing))} not on this node (it has {have})")
+        )
+    elif len(set(devices)) != len(devices):
+        errors.append(detail(["devices"], f"names a GPU twice: {devices}"))
+    elif spec.gpus is not None and spec.gpus != len(devices):
+        errors.append(
+            detail(
+                ["devices"],
+                f"{len(devices)} GPU(s) {devices} conflict with gpus={spec.gpus}; give one or both equal",
+            )
+        )
+    return len(devices)
+
+
 def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     """Read, check and estimate a spec once. Raises SpecError only for a spec too large to check;
     every other problem is in the result's `errors` (`checked()` raises them)."""
@@ -239,8 +260,11 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
             f"output_dir {config.pop('output_dir')!r} ignored: every job gets a fresh folder in its run directory"
         )
     gpus = spec.gpus if spec.gpus is not None else (1 if node.gpus > 0 else 0)
-    if gpus > node.gpus:
+    if spec.devices is not None:
+        gpus = _devices(spec, node, errors)
+    elif gpus > node.gpus:
         errors.append(detail(["gpus"], f"asks for {gpus} GPUs; this node has {node.gpus}"))
+    errors += [detail(loc, why) for loc, why in jobenv.problems(spec.env)]
 
     ds_config = _deepspeed(ds_value, settings, read, errors, warnings)
     if isinstance(ds_value, str):

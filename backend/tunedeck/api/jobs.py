@@ -12,6 +12,7 @@ from tunedeck import spec as specs
 from tunedeck.api.deps import NodeDep, SettingsDep, only_query
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
+from tunedeck.queueplan import asked
 from tunedeck.schemas import (
     NAME_RULES,
     FileOut,
@@ -37,6 +38,10 @@ NOT_FOUND = errors(404)
 Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="cursor from the previous page's `next`")]
 
 
+def _queue(request: Request, session) -> dict:
+    return request.app.state.scheduler.queue(session)
+
+
 def _limit(settings, limit: int | None) -> int:
     return min(limit or settings.page_limit, settings.page_limit_max)
 
@@ -47,7 +52,8 @@ def _created(request: Request, session, settings, node, spec: JobSpec) -> JobCre
         session, settings=settings, spec=spec, node=node, owner=principal.name if principal else None
     )
     request.app.state.scheduler.wake()
-    return JobCreated(**JobOut.of(job).model_dump(), warnings=checked.warnings, findings=checked.notes)
+    out = JobOut.of(job).placed(_queue(request, session))
+    return JobCreated(**out.model_dump(), warnings=checked.warnings, findings=checked.notes)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
@@ -87,6 +93,7 @@ def submit_yaml(
     ],
 )
 def list_jobs(
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     status: JobStatus | None = None,
@@ -110,13 +117,15 @@ def list_jobs(
         created_after=created_after,
         created_before=created_before,
     )
-    return JobPage(jobs=job_outs(session, jobs), next=nxt)
+    spots = _queue(request, session) if any(j.status == JobStatus.queued for j in jobs) else {}
+    return JobPage(jobs=[out.placed(spots) for out in job_outs(session, jobs)], next=nxt)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
-def get_job(job_id: int, session: SessionDep) -> JobOut:
-    """One job with its progress and the summary of its alerts."""
-    return job_out(session, service.get_job(session, job_id))
+def get_job(job_id: int, request: Request, session: SessionDep) -> JobOut:
+    """One job with its progress and alert summary; a queued one with its place in line and what it waits for."""
+    job = service.get_job(session, job_id)
+    return job_out(session, job).placed(_queue(request, session) if job.status == JobStatus.queued else {})
 
 
 @router.get("/{job_id}/metrics", response_model=MetricPage, responses=NOT_FOUND)
@@ -150,7 +159,11 @@ def get_config(job_id: int, session: SessionDep) -> JobConfigOut:
     """The exact train.yaml and ds_config.json the job runs with."""
     job = service.get_job(session, job_id)
     return JobConfigOut(
-        train_yaml=job.train_yaml, ds_config=job.ds_config, run_dir=job.run_dir, output_dir=job.output_dir
+        train_yaml=job.train_yaml,
+        ds_config=job.ds_config,
+        run_dir=job.run_dir,
+        output_dir=job.output_dir,
+        env=asked(job).env,
     )
 
 

@@ -51,6 +51,13 @@ class CloneIn(Strict):
         default_factory=dict, description="train.yaml keys to set (null drops a key); `deepspeed` too"
     )
     name: str | None = PField(None, **NAME_RULES)
+    env: dict[str, str | None] | None = PField(
+        None,
+        description="environment variables to set for the trainer (null drops one); same allow-list as a submit",
+    )
+    priority: int | None = PField(None, description="the new job's priority (default: the parent's)")
+    devices: list[int] | None = PField(None, description="specific GPU ids (default: the parent's)")
+    gpus: int | None = PField(None, description="GPUs (default: the parent's)")
 
 
 class JobPatch(Strict):
@@ -138,6 +145,7 @@ def clone_job(
             overrides=body.overrides,
             name=body.name,
             owner=principal.name if principal else None,
+            placing=body.model_dump(include={"env", "priority", "devices", "gpus"}, exclude_none=True),
         ),
     )
 

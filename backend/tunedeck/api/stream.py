@@ -29,20 +29,26 @@ def _cursor(last_event_id: str | None, cursor: str | None) -> feed.Cursor:
 async def _follow(request: Request, job: int | None, cur: feed.Cursor):
     state = request.app.state
     settings, engine, hub = state.settings, state.engine, state.events
-    limit = settings.stream_batch_max
+    limit, queue = settings.stream_batch_max, state.scheduler.queue
+    waiting = False  # a queued job's place moves with every job's change: its page wakes with the team's
     while True:
-        ticket, since = hub.ticket(job or TEAM), hub.generation
+        assumed = waiting
+        ticket, since = hub.ticket(job if job and not waiting else TEAM), hub.generation
         key = (job or TEAM, str(cur))
         if job is None:
-            events, cur = await hub.shared(key, since, lambda c=cur: feed.team_events(engine, c, limit=limit))
+            events, cur = await hub.shared(
+                key, since, lambda c=cur: feed.team_events(engine, c, limit=limit, queue=queue)
+            )
             more = bool(events)
         else:
             events, cur, more = await hub.shared(
-                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit)
+                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit, queue=queue)
             )
         for ev in events:
+            if ev.event == "job":
+                waiting = ev.data.get("status") == "queued"
             yield ev.sse()
-        if not more:
+        if not more and waiting == assumed:  # else read again under the other ticket first
             await hub.wait(ticket, settings.stream_ping_s)
 
 

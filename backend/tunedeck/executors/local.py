@@ -11,11 +11,20 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tunedeck import kinds, procs, runfiles, spec
+from tunedeck import kinds, procs, queueplan, runfiles, spec
 from tunedeck.config import Settings
 from tunedeck.protocol import RunnerConfig
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.tables import Job
+
+
+def cpu_threads(cpu_slots: int) -> int:
+    """Threads for each CPU job: jobs side by side that each take every core run many times slower."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // cpu_slots)
 
 
 class LocalExecutor:
@@ -32,7 +41,12 @@ class LocalExecutor:
         run_dir = Path(job.run_dir)
         s = self.settings
         env = spec.launch_env(
-            gpus=job.gpus, devices=devices, deepspeed=job.ds_config is not None, offline=not s.allow_hub
+            gpus=job.gpus,
+            devices=devices,
+            deepspeed=job.ds_config is not None,
+            offline=not s.allow_hub,
+            job_env=queueplan.asked(job).env,
+            cpu_threads=cpu_threads(s.cpu_slots),
         )
         env.update(kinds.launch_env(job))  # a chat job's port and key, set on `job` for the proxy
         RunnerConfig(

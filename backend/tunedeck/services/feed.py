@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -19,8 +20,9 @@ from sqlmodel import Session, col, select
 
 from tunedeck import strictjson
 from tunedeck.lflog import METRICS
+from tunedeck.queueplan import Spot
 from tunedeck.services.alert_summary import job_outs
-from tunedeck.tables import Job
+from tunedeck.tables import Job, JobStatus
 
 ROW_TTL_S = 1.0
 _ROWS: dict[tuple, tuple[float, dict]] = {}
@@ -108,8 +110,13 @@ def job_extras(conn: Connection, job_id: int) -> dict:
     return out
 
 
-def job_rows(engine: Engine, job_ids: list[int], *, seq: int | None = None) -> list[dict]:
-    """Jobs as the pages show them: JobOut plus the extras.
+Queue = Callable[[Session], Mapping[int, Spot]]  # queued jobs' places (the scheduler's `queue`)
+
+
+def job_rows(
+    engine: Engine, job_ids: list[int], *, seq: int | None = None, queue: Queue | None = None
+) -> list[dict]:
+    """Jobs as the pages show them: JobOut plus the extras, and a queued job's place from `queue`.
 
     With `seq` (one job at that change), the row is shared for a second by every stream that asks:
     a hundred open pages of one job then cost one read per change, not a hundred."""
@@ -118,9 +125,12 @@ def job_rows(engine: Engine, job_ids: list[int], *, seq: int | None = None) -> l
         return [hit[1]]
     with Session(engine) as session:
         jobs = list(session.exec(select(Job).where(col(Job.id).in_(job_ids))))
+        spots = (
+            queue(session) if queue is not None and any(j.status == JobStatus.queued for j in jobs) else {}
+        )
         conn = session.connection()
         by_id = {
-            j.id: {**out.model_dump(mode="json"), **job_extras(conn, j.id)}
+            j.id: {**out.placed(spots).model_dump(mode="json"), **job_extras(conn, j.id)}
             for j, out in zip(jobs, job_outs(session, jobs))
         }
     rows = [by_id[i] for i in job_ids if i in by_id]
@@ -131,8 +141,11 @@ def job_rows(engine: Engine, job_ids: list[int], *, seq: int | None = None) -> l
     return rows
 
 
-def team_events(engine: Engine, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor]:
-    """Jobs changed after the cursor, or with alerts newer than it: one `jobs` event, current rows."""
+def team_events(
+    engine: Engine, cur: Cursor, *, limit: int, queue: Queue | None = None
+) -> tuple[list[Event], Cursor]:
+    """Jobs changed after the cursor, or with alerts newer than it: one `jobs` event, current rows.
+    Any job's change may move every queued job's place or reason: those rows come along."""
     cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
     with engine.connect() as conn:
         changes = conn.execute(
@@ -143,19 +156,29 @@ def team_events(engine: Engine, cur: Cursor, *, limit: int) -> tuple[list[Event]
         alerts = conn.execute(
             text("SELECT id, job_id FROM alerts WHERE id > :a ORDER BY id LIMIT :n"), {"a": cur.a, "n": limit}
         ).all()
+        waiting = (
+            conn.execute(
+                text("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT :n"), {"n": limit}
+            ).all()
+            if changes
+            else []
+        )
     if not changes and not alerts:
         return [], cur
     if changes:
         cur.j = changes[-1][0]
     if alerts:
         cur.a = alerts[-1][0]
-    ids = list(dict.fromkeys([c[1] for c in changes] + [a[1] for a in alerts]))
-    rows = job_rows(engine, ids)
+    ids = list(dict.fromkeys([c[1] for c in changes] + [a[1] for a in alerts] + [w[0] for w in waiting]))
+    rows = job_rows(engine, ids, queue=queue)
     return [Event("jobs", rows, str(cur))], cur
 
 
-def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple[list[Event], Cursor, bool]:
-    """One job's new rows after the cursor; `more` when a kind hit the limit and another read is due."""
+def job_events(
+    engine: Engine, job_id: int, cur: Cursor, *, limit: int, queue: Queue | None = None
+) -> tuple[list[Event], Cursor, bool]:
+    """One job's new rows after the cursor; `more` when a kind hit the limit and another read is due.
+    A queued job's row is sent again on any job's change: its place and reason follow the others."""
     cur = replace(cur)  # results are shared between streams: never touch the caller's cursor
     events: list[Event] = []
     more = False
@@ -164,6 +187,9 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
         seq = conn.execute(
             text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"), {"j": job_id, "s": cur.j}
         ).scalar()
+        if conn.execute(text("SELECT status FROM jobs WHERE id=:j"), {"j": job_id}).scalar() == "queued":
+            # Seqs only grow: the newest of all is past this job's own, and its next change is past that.
+            seq = conn.execute(text("SELECT max(seq) FROM job_changes WHERE seq > :s"), {"s": cur.j}).scalar()
         kinds: list[tuple[str, str, str]] = [
             ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
             ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
@@ -191,7 +217,7 @@ def job_events(engine: Engine, job_id: int, cur: Cursor, *, limit: int) -> tuple
             batches.append((name, letter, rows))
     if seq is not None:
         cur.j = seq
-        for row in job_rows(engine, [job_id], seq=seq):  # none if the job was just deleted
+        for row in job_rows(engine, [job_id], seq=seq, queue=queue):  # none if the job was just deleted
             events.append(Event("job", row, str(cur)))
     for name, letter, rows in batches:
         if rows:

@@ -74,8 +74,12 @@ def clone(
     overrides: dict[str, Any],
     name: str | None,
     owner: str | None,
+    placing: dict[str, Any] | None = None,
 ) -> tuple[Job, Submission]:
-    """The parent's spec with `overrides` (a null value drops the key), submitted like any new job."""
+    """The parent's spec with `overrides` (a null value drops the key), submitted like any new job.
+
+    `placing` changes the spec's own fields: `env` (merged; a null value drops a variable), `priority`,
+    `devices`, `gpus`. Giving `gpus` alone drops the parent's pinned `devices`."""
     unknown = [k for k in overrides if not is_train_key(k)]
     if unknown:
         raise SpecError(
@@ -92,9 +96,15 @@ def clone(
         else:
             config[key] = value
     # Validated again: the overrides must meet the same rules as a submitted config.
-    new = JobSpec.model_validate(
-        {**spec.model_dump(), "name": name or spec.name, "config": config, "deepspeed": deepspeed}
-    )
+    fields = {**spec.model_dump(), "name": name or spec.name, "config": config, "deepspeed": deepspeed}
+    placing = dict(placing or {})
+    if "env" in placing:
+        env = {**fields.get("env", {}), **placing.pop("env")}
+        fields["env"] = {k: v for k, v in env.items() if v is not None}
+    if "gpus" in placing and "devices" not in placing:
+        fields["devices"] = None
+    fields.update(placing)
+    new = JobSpec.model_validate(fields)
     return _child(session, settings=settings, node=node, parent=parent, spec=new, owner=owner)
 
 

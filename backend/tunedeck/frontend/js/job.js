@@ -51,6 +51,8 @@ function showJob(j) {
   const ended = ["succeeded", "failed", "cancelled"].includes(j.status);
   stop.disabled = ended || stop.dataset.sent === "1";
   if (ended) stop.textContent = j.status === "cancelled" ? "Stopped" : "Stop";
+  const waits = j.status === "queued" && j.waiting_for;
+  $("#waiting").replaceChildren(...(waits ? [h("div", { class: "notice", text: `Queued, #${j.queue_position} in line: ${j.waiting_for}` })] : []));
   // `error` also carries the cause of a stop or a clean exit: red only for failures.
   $("#error").replaceChildren(
     ...(j.stopped ? [h("div", { class: "notice", id: "stopped", text: j.stopped })] : []),

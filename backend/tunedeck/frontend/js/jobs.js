@@ -24,6 +24,11 @@ function lossCell(j) {
   return h("td", { class: "num", text: num(j.last_loss) });
 }
 
+function waiting(j) {
+  if (j.status !== "queued" || !j.waiting_for) return [];
+  return [h("div", { class: "muted waiting", text: `#${j.queue_position} · ${j.waiting_for}` })];
+}
+
 function row(j) {
   const p = j.progress || {};
   const steps = p.total_steps ? `${p.current_steps ?? 0}/${p.total_steps}` : "";
@@ -31,7 +36,7 @@ function row(j) {
     h("td", { class: "num", text: j.id }),
     h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name }), j.kind && j.kind !== "train" ? h("span", { class: "muted", text: ` · ${j.kind}` }) : null),
     h("td", { text: j.owner || "–" }),
-    h("td", {}, verdictBadge(j)),
+    h("td", {}, verdictBadge(j), ...waiting(j)),
     h("td", { text: gpus(j) }),
     h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),
     h("td", { class: "num", text: j.status === "running" ? duration(p.eta_seconds) : "–" }),

@@ -1,0 +1,52 @@
+"""A queued job's place in line and what it waits for, on the team page and the job page, kept current."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+
+import httpx
+
+from tests.conftest import demo_config
+from tests.ui.conftest import shot
+
+
+def positions(url: str, job_id: int, out: queue.Queue) -> None:
+    """Every queue_position the job's own stream sends, as it sends them."""
+    with httpx.stream("GET", f"{url}/api/stream", params={"job": job_id}, timeout=None) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:") and '"queue_position"' in line:
+                out.put(json.loads(line[5:])["queue_position"])
+
+
+def test_queue_place_and_reason_follow_the_queue(server_factory, assets, page):
+    # Keep-alive pings far apart: the pages must be woken by the change itself.
+    server = server_factory(
+        TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_GPU_SLOTS="0", TUNEDECK_STREAM_PING_S="300"
+    )
+    first = server.submit({"name": "first", "config": demo_config(assets)})["id"]
+    second = server.submit({"name": "second", "config": demo_config(assets)})["id"]
+    page.goto(f"{server.url}/")
+    row = page.locator(f'tr[data-job="{second}"] .waiting')
+    row.filter(has_text="#2 · launches paused").wait_for(timeout=30_000)
+    job_page = page.context.new_page()
+    job_page.goto(f"{server.url}/jobs/{second}")
+    notice = job_page.locator("#waiting")
+    notice.filter(has_text="Queued, #2 in line: launches paused").wait_for(timeout=30_000)
+
+    # The first job leaves the queue: both open pages move the second up without a reload.
+    assert server.api.post(f"/api/jobs/{first}/cancel").status_code == 200
+    row.filter(has_text="#1 · launches paused").wait_for(timeout=30_000)
+    notice.filter(has_text="Queued, #1 in line: launches paused").wait_for(timeout=30_000)
+    assert page.locator(f'tr[data-job="{first}"] .waiting').count() == 0
+    shot(page, "queue-place")
+    job_page.close()
+
+    # The job's own stream, read raw: another job's change alone sends its row again.
+    third = server.submit({"name": "third", "config": demo_config(assets)})["id"]
+    seen: queue.Queue = queue.Queue()
+    threading.Thread(target=positions, args=(server.url, third, seen), daemon=True).start()
+    assert seen.get(timeout=60) == 2
+    assert server.api.post(f"/api/jobs/{second}/cancel").status_code == 200
+    assert seen.get(timeout=60) == 1
