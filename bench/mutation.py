@@ -29,12 +29,15 @@ MODULES = {
     ),
     "auth": ("backend/tunedeck/auth.py", ["tests/security/test_auth.py"]),
     "reach": ("backend/tunedeck/reach.py", ["tests/security/test_reach.py", "tests/test_spec.py"]),
+    # The detectors' pure tests (no server, no subprocess): the CLI and import API around them are
+    # covered by tests/alerts/test_outside_runs.py, too slow to run once per mutant.
     "alerts": (
         "backend/tunedeck/alerts",
         [
             "tests/alerts/test_corpus.py",
             "tests/alerts/test_early_spikes.py",
-            "tests/alerts/test_outside_runs.py",
+            "tests/alerts/test_realistic.py",
+            "tests/alerts/test_traces.py",
         ],
     ),
 }
