@@ -38,6 +38,7 @@ MODULES = {
             "tests/alerts/test_early_spikes.py",
             "tests/alerts/test_realistic.py",
             "tests/alerts/test_traces.py",
+            "tests/alerts/test_units.py",
         ],
     ),
 }
