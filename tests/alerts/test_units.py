@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from tests.alerts import realistic
-from tunedeck.alerts import analyze
+from tunedeck.alerts import Point, Series, analyze
 from tunedeck.alerts.memory import HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
 from tunedeck.alerts.rundir import BadInput, parse_memory_csv
 
 GiB = 1024**3
+T0 = 1_900_000_000.0
 
 
 def reference(full: np.ndarray, p: int) -> tuple[float, float, float, float]:
@@ -54,3 +55,22 @@ def test_a_finished_divergence_is_closed_and_a_live_one_open():
     tr.series.running = True
     (f,) = [f for f in analyze(tr.series) if f.kind == "loss_divergence"]
     assert f.open
+
+
+def test_divergence_at_half_the_smoothed_values_rising():
+    # Raw losses chosen so that the 10-point mean runs 2.0, 1.9 (the minimum), then 2.0, 1.95, 3.0,
+    # 2.9: two rises in four, the last two over the bar of 1.5 × 1.9.
+    raw = [2.0] * 10 + [1.0, 3.0, 1.5, 12.5, 1.0]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(raw)])
+    assert "loss_divergence" in {f.kind for f in analyze(s)}
+    s.points[-3].loss = 1.5 - 10 * 0.1  # 1.85 instead of 1.95: a new minimum, nothing after it rose
+    assert "loss_divergence" not in {f.kind for f in analyze(s)}
+
+
+def test_a_wide_rise_from_a_climbing_level_is_no_spike_of_its_own():
+    # 40 GiB, then a rise to 60 GiB that keeps climbing to 64 (no settled level), a further +20 GiB
+    # for 6 samples on top of it (back to 62), then down to 40 GiB within half a minute: one spike.
+    y = [40.0] * 40 + list(np.linspace(60, 64, 10)) + [84.0] * 6 + [62.0] * 3 + [40.0] * 40
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    (f,) = [f for f in analyze(Series(memory=mem, devices=[0])) if f.kind == "vram_spike"]
+    assert f.count == 1 and f.times == [T0 + 40]
