@@ -11,7 +11,7 @@ import pytest
 from tests.alerts import realistic
 from tunedeck.alerts import Point, Series, analyze
 from tunedeck.alerts.memory import HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
-from tunedeck.alerts.rundir import BadInput, parse_memory_csv
+from tunedeck.alerts.rundir import BadInput, parse_memory_csv, parse_trainer_log
 
 GiB = 1024**3
 T0 = 1_900_000_000.0
@@ -74,3 +74,14 @@ def test_a_wide_rise_from_a_climbing_level_is_no_spike_of_its_own():
     mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
     (f,) = [f for f in analyze(Series(memory=mem, devices=[0])) if f.kind == "vram_spike"]
     assert f.count == 1 and f.times == [T0 + 40]
+
+
+def test_trainer_log_times_follow_the_first_memory_sample():
+    text = (
+        '{"current_steps": 1, "loss": 2.0, "elapsed_time": "0:00:05"}\n'
+        '{"current_steps": 2, "loss": 1.9}\n'
+        '{"current_steps": 2, "eval_loss": 1.8, "elapsed_time": "0:01:10"}\n'
+    )
+    points, _ = parse_trainer_log(text, 100.0)
+    assert [p.t for p in points] == [105.0, 105.0, 170.0]
+    assert [p.step for p in points] == [1, 2, 2] and points[2].eval_loss == 1.8
