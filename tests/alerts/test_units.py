@@ -12,6 +12,7 @@ from tests.alerts import realistic
 from tunedeck.alerts import Point, Series, analyze
 from tunedeck.alerts.memory import HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
 from tunedeck.alerts.rundir import BadInput, parse_memory_csv, parse_trainer_log
+from tunedeck.alerts.series import gib
 
 GiB = 1024**3
 T0 = 1_900_000_000.0
@@ -85,3 +86,7 @@ def test_trainer_log_times_follow_the_first_memory_sample():
     points, _ = parse_trainer_log(text, 100.0)
     assert [p.t for p in points] == [105.0, 105.0, 170.0]
     assert [p.step for p in points] == [1, 2, 2] and points[2].eval_loss == 1.8
+
+
+def test_sizes_in_messages_switch_to_gib_at_a_tenth():
+    assert gib(GiB / 10) == "0.1 GiB" and gib(GiB / 10 - 1024**2) == "101 MiB" and gib(3 * GiB) == "3.0 GiB"
