@@ -58,18 +58,41 @@ RUNS = {
         "lr_scheduler_type": "cosine",
         "warmup_steps": 15,
     },
-    "nan_fp16_lr1000": {"fp16": True, "learning_rate": 1000.0, "max_grad_norm": 0.0, "max_steps": 30},
-    "full_lr0.3": {"finetuning_type": "full", "learning_rate": 0.3, "max_grad_norm": 0.0, "max_steps": 30},
+    # Full fine-tuning, no gradient clipping: lr 0.3 blows the loss up to 12 at step 4, then it learns.
+    "spike_full_lr0.3": {
+        "finetuning_type": "full",
+        "learning_rate": 0.3,
+        "max_grad_norm": 0.0,
+        "max_steps": 30,
+    },
+    "diverge_full_lr5": {
+        "finetuning_type": "full",
+        "learning_rate": 5.0,
+        "max_grad_norm": 0.0,
+        "max_steps": 30,
+    },
+    "diverge_full_lr1": {
+        "finetuning_type": "full",
+        "learning_rate": 1.0,
+        "max_grad_norm": 0.0,
+        "max_steps": 30,
+    },
 }
 
 
-def sample_rss(pid: int, out: list[tuple[float, int]], stop: threading.Event) -> None:
-    """RSS of the process and its children every 0.5 s, until stop."""
+def sample_rss(
+    pid: int, out: list[tuple[float, int]], log: Path, start: list[float], stop: threading.Event
+) -> None:
+    """RSS of the process and its children every 0.5 s, until stop; and when training started (the
+    first trainer_log.jsonl line's arrival less its elapsed_time) into `start`."""
     try:
         root = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return
     while not stop.wait(0.5):
+        if not start and log.is_file() and (first := log.read_text().split("\n", 1)[0]).endswith("}"):
+            h, m, sec = json.loads(first)["elapsed_time"].split(":")
+            start.append(time.time() - (int(h) * 3600 + int(m) * 60 + int(sec)))
         total = 0
         try:
             for p in [root, *root.children(recursive=True)]:
@@ -96,6 +119,7 @@ def record(name: str, overrides: dict, assets: Path, cli: Path) -> Path:
     (work / "train.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISABLE_VERSION_CHECK": "1"}
     rss: list[tuple[float, int]] = []
+    start: list[float] = []
     stop = threading.Event()
     with open(work / "train.log", "wb") as log:
         proc = subprocess.Popen(
@@ -105,11 +129,17 @@ def record(name: str, overrides: dict, assets: Path, cli: Path) -> Path:
             env=env,
             cwd=work,
         )
-        sampler = threading.Thread(target=sample_rss, args=(proc.pid, rss, stop), daemon=True)
+        sampler = threading.Thread(
+            target=sample_rss,
+            args=(proc.pid, rss, work / "out" / "trainer_log.jsonl", start, stop),
+            daemon=True,
+        )
         sampler.start()
         code = proc.wait()
         stop.set()
         sampler.join()
+    # `tunedeck analyze` places elapsed_time 0 at the first memory sample: keep those from then on.
+    rss = [(t - start[0], b) for t, b in rss if t >= start[0]] if start else []
     dest = keep(name, config, (work / "out" / "trainer_log.jsonl").read_text(), rss, code, overrides)
     shutil.rmtree(work, ignore_errors=True)
     return dest
@@ -128,10 +158,9 @@ def keep(
         config, model_name_or_path="ASSETS/demo/model", dataset_dir="ASSETS/demo/data", output_dir="OUT"
     )
     (dest / "train.yaml").write_text(yaml.safe_dump(shown, sort_keys=False))
-    if rss:
-        t0 = rss[0][0]
+    if rss:  # seconds since training started
         (dest / "memory.csv").write_text(
-            "t,gpu,used_bytes,total_bytes\n" + "".join(f"{t - t0:.2f},-1,{b},\n" for t, b in rss)
+            "t,gpu,used_bytes,total_bytes\n" + "".join(f"{t:.2f},-1,{b},\n" for t, b in rss)
         )
     labels = label(lines)
     labels.update(exit_code=code, command="llamafactory-cli train train.yaml", overrides=overrides)
@@ -157,15 +186,13 @@ def label(trainer_log: str) -> dict:
         kinds["loss_nan"] = f"{bad[1]} became {rows_value(rows, bad)} at step {bad[0]}"
     finite = [(s, v) for s, v in train if math.isfinite(v)]
     if len(finite) >= 10:
-        mean = [(finite[i][0], sum(v for _, v in finite[i - 4 : i + 1]) / 5) for i in range(4, len(finite))]
-        lo_i = min(range(len(mean)), key=lambda i: mean[i][1])
-        if lo_i < len(mean) - 1:
-            hi_i = max(range(lo_i, len(mean)), key=lambda i: mean[i][1])
-            if mean[hi_i][1] >= 2 * mean[lo_i][1]:
-                kinds["loss_divergence"] = (
-                    f"the 5-point mean fell to {mean[lo_i][1]:.4g} at step {mean[lo_i][0]}, then rose to "
-                    f"{mean[hi_i][1]:.4g} at step {mean[hi_i][0]}"
-                )
+        lowest = min(finite[:-5], key=lambda x: x[1])
+        last = sum(v for _, v in finite[-5:]) / 5
+        if last >= 2 * lowest[1]:
+            kinds["loss_divergence"] = (
+                f"the last 5 losses (to step {finite[-1][0]}) average {last:.4g}, "
+                f"{last / lowest[1]:.1f} times the lowest before them ({lowest[1]:.4g} at step {lowest[0]})"
+            )
         tail = [v for _, v in finite[-20:]]
         if max(tail) - min(tail) <= 0.005 * abs(tail[-1]) and tail[-1] >= 0.9 * finite[0][1]:
             kinds["loss_stuck"] = (

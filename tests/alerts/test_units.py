@@ -90,3 +90,16 @@ def test_trainer_log_times_follow_the_first_memory_sample():
 
 def test_sizes_in_messages_switch_to_gib_at_a_tenth():
     assert gib(GiB / 10) == "0.1 GiB" and gib(GiB / 10 - 1024**2) == "101 MiB" and gib(3 * GiB) == "3.0 GiB"
+
+
+def test_trainer_log_step_bounds():
+    assert parse_trainer_log('{"current_steps": 1000000000000000, "loss": 1.0}\n', 0.0)[0][0].step == 10**15
+    for step in (2**62, -1):
+        with pytest.raises(BadInput):
+            parse_trainer_log(f'{{"current_steps": {step}, "loss": 1.0}}\n', 0.0)
+
+
+def test_a_loss_at_zero_has_no_level_to_swing_around():
+    y = [0.0, 0.0, 0.0, 1.0] * 20  # the median is 0: the swing has no size against it
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
+    assert "loss_oscillation" not in {f.kind for f in analyze(s)}

@@ -27,6 +27,7 @@ FLUSH = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 
 
 SMOOTH = 10  # points in the divergence's trailing mean: an fp16 loss flipping every step averages out
+FIRST_MEAN = 4  # points in the first mean (an even count: a loss flipping every step averages out)
 RECENT = 60  # points the oscillation is judged on
 SWING_PERIOD = 12  # the longest swing looked for, in logged points
 MIN_SWING_POINTS = 3 * SWING_PERIOD  # finite losses before an oscillation is judged
@@ -119,9 +120,11 @@ class Training:
         self.finite += 1
         self.recent.append((t, step, loss))
         self._ten.append(loss)
-        if len(self._ten) < SMOOTH:
+        # From the FIRST_MEAN-th point on (the mean of what there is until SMOOTH came): a loss that
+        # blows up within the first SMOOTH points has a minimum to diverge from.
+        if len(self._ten) < FIRST_MEAN:
             return
-        sm = sum(self._ten) / SMOOTH
+        sm = sum(self._ten) / len(self._ten)
         if not sm >= self.lo:  # a new minimum (or the first value): divergence is measured from here
             self.lo, self.lo_step, self.tail, self.ups = sm, step, 1, 0
             self.bar = max(1.5 * sm, sm + 0.3)
