@@ -45,8 +45,8 @@ def test_labels_are_what_the_logs_show():
         assert label((folder / "trainer_log.jsonl").read_text())["kinds"] == kept["kinds"], folder.name
 
 
-def test_the_set_covers_healthy_stuck_and_fp16():
+def test_the_set_covers_healthy_stuck_diverged_and_fp16():
     kinds = {k for p in FOLDERS for k in json.loads((p / "labels.json").read_text())["kinds"]}
     healthy = [p.name for p in FOLDERS if json.loads((p / "labels.json").read_text())["healthy"]]
-    assert "loss_stuck" in kinds and len(healthy) >= 2
+    assert {"loss_stuck", "loss_divergence"} <= kinds and len(healthy) >= 2
     assert any(json.loads((p / "labels.json").read_text())["overrides"].get("fp16") for p in FOLDERS)
