@@ -11,7 +11,7 @@ import pytest
 from tests.alerts import realistic
 from tunedeck.alerts import Point, Series, analyze
 from tunedeck.alerts.memory import HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
-from tunedeck.alerts.rundir import BadInput, parse_memory_csv, parse_trainer_log
+from tunedeck.alerts.rundir import BadInput, parse_config, parse_memory_csv, parse_trainer_log
 from tunedeck.alerts.series import gib
 
 GiB = 1024**3
@@ -103,3 +103,17 @@ def test_a_loss_at_zero_has_no_level_to_swing_around():
     y = [0.0, 0.0, 0.0, 1.0] * 20  # the median is 0: the swing has no size against it
     s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
     assert "loss_oscillation" not in {f.kind for f in analyze(s)}
+
+
+def test_a_stall_among_the_first_steps_is_dated_one_bar_after_the_last_step():
+    # Too few intervals yet to settle a usual step: judged on what there is (median 1 s, bar 120 s).
+    ts = [0.0, 1.0, 2.0, 502.0, 503.0]
+    s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0) for k, t in enumerate(ts)])
+    (f,) = [f for f in analyze(s) if f.kind == "stall"]
+    assert f.times == [T0 + 2.0 + 120.0] and f.step == 3
+
+
+def test_train_yaml_must_be_a_mapping():
+    assert parse_config("learning_rate: 0.1\n") == {"learning_rate": 0.1}
+    with pytest.raises(BadInput):
+        parse_config("- learning_rate\n")
