@@ -102,7 +102,8 @@ def sample_rss(
                     pass
         except psutil.NoSuchProcess:
             return
-        out.append((time.time(), total))
+        if total:  # 0: every process of the tree has exited
+            out.append((time.time(), total))
 
 
 def record(name: str, overrides: dict, assets: Path, cli: Path) -> Path:
