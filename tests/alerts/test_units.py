@@ -117,3 +117,15 @@ def test_train_yaml_must_be_a_mapping():
     assert parse_config("learning_rate: 0.1\n") == {"learning_rate": 0.1}
     with pytest.raises(BadInput):
         parse_config("- learning_rate\n")
+
+
+@pytest.mark.parametrize("after", [1.0, 37.0])
+def test_a_wide_rise_that_falls_below_where_it_rose_from_is_no_spike(after):
+    # 40 GiB, +20 GiB for 10 samples, then down to `after`: below the level by more than half the
+    # floor (3.84 GiB on 192 GiB), so memory was freed (the end of a run), not a spike that came back.
+    y = [40.0] * 40 + [60.0] * 10 + [after] * 30
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    assert "vram_spike" not in {f.kind for f in analyze(Series(memory=mem, devices=[0]))}
+    y[50:] = [40.0] * 30  # back to its level: a spike
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    assert "vram_spike" in {f.kind for f in analyze(Series(memory=mem, devices=[0]))}

@@ -21,7 +21,7 @@ from tunedeck.alerts.series import KEEP, Finding, Limits, Occurrences, Series, S
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
-WINDOW = 30  # samples in the noise estimate
+WINDOW = 30  # samples in the noise estimate (29 or 31 moves it by one difference in thirty: equivalent)
 MAX_SPIKE = 3  # the widest excursion the first samples' rule accepts
 AFTER = 5  # samples after an early excursion that show the level it fell back to
 EARLY = HISTORY - 1 + MAX_SPIKE + AFTER  # samples that settle the first samples' rule
