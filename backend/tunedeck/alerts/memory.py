@@ -16,11 +16,12 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import Finding, Limits, Occurrences, Series, Steps, device, gib
+from tunedeck.alerts.phases import in_phase
+from tunedeck.alerts.series import KEEP, Finding, Limits, Occurrences, Series, Steps, device, gib
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
-WINDOW = 30  # samples in the noise estimate
+WINDOW = 30  # samples in the noise estimate (29 or 31 moves it by one difference in thirty: equivalent)
 MAX_SPIKE = 3  # the widest excursion the first samples' rule accepts
 AFTER = 5  # samples after an early excursion that show the level it fell back to
 EARLY = HISTORY - 1 + MAX_SPIKE + AFTER  # samples that settle the first samples' rule
@@ -36,6 +37,9 @@ MIB64 = 64 * 1024**2
 SETTLED_N = WINDOW
 SETTLED_S = 60.0
 NOISE = 1.4826 / math.sqrt(2)  # a MAD of step-to-step differences as the sample noise
+
+
+Evals = tuple[tuple[np.ndarray, np.ndarray], float]
 
 
 class OutOfOrder(ValueError):
@@ -163,6 +167,8 @@ class Gpu:
         self._early: list[tuple[float, ...]] | None = []  # the first samples, until EARLY of them came
         self._up: list[_Up] = []
         self.spikes = Occurrences()
+        # t0, peak, base, early, lasted of the most recent spikes
+        self.records: deque[tuple[float, float, float, bool, float]] = deque(maxlen=KEEP)
         self.largest: tuple[float, float, bool] = (0.0, 0.0, False)  # peak, level, while starting
         self.widest = 0.0  # seconds, of the excursions wider than MAX_SPIKE samples
         self.run = self.longest = 0  # samples in a row over the near-OOM share
@@ -242,6 +248,7 @@ class Gpu:
         self, t0: float, peak: float, base: float, *, early: bool = False, lasted: float = 0.0
     ) -> None:
         self.spikes.add(t0)
+        self.records.append((t0, peak, base, early, lasted))
         if peak - base > self.largest[0] - self.largest[1]:
             self.largest = (peak, base, early)
         self.widest = max(self.widest, lasted)
@@ -274,7 +281,16 @@ class Gpu:
 
     # ------------------------------------------------------------------ findings
 
-    def findings(self, s: Series, steps: Steps, lim: Limits, now: float, running: bool) -> list[Finding]:
+    def findings(
+        self,
+        s: Series,
+        steps: Steps,
+        lim: Limits,
+        now: float,
+        running: bool,
+        evals: Evals | None = None,
+    ) -> list[Finding]:
+        """`evals`: the eval phases (starts, ends) and a step's duration: their own rises are no spikes."""
         if not self.n:
             return []
         judged = self
@@ -282,27 +298,56 @@ class Gpu:
             judged = copy.deepcopy(self)
             judged._settle()
         return [
-            *judged._spike_findings(s, steps, lim, now, running),
+            *judged._spike_findings(s, steps, lim, now, running, evals),
             *self._near_findings(s, steps, lim, running),
             *judged._plateau_findings(s, steps, lim, now, running),
         ]
 
+    def _not_eval(self, evals: Evals | None) -> tuple | None:
+        """The spikes that did not begin with or during an eval phase: (count, first, times, largest,
+        widest); None when none did. Within a few samples and a couple of steps: the start of a phase
+        is placed from the step pace when the step it followed was not logged."""
+        if evals is None or not len(evals[0][0]) or not self.records:
+            return None
+        interval = (self.t_last - self.t_first) / max(1, self.n - 1)
+        margin = 3 * interval + 2 * evals[1]
+        kept = [r for r in self.records if not in_phase(evals[0], r[0], margin)]
+        if len(kept) == len(self.records):
+            return None
+        n = self.spikes.n - (len(self.records) - len(kept))
+        if not kept:
+            return 0, None, [], (0.0, 0.0, False), 0.0
+        big = max(kept, key=lambda r: r[1] - r[2])
+        first = kept[0][0] if n == len(kept) else self.spikes.first
+        return n, first, [r[0] for r in kept], big[1:4], max(r[4] for r in kept)
+
     def _spike_findings(
-        self, s: Series, steps: Steps, lim: Limits, now: float, running: bool
+        self,
+        s: Series,
+        steps: Steps,
+        lim: Limits,
+        now: float,
+        running: bool,
+        evals: Evals | None = None,
     ) -> list[Finding]:
-        occ, gpu, total = self.spikes, self.gpu, self.total or None
-        if not occ.n:
+        gpu, total = self.gpu, self.total or None
+        if not self.spikes.n:
             return []
-        times = occ.times()
-        peak, base, early = self.largest
+        count, first, times = self.spikes.n, self.spikes.first, self.spikes.times()
+        (peak, base, early), widest = self.largest, self.widest
+        cut = self._not_eval(evals)
+        if cut is not None:
+            count, first, times, (peak, base, early), widest = cut
+            if not times:
+                return []
         recent = running and now - times[-1] <= lim.hold_s
         period = periodic(times)
         if period is None:
             msg = (
-                f"{device(gpu)}: {occ.n} transient {self.mem} spike(s); the largest reached {gib(peak)}, "
+                f"{device(gpu)}: {count} transient {self.mem} spike(s); the largest reached {gib(peak)}, "
                 f"+{gib(peak - base)} above the {gib(base)} baseline"
                 + (f" ({100 * peak / total:.0f}% of {gib(total)})" if total else "")
-                + (f"; the longest lasted {self.widest:.0f} s" if self.widest else "")
+                + (f"; the longest lasted {widest:.0f} s" if widest else "")
             )
             relief = advice.memory_relief(s)
             if early:  # no batch to blame yet: the job was starting (loading, first batches)
@@ -322,8 +367,8 @@ class Gpu:
                     msg,
                     sug + relief.text,
                     recent,
-                    occ.n,
-                    occ.first,
+                    count,
+                    first,
                     relief.change,
                 )
             ]
@@ -346,7 +391,7 @@ class Gpu:
         sug, change = advice.combine(tips, ", or ")
         msg = (
             f"{device(gpu)}: {self.mem} spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
-            f"{occ.n} spikes"
+            f"{count} spikes"
         )
         return [
             Finding(
@@ -358,8 +403,8 @@ class Gpu:
                 msg,
                 sug,
                 recent,
-                occ.n,
-                occ.first,
+                count,
+                first,
                 change,
             )
         ]

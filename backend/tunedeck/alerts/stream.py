@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tunedeck.alerts.memory import Gpu, OutOfOrder
+from tunedeck.alerts.phases import EvalPhases
 from tunedeck.alerts.series import Finding, Limits, Point, Series, Steps
 from tunedeck.alerts.training import Training
 
@@ -22,6 +23,7 @@ class Run:
         self.gpus: dict[int, Gpu] = {}
         self.steps = Steps()
         self.training = Training(self.limits)
+        self.evals = EvalPhases()
         self.last_point_t: float | None = None
         self.last_log_t: float | None = None
 
@@ -38,6 +40,7 @@ class Run:
     def feed_points(self, points: Iterable[Point]) -> None:
         for p in points:
             self.training.feed_point(p)
+            self.evals.feed(p)
             if p.step is not None:
                 self.steps.add(p.t, p.step)
             self.last_point_t = p.t
@@ -55,8 +58,9 @@ class Run:
         """Every condition the series show so far, one finding per (kind, gpu)."""
         now = self.end() if now is None else now
         out: list[Finding] = []
+        evals = (self.evals.spans(), self.evals.step_s())
         for gpu in sorted(self.gpus):
-            out += self.gpus[gpu].findings(self.meta, self.steps, self.limits, now, running)
+            out += self.gpus[gpu].findings(self.meta, self.steps, self.limits, now, running, evals)
         alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
         host = bool(self.gpus.get(-1) and self.gpus[-1].n)
         return out + self.training.findings(self.meta, self.steps, self.limits, now, running, alive, host)

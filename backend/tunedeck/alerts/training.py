@@ -11,6 +11,7 @@ import re
 from collections import deque
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
 from tunedeck.alerts.series import Finding, Limits, Occurrences, Point, Series, Steps
@@ -26,7 +27,12 @@ FLUSH = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 
 
 SMOOTH = 10  # points in the divergence's trailing mean: an fp16 loss flipping every step averages out
+FIRST_MEAN = 4  # points in the first mean (an even count: a loss flipping every step averages out)
 RECENT = 60  # points the oscillation is judged on
+SWING_PERIOD = 12  # the longest swing looked for, in logged points
+MIN_SWING_POINTS = 3 * SWING_PERIOD  # finite losses before an oscillation is judged
+SWING_MIN = 0.06  # the residual's spread against the level below which a swing is not worth a warning
+SWING_SHARE = 0.45  # the share of the residual one sine must carry: noise reaches 0.42 in 1 window in 1000
 INTERVALS = 256  # step intervals a step's usual duration is the median of
 SETTLE = 8  # intervals seen before each new one is judged on arrival
 # A stuck loss: a flat line that has not come down from where the run began. Flat is a spread of at
@@ -42,10 +48,32 @@ STUCK_HIGH = 0.8
 EARLY_LOSS = 5
 
 
-def _median(x: list[float], k: int) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
-    h = k // 2
-    return np.array([np.median(a[max(0, i - h) : i + h + 1]) for i in range(len(a))])
+def swings(y: np.ndarray) -> tuple[float, float, int] | None:
+    """(relative amplitude, level, period in points) when the loss swings up and down around its
+    trend: what is left after a running median over one longest swing (it follows a falling,
+    climbing or jumping loss, not a swing; judged where its window is whole) is large against the
+    level, and one sine of a period from 2 to SWING_PERIOD points carries most of it. Noise of any
+    size spreads over every period, so no one sine carries much of it."""
+    h = SWING_PERIOD // 2
+    if len(y) < 2 * h + SWING_PERIOD:
+        return None
+    resid = y[h:-h] - np.median(sliding_window_view(y, 2 * h + 1), axis=1)
+    level = float(np.median(np.abs(y)))
+    rel = float(np.std(resid) / level) if level > 0 else 0.0
+    if rel < SWING_MIN:
+        return None
+    r = resid - resid.mean()
+    n = len(r)
+    # The strongest period on a fine grid (the spectrum of r padded to 8 times its length).
+    f = np.fft.rfftfreq(8 * n)
+    power = np.abs(np.fft.rfft(r, 8 * n)) ** 2
+    band = f >= 1 / SWING_PERIOD
+    top = float(f[band][int(np.argmax(power[band]))])
+    x = 2 * np.pi * top * np.arange(n)
+    sine = np.column_stack([np.cos(x), np.sin(x)])
+    fit = sine @ np.linalg.lstsq(sine, r, rcond=None)[0]
+    share = 1 - float(np.dot(r - fit, r - fit)) / float(np.dot(r, r))
+    return (rel, level, round(1 / top)) if share >= SWING_SHARE else None
 
 
 class Training:
@@ -88,7 +116,8 @@ class Training:
         if p.loss is not None and math.isfinite(p.loss):
             self._loss(p.t, p.step, p.loss)
         if p.step is not None:
-            self._progress(p.t, p.step)
+            # The gap up to an eval point holds the evaluation, however long the eval set takes.
+            self._progress(p.t, p.step, judge=not (p.eval_loss is not None and p.loss is None))
 
     def feed_log(self, t: float, line: str) -> None:
         if OOM.search(line):
@@ -126,9 +155,11 @@ class Training:
         self.finite += 1
         self.recent.append((t, step, loss))
         self._ten.append(loss)
-        if len(self._ten) < SMOOTH:
+        # From the FIRST_MEAN-th point on (the mean of what there is until SMOOTH came): a loss that
+        # blows up within the first SMOOTH points has a minimum to diverge from.
+        if len(self._ten) < FIRST_MEAN:
             return
-        sm = sum(self._ten) / SMOOTH
+        sm = sum(self._ten) / len(self._ten)
         if not sm >= self.lo:  # a new minimum (or the first value): divergence is measured from here
             self.lo, self.lo_step, self.tail, self.ups = sm, step, 1, 0
             self.bar = max(1.5 * sm, sm + 0.3)
@@ -142,9 +173,9 @@ class Training:
                 self.over.add(t)
         self.sm = sm
 
-    def _progress(self, t: float, step: int) -> None:
+    def _progress(self, t: float, step: int, judge: bool = True) -> None:
         self.steps += 1
-        if self.steps > 1:
+        if self.steps > 1 and judge:
             gap = (self.t_step, t, self.last_step)
             self.intervals.append(t - self.t_step)
             if self.pending is None:
@@ -260,20 +291,16 @@ class Training:
         ]
 
     def _oscillation(self, s: Series, running: bool) -> list[Finding]:
-        if self.finite < 20:
+        if self.finite < MIN_SWING_POINTS:
             return []
         pts = list(self.recent)
-        y = np.array([x[2] for x in pts])
-        resid = y - _median(list(y), 7)
-        level = float(np.median(np.abs(y)))
-        rel = float(np.std(resid) / level) if level > 0 else 0.0
-        d = np.diff(y)
-        alt = float(np.mean(d[1:] * d[:-1] < 0)) if len(d) > 2 else 0.0
-        if rel < 0.15 or alt < 0.6:
+        swing = swings(np.array([x[2] for x in pts]))
+        if swing is None:
             return []
+        rel, level, period = swing
         msg = (
-            f"loss oscillates: step-to-step swings of ±{100 * rel:.0f}% around {level:.3g}, the direction "
-            f"flipping on {100 * alt:.0f}% of the last {len(pts)} points"
+            f"loss oscillates: swings of ±{100 * rel:.0f}% around {level:.3g}, up and down about every "
+            f"{period} logged points over the last {len(pts)}"
         )
         sug, change = advice.combine(
             [advice.precision(s)]

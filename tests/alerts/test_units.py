@@ -1,0 +1,131 @@
+"""What the corpus tests leave loose and mutants of the detectors showed (bench/mutation.py): each
+check here fails on a mutant that every corpus test let through."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.alerts import realistic
+from tunedeck.alerts import Point, Series, analyze
+from tunedeck.alerts.memory import HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
+from tunedeck.alerts.rundir import BadInput, parse_config, parse_memory_csv, parse_trainer_log
+from tunedeck.alerts.series import gib
+
+GiB = 1024**3
+T0 = 1_900_000_000.0
+
+
+def reference(full: np.ndarray, p: int) -> tuple[float, float, float, float]:
+    """levels() for sample p, one sample at a time from its definition."""
+    before = full[:p]
+    base = float(np.median(before[-LEVEL:])) if p else math.nan
+    spread = float(np.ptp(before[-LEVEL:])) if p else math.inf
+    d = np.diff(full)[max(0, p - 1 - WINDOW) : max(0, p - 1)]
+    noise = float(np.median(np.abs(d - np.median(d)))) * NOISE if len(d) else 0.0
+    pad = np.concatenate([np.repeat(full[0], SMOOTH - 1), full])
+    smooth = float(np.median(pad[p : p + SMOOTH]))
+    return base, spread, noise, smooth
+
+
+@pytest.mark.parametrize("h", [0, HISTORY, WINDOW + 1])
+def test_levels_match_their_definition_at_every_sample(h):
+    rng = np.random.default_rng(h)
+    full = np.cumsum(rng.normal(0, 1, 3 * WINDOW)) + 50
+    got = levels(full, h)  # full[:h]: the samples before, already judged
+    for p in range(h, len(full)):
+        want = reference(full, p)
+        for name, a, b in zip(("base", "spread", "noise", "smooth"), (x[p - h] for x in got), want):
+            assert a == pytest.approx(b, rel=1e-9, abs=1e-9, nan_ok=True), (name, p)
+
+
+def test_memory_csv_bounds():
+    ok = parse_memory_csv("t,gpu,used_bytes,total_bytes\n1.0,0,1000,2000\n2.0,0,1500,\n")
+    assert ok == {0: [(1.0, 1000, 2000), (2.0, 1500, None)]}
+    for row in ("1,0,-1,2000", "1,0,1000,-5", f"1,0,1000,{2**62}", f"1,0,{2**62},1", "nan,0,1,1", "1,-2,1,1"):
+        with pytest.raises(BadInput):
+            parse_memory_csv("t,gpu,used_bytes,total_bytes\n" + row + "\n")
+
+
+def test_a_finished_divergence_is_closed_and_a_live_one_open():
+    tr = realistic.simulate(realistic.TUNE[0], "divergence")
+    (f,) = [f for f in analyze(tr.series) if f.kind == "loss_divergence"]
+    assert not f.open
+    tr.series.running = True
+    (f,) = [f for f in analyze(tr.series) if f.kind == "loss_divergence"]
+    assert f.open
+
+
+def test_divergence_at_half_the_smoothed_values_rising():
+    # Raw losses chosen so that the 10-point mean runs 2.0, 1.9 (the minimum), then 2.0, 1.95, 3.0,
+    # 2.9: two rises in four, the last two over the bar of 1.5 × 1.9.
+    raw = [2.0] * 10 + [1.0, 3.0, 1.5, 12.5, 1.0]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(raw)])
+    assert "loss_divergence" in {f.kind for f in analyze(s)}
+    s.points[-3].loss = 1.5 - 10 * 0.1  # 1.85 instead of 1.95: a new minimum, nothing after it rose
+    assert "loss_divergence" not in {f.kind for f in analyze(s)}
+
+
+def test_a_wide_rise_from_a_climbing_level_is_no_spike_of_its_own():
+    # 40 GiB, then a rise to 60 GiB that keeps climbing to 64 (no settled level), a further +20 GiB
+    # for 6 samples on top of it (back to 62), then down to 40 GiB within half a minute: one spike.
+    y = [40.0] * 40 + list(np.linspace(60, 64, 10)) + [84.0] * 6 + [62.0] * 3 + [40.0] * 40
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    (f,) = [f for f in analyze(Series(memory=mem, devices=[0])) if f.kind == "vram_spike"]
+    assert f.count == 1 and f.times == [T0 + 40]
+
+
+def test_trainer_log_times_follow_the_first_memory_sample():
+    text = (
+        '{"current_steps": 1, "loss": 2.0, "elapsed_time": "0:00:05"}\n'
+        '{"current_steps": 2, "loss": 1.9}\n'
+        '{"current_steps": 2, "eval_loss": 1.8, "elapsed_time": "0:01:10"}\n'
+    )
+    points, _ = parse_trainer_log(text, 100.0)
+    assert [p.t for p in points] == [105.0, 105.0, 170.0]
+    assert [p.step for p in points] == [1, 2, 2] and points[2].eval_loss == 1.8
+
+
+def test_sizes_in_messages_switch_to_gib_at_a_tenth():
+    assert gib(GiB / 10) == "0.1 GiB" and gib(GiB / 10 - 1024**2) == "101 MiB" and gib(3 * GiB) == "3.0 GiB"
+
+
+def test_trainer_log_step_bounds():
+    assert parse_trainer_log('{"current_steps": 1000000000000000, "loss": 1.0}\n', 0.0)[0][0].step == 10**15
+    for step in (2**62, -1):
+        with pytest.raises(BadInput):
+            parse_trainer_log(f'{{"current_steps": {step}, "loss": 1.0}}\n', 0.0)
+
+
+def test_a_loss_at_zero_has_no_level_to_swing_around():
+    y = [0.0, 0.0, 0.0, 1.0] * 20  # the median is 0: the swing has no size against it
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
+    assert "loss_oscillation" not in {f.kind for f in analyze(s)}
+
+
+def test_a_stall_among_the_first_steps_is_dated_one_bar_after_the_last_step():
+    # Too few intervals yet to settle a usual step: judged on what there is (median 1 s, bar 120 s).
+    ts = [0.0, 1.0, 2.0, 502.0, 503.0]
+    s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0) for k, t in enumerate(ts)])
+    (f,) = [f for f in analyze(s) if f.kind == "stall"]
+    assert f.times == [T0 + 2.0 + 120.0] and f.step == 3
+
+
+def test_train_yaml_must_be_a_mapping():
+    assert parse_config("learning_rate: 0.1\n") == {"learning_rate": 0.1}
+    with pytest.raises(BadInput):
+        parse_config("- learning_rate\n")
+
+
+@pytest.mark.parametrize("after", [1.0, 37.0])
+def test_a_wide_rise_that_falls_below_where_it_rose_from_is_no_spike(after):
+    # 40 GiB, +20 GiB for 10 samples, then down to `after`: below the level by more than half the
+    # floor (3.84 GiB on 192 GiB), so memory was freed (the end of a run), not a spike that came back.
+    y = [40.0] * 40 + [60.0] * 10 + [after] * 30
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    assert "vram_spike" not in {f.kind for f in analyze(Series(memory=mem, devices=[0]))}
+    y[50:] = [40.0] * 30  # back to its level: a spike
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    assert "vram_spike" in {f.kind for f in analyze(Series(memory=mem, devices=[0]))}
