@@ -87,7 +87,7 @@ def main() -> None:
                 t.start()
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-                page = browser.new_page()
+                page = browser.new_page(bypass_csp=True)  # wait_for_function evaluates a string
                 page.goto(f"{server.url}/jobs/{job['id']}")
                 page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
                 final = server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=900)
