@@ -2,8 +2,9 @@
 
 A real server and a real CPU demo fine-tune (the tiny model). A thread polls the job's
 trainer_log.jsonl every 2 ms and notes when each line appears (the write time, within ~2 ms);
-an SSE client on the job stream and a headless Chromium on the job page note when each step's
-point arrives. Same machine, same clock. Prints median / p95 per path.
+an SSE client on the job stream notes when each step's point arrives, and a headless Chromium on
+the job page when it is in the loss chart's data and drawn. Same machine, same clock. Prints
+median / p95 per path.
 
     .venv/bin/python bench/ui_latency.py [--steps 150]
 """

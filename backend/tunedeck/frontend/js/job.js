@@ -278,12 +278,16 @@ function lossCount() {
   $("#loss-n").textContent = `${loss.n ?? loss.y.length} points${state.lossDownsampled ? " (downsampled for display)" : ""}${state.lossZoom ? ", zoomed" : ""}`;
 }
 
-// The y range that was set, unless the user has zoomed the y axis since: theirs stays.
-function followRange(el, d, r) {
+// A live chart's y range moves only when a point would fall outside it, and then with room to spare:
+// each relayout is another redraw. A y zoom of the user's own stays.
+function followRange(el, d, arrays, log = false) {
+  const tight = range(arrays, { log });
+  if (!tight || (d.range && tight[0] >= d.range[0] && tight[1] <= d.range[1])) return;
   const now = document.getElementById(el).layout.yaxis.range;
-  const ours = !now || !d.range || (now[0] === d.range[0] && now[1] === d.range[1]);
-  if (ours && r && (!d.range || r[0] !== d.range[0] || r[1] !== d.range[1])) Plotly.relayout(el, { "yaxis.range": r });
-  d.range = r;
+  if (d.range && now && (now[0] !== d.range[0] || now[1] !== d.range[1])) d.userRange = true;
+  if (d.userRange) return;
+  d.range = range(arrays, { log, pad: 0.2 });
+  Plotly.relayout(el, { "yaxis.range": d.range });
 }
 
 // Appends the new points of a line chart's series; a chart that had fewer than two points (a marker,
@@ -294,7 +298,7 @@ function appendLine(el, s, opts) {
   if (s.y.length === d.n) return;
   Plotly.extendTraces(el, { x: [s.step.slice(d.n)], y: [s.y.slice(d.n)] }, [0]);
   d.n = s.y.length;
-  followRange(el, d, range([s.y]));
+  followRange(el, d, [s.y]);
 }
 
 // A live update: new points are appended to the charts as they are. Anything that changes a chart's
@@ -317,14 +321,14 @@ function appendMetrics() {
   if (traces.length) {
     Plotly.extendTraces("loss-chart", { x: xs, y: ys }, traces);
     d.loss = loss.y.length; d.evl = evl.y.length; d.lastStep = loss.step[loss.step.length - 1];
-    followRange("loss-chart", d, range([loss.y, evl.y], { log: d.logy }));
+    followRange("loss-chart", d, [loss.y, evl.y], d.logy);
   }
+  shown(); // the loss chart is the one watched for new points: the others follow in this frame
   appendLine("lr-chart", series("lr"), LR);
   appendLine("tp-chart", series("throughput"), TP);
   const grad = state.metrics.grad_norm;
   if (grad && grad.y.length) { $("#grad-card").hidden = false; appendLine("grad-chart", grad, GRAD); }
   lossCount();
-  shown();
   summary();
 }
 const liveMetrics = framed(appendMetrics);
