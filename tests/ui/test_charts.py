@@ -415,3 +415,58 @@ def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
     boxes_apart(page, "mem-chart")
     shot(page, "charts-compare-phone")
     assert page.errors == [] and page.console_errors == []
+
+
+def ema(ys: list[float], w: float) -> list[float]:
+    """TensorBoard's debiased smoothing, recomputed from the first point."""
+    out, last = [], 0.0
+    for n, y in enumerate(ys, 1):
+        last = last * w + (1 - w) * y
+        out.append(last / (1 - w**n))
+    return out
+
+
+def test_live_points_are_appended_in_order_and_smoothed(deck, assets, page):
+    job = deck.submit({"name": "live points", "config": demo_config(assets)})
+    token = secrets.token_urlsafe(32)
+    with closing(sqlite3.connect(deck.workspace / "tunedeck.db", timeout=60)) as db, db:
+        db.execute(
+            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            (hashlib.sha256(token.encode()).hexdigest(), job["id"]),
+        )
+    open_page(page, f"{deck.url}/jobs/{job['id']}", "wide")
+    # Losses that leave the first points' y range both ways, so the axis has to follow them.
+    losses = [2.0, 1.9, 2.6, 1.7] + [1.5 - 0.04 * i + (0.3 if i % 7 == 3 else 0) for i in range(26)] + [0.2]
+    lines = [
+        {"current_steps": s, "total_steps": 100, "loss": y, "lr": LR * (1 - s / 100)}
+        for s, y in enumerate(losses, 1)
+    ]
+    batches = [(0, 1), (1, 3), (3, 4), (4, 12), (12, 13), (13, 20), (20, 21), (21, 31)]
+    for seq, (a, b) in enumerate(batches):
+        if seq == 4:  # a new smoothing weight between batches: the live line goes on from the redrawn one
+            page.locator("#smooth").fill("0.8")
+        r = deck.api.post(
+            f"/api/jobs/{job['id']}/telemetry",
+            json={
+                "seq": seq,
+                "metrics": [{"line": i, "t": T0 + i, "raw": json.dumps(lines[i])} for i in range(a, b)],
+            },
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 200, r.text
+        if seq % 2:  # some batches wait for their points to be drawn, others arrive back to back
+            page.wait_for_function(f"document.getElementById('loss-chart').data?.[0]?.x.length === {b}")
+    n = len(losses)
+    page.wait_for_function(f"document.getElementById('loss-chart').data?.[0]?.x.length === {n}")
+    traces = "gd.data.slice(0, 2).map((t) => ({x: t.x, y: t.y}))"
+    gd = plot(page, "loss-chart", f"({{data: {traces}, range: gd.layout.yaxis.range}})")
+    steps = list(range(1, n + 1))
+    assert gd["data"][0] == {"x": steps, "y": losses}
+    assert gd["data"][1]["x"] == steps
+    assert gd["data"][1]["y"] == pytest.approx(ema(losses, 0.8), rel=1e-12)
+    assert gd["range"][0] < min(losses) and gd["range"][1] > max(losses), gd["range"]
+    lr = plot(page, "lr-chart", "gd.data[0]")
+    assert lr["x"] == steps and lr["y"] == pytest.approx([x["lr"] for x in lines], rel=1e-12)
+    # Each streamed loss point is noted once, when it was drawn.
+    assert sorted(s for s, _ in page.evaluate("window.tunedeck.arrivals")) == steps
+    assert not page.errors and not page.console_errors

@@ -3,19 +3,23 @@
 
 export const GiB = 1024 ** 3;
 
-// Exponential moving average, debiased at the start (TensorBoard's smoothing).
+// Exponential moving average, debiased at the start (TensorBoard's smoothing). Kept as a running
+// state so live points extend a smoothed line without recomputing it from the first step.
+export class Ema {
+  constructor(weight) { this.weight = weight; this.last = 0; this.n = 0; }
+  next(y) {
+    if (!this.weight) return y;
+    if (y === null || !Number.isFinite(y)) return null;
+    this.last = this.last * this.weight + (1 - this.weight) * y;
+    this.n++;
+    return this.last / (1 - this.weight ** this.n);
+  }
+}
+
 export function ema(ys, weight) {
   if (!weight) return ys;
-  const out = new Array(ys.length);
-  let last = 0, n = 0;
-  for (let i = 0; i < ys.length; i++) {
-    const y = ys[i];
-    if (y === null || !Number.isFinite(y)) { out[i] = null; continue; }
-    last = last * weight + (1 - weight) * y;
-    n++;
-    out[i] = last / (1 - weight ** n);
-  }
-  return out;
+  const e = new Ema(weight);
+  return ys.map((y) => e.next(y));
 }
 
 // Plotly renders trace names and hover text as its own HTML subset, links included: text that comes
@@ -89,6 +93,17 @@ export function throttled(fn, ms = 300) {
   return () => {
     if (timer) return;
     timer = setTimeout(() => { timer = null; fn(); }, ms);
+  };
+}
+
+// Runs fn on the next frame, once however many calls came before it: a live point is drawn in the
+// frame after it arrives, and a burst of points costs one draw.
+export function framed(fn) {
+  let pending = false;
+  return () => {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; fn(); });
   };
 }
 

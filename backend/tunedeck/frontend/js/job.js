@@ -2,7 +2,7 @@
 /* global Plotly */
 import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
-import { config, ema, empty, GiB, layout, mode, onZoom, plain, range, throttled } from "./charts.js";
+import { config, Ema, empty, framed, GiB, layout, mode, onZoom, plain, range, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { showResults } from "./job-results.js";
 
@@ -22,7 +22,8 @@ const state = {
   memAvailable: true,
   alerts: [],
   logLines: 0,
-  arrivals: [], // [step, epoch ms] of the newest streamed points (bench/ui_latency.py reads them)
+  arrivals: [], // [step, epoch ms] when each streamed loss point was drawn (bench/ui_latency.py reads them)
+  unshown: [], // steps of streamed loss points not drawn yet
 };
 window.tunedeck = state; // for the browser tests and for curious users
 
@@ -114,8 +115,7 @@ function addMetrics(rows) {
   for (const r of rows) {
     if (r.id <= state.metricsLast) continue; // already in the loaded history
     state.metricsLast = r.id;
-    if (r.loss !== null) state.arrivals.push([r.step, performance.timeOrigin + performance.now()]);
-    if (state.arrivals.length > 5000) state.arrivals.splice(0, 1000);
+    if (r.loss !== null) state.unshown.push(r.step);
     for (const name of state.seriesNames) {
       const bad = r.nonfinite && r.nonfinite[name];
       if (bad && r.step !== null) {
@@ -129,7 +129,15 @@ function addMetrics(rows) {
     }
     added = true;
   }
-  if (added && !state.lossZoom) { redrawMetrics(); redrawMemory(); }
+  if (added && !state.lossZoom) liveMetrics();
+}
+
+// Streamed loss points are drawn now: note when, for the latency bench.
+function shown() {
+  const now = performance.timeOrigin + performance.now();
+  for (const step of state.unshown) state.arrivals.push([step, now]);
+  state.unshown = [];
+  if (state.arrivals.length > 5000) state.arrivals.splice(0, 1000);
 }
 
 // Words for a chart with no points, from what the job is doing.
@@ -203,14 +211,25 @@ function alertMarkers(axis) {
 
 let revision = 0; // Plotly.react redraws arrays grown in place only when this changes
 
+// What each chart holds of its series (points, y range, smoothing state), so live points are appended to
+// it instead of redrawing the whole chart.
+const drawn = {};
+
 function lineChart(el, s, { name, color, unit, digits = 4, exp = false }) {
+  drawn[el] = null;
   if (!s || !s.y.length) return empty(el, noData(name));
-  return Plotly.react(el, [{ name, x: s.step, y: s.y, mode: mode(s.y), line: { color }, marker: { color, size: 6 },
+  drawn[el] = { n: s.y.length, range: range([s.y]) };
+  // Copies: the series grow in place as points stream in, and live points are appended to the chart's own.
+  return Plotly.react(el, [{ name, x: s.step.slice(), y: s.y.slice(), mode: mode(s.y), line: { color }, marker: { color, size: 6 },
     hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}` }],
   layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
     yaxis: { range: range([s.y]), automargin: true, ...(exp ? { exponentformat: "e" } : {}), ...(unit ? { title: { text: unit } } : {}) },
     showlegend: false }), config);
 }
+
+const LR = { name: "learning rate", color: "#7a3ee8", digits: 3, exp: true };
+const TP = { name: "throughput", color: "#1a7f37", unit: "tokens/s" };
+const GRAD = { name: "grad_norm", color: "#a1306b" };
 
 function drawMetrics() {
   revision++;
@@ -228,31 +247,97 @@ function drawMetrics() {
     name: "inf / NaN", mode: "markers", type: "scatter", marker: { symbol: "x", size: 9, color: "#c4321a" },
     x: bad.map((b) => b[0]), y: markersY(bad.map((b) => b[0])), text: bad.map((b) => b[1]), hoverinfo: "x+text",
   };
+  drawn["loss-chart"] = null;
   if (!loss.y.length && !evl.y.length) {
     empty("loss-chart", bad.length ? `Every logged loss was inf or NaN (${bad.length} points, from step ${Math.min(...bad.map((b) => b[0]))}).` : noData("loss"));
   } else {
     const hover = "%{y:.4~g}";
+    const smooth = new Ema(w), yrange = range([loss.y, evl.y], { log: logy });
+    const smoothed = loss.y.map((y) => smooth.next(y));
+    drawn["loss-chart"] = { loss: loss.y.length, evl: evl.y.length, bad: bad.length, smooth, range: yrange, logy,
+      lastStep: loss.step[loss.step.length - 1] ?? -Infinity };
     Plotly.react("loss-chart", [
-      { name: "loss", x: loss.step, y: loss.y, mode: mode(loss.y), line: { color: "rgba(47,111,237,0.25)", width: 1 },
+      { name: "loss", x: loss.step.slice(), y: loss.y.slice(), mode: mode(loss.y), line: { color: "rgba(47,111,237,0.25)", width: 1 },
         marker: { color: "rgba(47,111,237,0.5)", size: 6 }, hovertemplate: hover },
-      { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step, y: ema(loss.y, w), mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
+      { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step.slice(), y: smoothed, mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
         marker: { color: "#2f6fed", size: 7 }, hovertemplate: hover },
-      { name: "eval loss", x: evl.step, y: evl.y, mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
+      { name: "eval loss", x: evl.step.slice(), y: evl.y.slice(), mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
       am,
       nonfinite,
     ], layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
-      yaxis: { type: logy ? "log" : "linear", range: range([loss.y, evl.y], { log: logy }), automargin: true },
+      yaxis: { type: logy ? "log" : "linear", range: yrange, automargin: true },
       shapes: alertShapes("step") }), config);
   }
-  lineChart("lr-chart", lr, { name: "learning rate", color: "#7a3ee8", digits: 3, exp: true });
-  lineChart("tp-chart", tp, { name: "throughput", color: "#1a7f37", unit: "tokens/s" });
+  lineChart("lr-chart", lr, LR);
+  lineChart("tp-chart", tp, TP);
   const grad = state.metrics.grad_norm;
   $("#grad-card").hidden = !(grad && grad.y.length); // older runs and stores without grad_norm: no card
-  if (grad && grad.y.length) lineChart("grad-chart", grad, { name: "grad_norm", color: "#a1306b" });
-  $("#loss-n").textContent = `${loss.n ?? loss.y.length} points${state.lossDownsampled ? " (downsampled for display)" : ""}${state.lossZoom ? ", zoomed" : ""}`;
+  if (grad && grad.y.length) lineChart("grad-chart", grad, GRAD);
+  lossCount();
+  shown();
   summary();
 }
 const redrawMetrics = throttled(drawMetrics);
+
+function lossCount() {
+  const loss = series("loss");
+  $("#loss-n").textContent = `${loss.n ?? loss.y.length} points${state.lossDownsampled ? " (downsampled for display)" : ""}${state.lossZoom ? ", zoomed" : ""}`;
+}
+
+// A live chart's y range moves only when a point would fall outside it, and then with room to spare:
+// each relayout is another redraw. A y zoom of the user's own stays.
+function followRange(el, d, arrays, log = false) {
+  const tight = range(arrays, { log });
+  if (!tight || (d.range && tight[0] >= d.range[0] && tight[1] <= d.range[1])) return;
+  const now = document.getElementById(el).layout.yaxis.range;
+  if (d.range && now && (now[0] !== d.range[0] || now[1] !== d.range[1])) d.userRange = true;
+  if (d.userRange) return;
+  d.range = range(arrays, { log, pad: 0.2 });
+  Plotly.relayout(el, { "yaxis.range": d.range });
+}
+
+// Appends the new points of a line chart's series; a chart that had fewer than two points (a marker,
+// or words) is drawn afresh.
+function appendLine(el, s, opts) {
+  const d = drawn[el];
+  if (!d || d.n < 2 || s.y.length < d.n) return lineChart(el, s, opts);
+  if (s.y.length === d.n) return;
+  Plotly.extendTraces(el, { x: [s.step.slice(d.n)], y: [s.y.slice(d.n)] }, [0]);
+  d.n = s.y.length;
+  followRange(el, d, [s.y]);
+}
+
+// A live update: new points are appended to the charts as they are. Anything that changes a chart's
+// make-up (its first lines, inf/NaN markers, alert markers past the drawn steps) redraws it all.
+function appendMetrics() {
+  if (state.lossZoom) return;
+  const loss = series("loss"), evl = series("eval_loss");
+  const d = drawn["loss-chart"];
+  const bad = loss.bad.step.length + evl.bad.step.length;
+  const alertsAhead = alertMarkers("step").x.some((x) => x >= d?.lastStep);
+  if (!d || d.loss < 2 || d.bad !== bad || d.logy !== $("#logy").checked || loss.y.length < d.loss || evl.y.length < d.evl || alertsAhead) {
+    return drawMetrics();
+  }
+  const traces = [], xs = [], ys = [];
+  if (loss.y.length > d.loss) {
+    const y = loss.y.slice(d.loss), x = loss.step.slice(d.loss);
+    traces.push(0, 1); xs.push(x, x.slice()); ys.push(y, y.map((v) => d.smooth.next(v)));
+  }
+  if (evl.y.length > d.evl) { traces.push(2); xs.push(evl.step.slice(d.evl)); ys.push(evl.y.slice(d.evl)); }
+  if (traces.length) {
+    Plotly.extendTraces("loss-chart", { x: xs, y: ys }, traces);
+    d.loss = loss.y.length; d.evl = evl.y.length; d.lastStep = loss.step[loss.step.length - 1];
+    followRange("loss-chart", d, [loss.y, evl.y], d.logy);
+  }
+  shown(); // the loss chart is the one watched for new points: the others follow in this frame
+  appendLine("lr-chart", series("lr"), LR);
+  appendLine("tp-chart", series("throughput"), TP);
+  const grad = state.metrics.grad_norm;
+  if (grad && grad.y.length) { $("#grad-card").hidden = false; appendLine("grad-chart", grad, GRAD); }
+  lossCount();
+  summary();
+}
+const liveMetrics = framed(appendMetrics);
 
 $("#smooth").addEventListener("input", () => { $("#smooth-v").textContent = Number($("#smooth").value).toFixed(2); drawMetrics(); });
 $("#logy").addEventListener("change", drawMetrics);
