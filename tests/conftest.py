@@ -15,6 +15,8 @@ import httpx
 import pytest
 import yaml
 
+pytest_plugins = ["tests.utils.browser"]  # one Playwright session for every module that drives pages
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 OUTPUT = ROOT / "test-output"

@@ -13,11 +13,10 @@ import pytest
 import yaml
 
 from tests.conftest import OUTPUT, PYTHON, Server, demo_config, job_processes
-from tests.ui import conftest as ui
+from tests.utils.browser import shot
 from tests.utils.factories import create_token
 
 pytestmark = pytest.mark.slow
-browser, page, shot = ui.browser, ui.page, ui.shot  # headless Chromium for the job and chat pages
 ENDED = ("succeeded", "failed", "cancelled")
 FIGURES = OUTPUT / "kinds-figures.json"
 IDLE_S = 8

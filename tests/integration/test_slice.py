@@ -112,13 +112,18 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
 
 
 def test_bad_dataset_fails_with_cause(server_factory, assets):
+    """A dataset lint cannot judge (its entry is there, its file is not) fails at run time, with the cause."""
     server = server_factory()
+    data = server.workspace / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    entry = json.loads((assets / "demo" / "data" / "dataset_info.json").read_text())["demo_identity"]
+    (data / "dataset_info.json").write_text(json.dumps({"gone": {**entry, "file_name": "gone.json"}}))
     created = server.submit(
-        {"name": "bad data", "config": demo_config(assets, dataset="no_such_set"), "gpus": 0}
+        {"name": "bad data", "config": demo_config(assets, dataset="gone", dataset_dir=str(data)), "gpus": 0}
     )
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
     assert job["status"] == "failed"
-    assert "Undefined dataset no_such_set" in job["error"]
+    assert "gone.json not found" in job["error"], job["error"]
     assert job["exit_code"] == 1
 
 

@@ -35,7 +35,7 @@ def test_writes_need_the_header_and_the_right_origin_and_host(server_factory, as
     config = {
         "model_name_or_path": str(assets / "demo" / "model"),
         "dataset_dir": str(assets / "demo" / "data"),
-        "dataset": "demo_sft",
+        "dataset": "demo_identity",
         "template": "qwen",
         "stage": "sft",
         "finetuning_type": "lora",

@@ -16,10 +16,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tunedeck.alerts import advice
 from tunedeck.alerts.series import Finding, Limits, Occurrences, Point, Series, Steps
 
-# CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS.
+# CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS, and
+# a thread whose stack no longer fits in the address space (which of these comes first is chance).
 OOM = re.compile(
     r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|^\s*MemoryError\b|"
-    r"memory allocation of \d+ bytes failed",
+    r"memory allocation of \d+ bytes failed|can't start new thread",
     re.IGNORECASE,
 )
 OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
@@ -35,17 +36,22 @@ SWING_MIN = 0.06  # the residual's spread against the level below which a swing 
 SWING_SHARE = 0.45  # the share of the residual one sine must carry: noise reaches 0.42 in 1 window in 1000
 INTERVALS = 256  # step intervals a step's usual duration is the median of
 SETTLE = 8  # intervals seen before each new one is judged on arrival
-# A stuck loss: a frozen line that has not fallen near zero. Frozen is a spread of at most STUCK_SPREAD
-# of its level over STUCK_POINTS logged points in a row: a model that learns moves its loss by more than
-# that from one mini-batch to the next (several %, ~1 % even averaged over 50 steps), while one wrecked
-# by a huge learning rate (or with its updates stopped) logs nearly the same value: the real tiny-model
-# run at learning_rate 1 (tests/alerts/traces/stuck_lr1) sits within ±0.25 %. A loss frozen after it had come down is as stuck as one frozen at its start (the
-# independent corpus, tests/alerts/realistic.py, freezes runs at any point): only a level under
-# STUCK_HIGH of the lowest of the first EARLY_LOSS losses counts as converged (the lowest: a wrecked
-# model may first log a loss above the one it gets stuck at).
+# A stuck loss: a flat line where the run began, or a frozen one after it came down. Flat is a spread of
+# at most STUCK_SPREAD of its level over STUCK_POINTS logged points in a row: a model that learns moves its
+# loss by more than that from one mini-batch to the next (several %, ~1 % even averaged over 50 steps),
+# while one wrecked by a huge learning rate predicts the same thing for every input (the real tiny-model
+# run at learning_rate 1, tests/alerts/traces/stuck_lr1, sits within ±0.25 %). Where the run began is a
+# level of at least STUCK_HIGH of the lowest of the first EARLY_LOSS losses (the lowest: a wrecked model
+# may first log a loss above the one it gets stuck at). A loss that came down and then levels off is a
+# plateau (the demo's tiny model levels off at 81 % of its start, within 0.13-0.2 %), so below STUCK_HIGH
+# only a frozen line counts: a spread of at most STUCK_FROZEN (updates that stopped: the independent
+# corpus, tests/alerts/realistic.py, freezes runs mid-way), at a level of at least STUCK_FLOOR of the
+# start (under it the run converged).
 STUCK_POINTS = 20
 STUCK_SPREAD = 0.005
-STUCK_HIGH = 0.3
+STUCK_HIGH = 0.9
+STUCK_FROZEN = 0.001
+STUCK_FLOOR = 0.3
 EARLY_LOSS = 5
 
 
@@ -103,6 +109,7 @@ class Training:
         self.oom_line, self.oom_gpu, self.flush_worst = "", None, 0
         self.early: list[float] = []  # the first finite losses
         self.flat: list | None = None  # the trailing flat run of losses: [first step, points, min, max]
+        self.frozen: list | None = None  # the trailing frozen run (STUCK_FROZEN), same shape
         self.stuck = Occurrences()  # points at which the loss stood stuck
         self.stuck_run: tuple[int | None, int, float, float, int | None] | None = None
         self.stuck_now = False
@@ -133,23 +140,30 @@ class Training:
             self.flush.add(t)
             self.flush_worst = max(self.flush_worst, int(m.group(1)))
 
+    @staticmethod
+    def _run(f: list | None, step: int | None, loss: float, spread: float) -> list:
+        """The run of points within `spread` of their level that `loss` ends: [first step, n, lo, hi]."""
+        if f is not None:
+            lo, hi = min(f[2], loss), max(f[3], loss)
+            if hi - lo <= spread * max(abs(lo), abs(hi)):
+                f[1], f[2], f[3] = f[1] + 1, lo, hi
+                return f
+        return [step, 1, loss, loss]
+
     def _flat(self, t: float, step: int | None, loss: float) -> None:
         if len(self.early) < EARLY_LOSS:
             self.early.append(loss)
-        f = self.flat
-        if f is not None:
-            lo, hi = min(f[2], loss), max(f[3], loss)
-            if hi - lo <= STUCK_SPREAD * max(abs(lo), abs(hi)):
-                f[1], f[2], f[3] = f[1] + 1, lo, hi
-            else:
-                f = None
-        if f is None:
-            f = self.flat = [step, 1, loss, loss]
-        level, start = (f[2] + f[3]) / 2, min(self.early)
-        self.stuck_now = f[1] >= STUCK_POINTS and level > 0 and level >= STUCK_HIGH * start
-        if self.stuck_now:
-            self.stuck.add(t)
-            self.stuck_run = (f[0], f[1], level, start, step)
+        self.flat = self._run(self.flat, step, loss, STUCK_SPREAD)
+        self.frozen = self._run(self.frozen, step, loss, STUCK_FROZEN)
+        start = min(self.early)
+        self.stuck_now = False
+        for f, floor in ((self.flat, STUCK_HIGH), (self.frozen, STUCK_FLOOR)):
+            level = (f[2] + f[3]) / 2
+            if f[1] >= STUCK_POINTS and level > 0 and level >= floor * start:
+                self.stuck_now = True
+                self.stuck.add(t)
+                self.stuck_run = (f[0], f[1], level, start, step)
+                break
 
     def _loss(self, t: float, step: int | None, loss: float) -> None:
         self._flat(t, step, loss)
