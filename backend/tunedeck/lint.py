@@ -49,6 +49,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
 from functools import lru_cache
 from importlib import resources
@@ -655,7 +656,7 @@ def read_model_config(model: Any, *, hub_only: bool = False) -> dict[str, Any] |
     `hub_only` (the server) never reads a folder named by the user, only the HF cache."""
     if not isinstance(model, str) or not model:
         return None
-    candidates = [] if hub_only else [Path(model).expanduser() / "config.json"]
+    candidates = [] if hub_only else [Path(os.path.expanduser(model)) / "config.json"]
     if not Path(model).is_absolute() and (snap := hubcache.snapshot(model)) is not None:
         candidates.append(snap / "config.json")
     for c in candidates:
@@ -726,7 +727,7 @@ def yaml_kind(config: dict[str, Any]) -> str:
 def find_ds_file(value: str, base: Path) -> Path | None:
     """A YAML's `deepspeed:` path as LLaMA-Factory resolves it (from the working folder), else from
     the YAML's own folder upward (examples/ are run from the repository root)."""
-    p = Path(value).expanduser()
+    p = Path(os.path.expanduser(value))
     if p.is_absolute():
         return p if p.is_file() else None
     for root in [Path.cwd(), base, *base.parents]:

@@ -110,7 +110,7 @@ class Checked:
 
 def confine(value: str, settings: Settings) -> Path | None:
     """Resolve a user path against the workspace; None when it falls outside every allowed root."""
-    p = Path(value).expanduser()
+    p = Path(os.path.expanduser(value))  # "~nobody/x" stays as written (Path.expanduser would raise)
     if not p.is_absolute():
         p = settings.workspace / p
     p = p.resolve()

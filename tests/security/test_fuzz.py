@@ -657,9 +657,16 @@ def test_nothing_stored_is_garbage(fuzz_server, seeds):
         if owner not in fuzz_server.tokens or status not in ("queued", "cancelled"):
             bad(f"owner {owner!r}, status {status} (launches are paused)")
         config = yaml.safe_load(train_yaml)
-        written = Path(str(config.get("output_dir"))) if isinstance(config, dict) else None
-        if written != Path(output_dir) or not written.resolve().is_relative_to(runs):
-            bad(f"train.yaml {train_yaml[:80]!r} against output_dir {output_dir!r}")
+        # Where the job's command writes: output_dir (train, eval, predict), export_dir (export); a chat
+        # job writes nothing of its own and names no folder.
+        out_key = kinds.output_key(kinds.of(submitted.get("kind", "train")))
+        if out_key is None:
+            if isinstance(config, dict) and ({"output_dir", "export_dir"} & set(config)):
+                bad(f"a {submitted.get('kind')} job's train.yaml names an output folder")
+        else:
+            written = Path(str(config.get(out_key))) if isinstance(config, dict) else None
+            if written != Path(output_dir) or not written.resolve().is_relative_to(runs):
+                bad(f"train.yaml {train_yaml[:80]!r} against output_dir {output_dir!r}")
     for (raw,) in db.execute("SELECT raw FROM metric_points"):
         if not isinstance(json.loads(raw), dict):
             problems.append(f"metric line {raw[:80]!r} is not an object")

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import delete, exists, func, or_
 from sqlmodel import Session, col, select
 
@@ -104,7 +105,10 @@ def clone(
     if "gpus" in placing and "devices" not in placing:
         fields["devices"] = None
     fields.update(placing)
-    new = JobSpec.model_validate(fields)
+    try:
+        new = JobSpec.model_validate(fields)
+    except ValidationError as e:  # the clone's own fields (devices, priority, env) or a config value
+        raise SpecError([detail(["body", *e_["loc"]], e_["msg"]) for e_ in e.errors()]) from None
     return _child(session, settings=settings, node=node, parent=parent, spec=new, owner=owner)
 
 
