@@ -30,6 +30,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, rule, run_state_m
 
 from tests.alerts.corpus import generate, write_run
 from tests.conftest import OUTPUT, PYTHON, Server, demo_config, runner_token
+from tunedeck import kinds
 
 schemathesis = pytest.importorskip("schemathesis")
 
