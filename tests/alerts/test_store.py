@@ -282,3 +282,30 @@ def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_pa
     assert judge.tracker.jobs[job_id].upto["logs"] > 0  # ... though already read
     (a,) = store(MemorySample.__table__, rows[100:])
     assert a.open and a.t == t0 + 100
+
+
+def test_the_log_prefilter_lets_every_oom_and_flush_line_through():
+    """The engine reads only log lines its LIKE prefilter passes: each kind of line the detectors know
+    must pass it (a line the regex knows and the prefilter drops is an OOM nobody is told of)."""
+    import sqlite3
+
+    from tunedeck.alerts.training import FLUSH, OOM
+    from tunedeck.services.alert_engine import LOG_PATTERNS
+
+    lines = [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "HIP out of memory. GPU 0 has a total capacity of 191.98 GiB",
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:117] can't allocate memory: you tried to allocate 1 bytes",
+        "OSError: [Errno 12] Cannot allocate memory",
+        "MemoryError",
+        "memory allocation of 4194304 bytes failed",
+        "RuntimeError: can't start new thread",
+    ]
+    assert all(OOM.search(line) for line in lines)
+    assert len(lines) >= len(OOM.pattern.split("|"))  # one example per alternative of the regex
+    flushes = [ln for ln in ["3 pytorch allocator cache flushes since last step"] if FLUSH.search(ln)]
+    assert flushes
+    db = sqlite3.connect(":memory:")
+    where = " OR ".join("text LIKE ?" for _ in LOG_PATTERNS)
+    for line in lines + flushes:
+        assert db.execute(f"SELECT ? AS text WHERE {where}", (line, *LOG_PATTERNS)).fetchone(), line

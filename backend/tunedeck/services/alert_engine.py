@@ -28,8 +28,9 @@ LOG_PATTERNS = (
     "%allocate memory%",
     "%MemoryError%",
     "%memory allocation of%",
+    "%start new thread%",
     "%allocator cache flushes%",
-)  # a cheap prefilter of OOM/FLUSH
+)  # a cheap prefilter of OOM/FLUSH (tests/alerts/test_store.py holds it to the regexes)
 MEMORY, METRICS, LOGS = MemorySample.__table__, MetricPoint.__table__, LogLine.__table__
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
