@@ -1,0 +1,24 @@
+"""The one way tests wait: poll a condition until it holds, with a generous deadline.
+
+A deadline only bounds a hang; no test asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def until(check: Callable[[], T], what: str, timeout: float = 120.0, interval: float = 0.1) -> T:
+    """`check()`'s first truthy value; AssertionError naming `what` if none came before the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no {what} after {timeout:g} s")
+        time.sleep(interval)
