@@ -61,7 +61,8 @@ else
 fi
 
 if [ "$WANT" = "dev" ]; then
-  "${pip[@]}" install -c "$constraints" -e ".[dev]"
+  # The tests run a two-node Ray cluster on this machine: the ray extra comes with the test tools.
+  "${pip[@]}" install -c "$constraints" -e ".[dev,ray]"
   if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
     echo "installing Debian's chromium for the browser tests"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
