@@ -21,7 +21,9 @@ def assets() -> Path:
     if not (path / "demo" / "model").exists():
         import subprocess
 
-        subprocess.run([sys.executable, "-m", "tunedeck.demo", "build", "--workspace", str(path)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "tunedeck_train.demo", "build", "--workspace", str(path)], check=True
+        )
     return path
 
 

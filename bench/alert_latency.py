@@ -37,7 +37,7 @@ def main() -> None:
         tmp = Path(tmp)
         assets = Path(os.environ.get("TUNEDECK_TEST_ASSETS", tmp / "assets"))
         subprocess.run(
-            [PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(assets)],
+            [PYTHON, "-m", "tunedeck_train.demo", "build", "--workspace", str(assets)],
             check=True,
             stdout=subprocess.DEVNULL,
         )

@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(f"workspace {workspace}; {'one GPU' if gpu else 'CPU'}; {steps} steps per run", flush=True)
     subprocess.run(
-        [sys.executable, "-m", "tunedeck.demo", "build", "--workspace", str(workspace)],
+        [sys.executable, "-m", "tunedeck_train.demo", "build", "--workspace", str(workspace)],
         check=True,
         stdout=subprocess.DEVNULL,
     )

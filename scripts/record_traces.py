@@ -6,7 +6,7 @@ Run in the training environment (it starts `llamafactory-cli`, found beside this
     python scripts/record_traces.py --assets /work/assets [--only nan healthy]
 
 Each run is the CPU demo preset (backend/tunedeck/configs/demo_cpu.yaml) on the tiny demo model
-(`python -m tunedeck.demo build --workspace ASSETS`), with the overrides in RUNS, started as
+(`python -m tunedeck_train.demo build --workspace ASSETS`), with the overrides in RUNS, started as
 `llamafactory-cli train train.yaml` with HF_HUB_OFFLINE=1 in a fresh output folder. The host memory
 of the process tree (RSS, sampled every 0.5 s) is kept as memory.csv on "GPU -1".
 Each trace folder holds train.yaml (the exact config, paths replaced by ASSETS/OUT),
@@ -218,7 +218,7 @@ def rows_value(rows: list[dict], bad: tuple[int, str]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--assets", type=Path, required=True, help="the folder `tunedeck.demo build` wrote demo/ in"
+        "--assets", type=Path, required=True, help="the folder `tunedeck_train.demo build` wrote demo/ in"
     )
     ap.add_argument("--only", nargs="*", choices=sorted(RUNS), help="some of the runs (default: all)")
     args = ap.parse_args()

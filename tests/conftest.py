@@ -34,7 +34,7 @@ def assets(tmp_path_factory) -> Path:
     """The demo model, tokenizer and datasets, built once (no hub) and shared by every test."""
     cache = Path(os.environ.get("TUNEDECK_TEST_ASSETS", tmp_path_factory.mktemp("assets")))
     subprocess.run(
-        [PYTHON, "-m", "tunedeck.demo", "build", "--workspace", str(cache)],
+        [PYTHON, "-m", "tunedeck_train.demo", "build", "--workspace", str(cache)],
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -155,3 +155,46 @@ def test_the_metric_columns_are_listed_once():
             if listing(re.findall(r"[\"'](\w+)[\"']", text)):
                 found.append(f"{script.name}:{n}")
     assert found == []
+
+
+TRAINING = {"torch", "transformers", "llamafactory", "deepspeed", "peft", "trl", "accelerate"}
+TRAINER = ROOT / "backend" / "tunedeck_train"
+
+
+def training_imports(path: Path) -> list[str]:
+    """Training packages the file imports, at module level or inside any function, as `line: name`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        found += [f"{node.lineno}: {n}" for n in names if n.split(".")[0] in TRAINING]
+    return found
+
+
+def test_nothing_under_tunedeck_imports_a_training_package():
+    """Server, runner and CLI all live under tunedeck; the trainer's own code is tunedeck_train."""
+    found = [f"{module}:{hit}" for module, path in modules().items() for hit in training_imports(path)]
+    assert found == []
+
+
+def test_the_trainer_package_may_import_training_packages_but_nothing_of_tunedeck():
+    """It runs in the trainer's Python, which need not have the server's dependencies."""
+    # The scan sees imports inside functions: lf_train.py has no training import at module level.
+    assert {h.split(": ")[1].split(".")[0] for h in training_imports(TRAINER / "lf_train.py")} >= {
+        "transformers",
+        "llamafactory",
+    }
+    found = []
+    for path in sorted(TRAINER.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = ["." if node.level else node.module or ""]
+            found += [
+                f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0] in ("tunedeck", ".")
+            ]
+    assert found == []

@@ -18,6 +18,7 @@ from tests.conftest import PYTHON, ROOT, Server
 from tunedeck.db import make_engine, upgrade
 
 PACKAGE = ROOT / "backend" / "tunedeck"
+TRAINER = ROOT / "backend" / "tunedeck_train"
 SHIPPED = ("frontend", "configs", "migrations")
 
 
@@ -40,7 +41,8 @@ def installed(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     # Built from a copy: the checkout gets no build/ or egg-info, and stray caches stay out.
     src = tmp / "src"
-    shutil.copytree(PACKAGE, src / "backend" / "tunedeck", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in (PACKAGE, TRAINER):
+        shutil.copytree(package, src / "backend" / package.name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     _run(
@@ -70,13 +72,24 @@ def installed(tmp_path_factory) -> dict:
     # sees the editable tunedeck. A plain path line does not run that folder's own .pth files, so
     # the editable install's pointer to the checkout stays off the new venv's path.
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return {"venv": venv, "python": python, "package": site / "tunedeck", "env": env}
+    return {"venv": venv, "python": python, "package": site / "tunedeck", "site": site, "env": env}
 
 
 def test_wheel_ships_every_page_preset_and_migration(installed):
     for folder in SHIPPED:
         assert _files(PACKAGE / folder), folder
         assert _files(installed["package"] / folder) == _files(PACKAGE / folder), folder
+
+
+def test_wheel_ships_the_trainer_script_and_the_runner_finds_it_without_importing_it(installed):
+    assert _files(installed["site"] / TRAINER.name) == _files(TRAINER)
+    code = (
+        "import sys; from tunedeck.runner.main import TRAIN_SCRIPT; print(TRAIN_SCRIPT);"
+        "print([m for m in ('tunedeck_train.lf_train', 'transformers', 'llamafactory') if m in sys.modules])"
+    )
+    script, loaded = _run([installed["python"], "-c", code], installed["env"]).splitlines()
+    assert Path(script) == installed["site"] / TRAINER.name / "lf_train.py"
+    assert loaded == "[]"
 
 
 def test_server_from_the_wheel_serves_pages_presets_and_migrates(installed, tmp_path):

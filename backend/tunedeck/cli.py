@@ -189,7 +189,14 @@ def demo(
     settings = _settings(host=host, port=port)
     # The build needs torch: it runs in the training environment, never in this process.
     out = subprocess.run(
-        [str(settings.train_python), "-m", "tunedeck.demo", "build", "--workspace", str(settings.workspace)],
+        [
+            str(settings.train_python),
+            "-m",
+            "tunedeck_train.demo",
+            "build",
+            "--workspace",
+            str(settings.workspace),
+        ],
         check=False,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,7 +1,7 @@
 """LLaMA-Factory's trainer_log.jsonl, read the same way by ingest and by the pure alert package.
 
 METRICS is the one list of metric columns: each is a trainer_log.jsonl key (grad_norm: a
-tunedeck_log.jsonl key, see trainside/lf_train.py), stored in a metric_points column of the same
+tunedeck_log.jsonl key, see tunedeck_train/lf_train.py), stored in a metric_points column of the same
 name and answered under that name by the API. The other numbers of tunedeck_log.jsonl go into
 `extra`, one JSON object per point.
 """

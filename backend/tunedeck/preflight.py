@@ -1,6 +1,6 @@
 """Preflight of the training environment: is this machine ready to train, and if not, what to fix.
 
-The probe (preflight_probe.py) runs by path in the training environment's python, as a subprocess:
+The probe (tunedeck_train/preflight_probe.py) runs by path in the training environment's python, as a subprocess:
 the server never imports torch or deepspeed, and a broken wheel ("undefined symbol") cannot take
 the server down. Results are cached per python for `preflight_ttl_s`.
 
@@ -10,6 +10,7 @@ when no check fails. Its `summary` says what the node is ("CPU only", "ROCm 6.2:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import threading
@@ -22,7 +23,8 @@ from typing import Any
 from tunedeck import kinds
 from tunedeck.lint import lf_table
 
-PROBE = Path(__file__).with_name("preflight_probe.py")
+# Found, not imported: it imports torch and deepspeed, which nothing under tunedeck may.
+PROBE = Path(importlib.util.find_spec("tunedeck_train.preflight_probe").origin)
 MARK = "@@PREFLIGHT@@"
 _cache: dict[str, tuple[float, dict[str, Any]]] = {}
 _flights: dict[str, Future] = {}  # the probe running now, per python

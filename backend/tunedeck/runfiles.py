@@ -6,7 +6,7 @@
         train.log, trainer.pid        the runner's: the trainer's raw output, its pid
         outbox.jsonl, result.json     the runner's: every batch it sent, and how the trainer ended
         output/trainer_log.jsonl      LLaMA-Factory's (output_dir), one line per logging step
-        output/tunedeck_log.jsonl     trainside/lf_train.py's: the other numbers of each such line
+        output/tunedeck_log.jsonl     tunedeck_train/lf_train.py's: the other numbers of each such line
 
 Both sides import this module, so it imports nothing of either.
 """

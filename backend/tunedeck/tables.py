@@ -99,7 +99,7 @@ class MetricPoint(SQLModel, table=True):
     total_tokens: int | None = None
     vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
     vram_reserved: float | None = None
-    grad_norm: float | None = None  # from tunedeck_log.jsonl (trainside/lf_train.py)
+    grad_norm: float | None = None  # from tunedeck_log.jsonl (tunedeck_train/lf_train.py)
     extra: str | None = Field(default=None, sa_column=Column(Text))  # its other finite numbers, JSON
     raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
     # The columns above hold finite numbers only; an Infinity or NaN of the line is NULL there and

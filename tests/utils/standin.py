@@ -1,6 +1,6 @@
 """A training environment whose `llamafactory-cli` is a stand-in: the real runner, a trainer we steer.
 
-The runner starts `<TUNEDECK_TRAIN_PYTHON> <tunedeck>/trainside/lf_train.py train.yaml`, so a folder with a
+The runner starts `<TUNEDECK_TRAIN_PYTHON> <tunedeck_train>/lf_train.py train.yaml`, so a folder with a
 `python` that is this interpreter (but hands lf_train.py to the stand-in) and a stand-in
 `llamafactory-cli` beside it runs every part of
 tunedeck for real except the training. The stand-in writes the environment it was given to
@@ -44,7 +44,7 @@ def training_env(folder: Path) -> Path:
     """The stand-in environment in `folder`; returns its python, for TUNEDECK_TRAIN_PYTHON."""
     folder.mkdir(parents=True, exist_ok=True)
     python = folder / "python"
-    # The runner starts training as `python .../trainside/lf_train.py train.yaml`: that goes to the stand-in.
+    # The runner starts training as `python .../tunedeck_train/lf_train.py train.yaml`: that goes to the stand-in.
     python.write_text(
         "#!/bin/sh\n"
         f'case "$1" in *lf_train.py) shift; exec {json.dumps(str(folder / "llamafactory-cli"))} train "$@";; esac\n'

@@ -1,15 +1,16 @@
 """One runner per job: `python -m tunedeck.runner RUN_DIR`.
 
-Starts LLaMA-Factory's training (trainside/lf_train.py: `llamafactory-cli train` plus our callbacks) in a session of its own (no shell), follows
-trainer_log.jsonl and the output, and reports everything to the server in batches: a trainer_log
-line or a memory sample as soon as it exists (runner/watch.py), output lines every `flush_s`
-(or sooner, with either). SIGTERM or
-SIGINT to the runner means "cancel": SIGABRT to the trainer tree (LLaMA-Factory stops after the
-step and saves), then SIGTERM, then SIGKILL, each after a grace period.
+Starts LLaMA-Factory's training (tunedeck_train/lf_train.py: `llamafactory-cli train` plus our
+callbacks) in a session of its own (no shell), follows trainer_log.jsonl and the output, and reports
+everything to the server in batches: a trainer_log line or a memory sample as soon as it exists
+(runner/watch.py), output lines every `flush_s` (or sooner, with either). SIGTERM or SIGINT to the
+runner means "cancel": SIGABRT to the trainer tree (LLaMA-Factory stops after the step and saves),
+then SIGTERM, then SIGKILL, each after a grace period.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -22,7 +23,6 @@ import time
 from collections import deque
 from pathlib import Path
 
-import tunedeck.trainside.lf_train
 from tunedeck import procs, runfiles
 from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
 from tunedeck.protocol import RunnerConfig
@@ -32,7 +32,8 @@ from tunedeck.runner.watch import FileWatch
 from tunedeck.telemetry.sampler import Sampler
 
 # LLaMA-Factory's train command with our callbacks (full checkpoint on stop, grad_norm); run by path.
-TRAIN_SCRIPT = Path(tunedeck.trainside.lf_train.__file__)
+# Found, not imported: the runner, like the server, never loads the training packages.
+TRAIN_SCRIPT = Path(importlib.util.find_spec("tunedeck_train.lf_train").origin)
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
 

@@ -2,7 +2,7 @@
 
 Run in the *training* environment (it imports torch, transformers and tokenizers)::
 
-    python -m tunedeck.demo build --workspace DIR [--force]
+    python -m tunedeck_train.demo build --workspace DIR [--force]
 
 It writes, under ``DIR/demo/``:
 
@@ -13,9 +13,9 @@ It writes, under ``DIR/demo/``:
   ``demo_identity_small`` (its first 16 samples);
 * ``.built``: a marker holding :data:`DEMO_ASSETS_VERSION`, written last.
 
-Everything is deterministic (fixed seed, no network, nothing from the model hub). The server never
-imports this module; heavy imports happen inside :func:`build_demo_assets` only, so a call that finds
-the assets already built returns in milliseconds.
+Everything is deterministic (fixed seed, no network, nothing from the model hub). Nothing of
+tunedeck imports this module; heavy imports happen inside :func:`build_demo_assets` only, so a call
+that finds the assets already built returns in milliseconds.
 """
 
 from __future__ import annotations
@@ -351,7 +351,7 @@ def build_demo_assets(workspace: Path, force: bool = False) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tunedeck.demo", description="Build tunedeck's demo model and dataset."
+        prog="python -m tunedeck_train.demo", description="Build tunedeck's demo model and dataset."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build the demo assets into WORKSPACE/demo")

@@ -1,1 +1,0 @@
-"""Code that runs inside the trainer's Python, started by path: it imports nothing of tunedeck."""
