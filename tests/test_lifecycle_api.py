@@ -22,6 +22,13 @@ def made(app, assets, name: str, **overrides) -> dict:
     return app.submit({"name": name, "config": demo_config(assets, **overrides), "gpus": 0})
 
 
+def placed(app, created: dict) -> tuple:
+    """A new job's place in line as the create route answered it, checked against the job's own route."""
+    row = app.api.get(f"/api/jobs/{created['id']}").json()
+    assert (created["queue_position"], created["waiting_for"]) == (row["queue_position"], row["waiting_for"])
+    return created["queue_position"], created["waiting_for"]
+
+
 def ids(app, **params) -> list[int]:
     r = app.api.get("/api/jobs", params=params)
     assert r.status_code == 200, r.text
@@ -37,6 +44,7 @@ def test_clone_takes_overrides_and_refuses_like_a_submit(app, assets):
     assert r.status_code == 201, r.text
     clone = r.json()
     assert (clone["parent_id"], clone["name"], clone["status"]) == (parent["id"], "lower lr", "queued")
+    assert placed(app, clone) == (2, "launches paused")  # placed in the queue like a submitted job
     text = app.api.get(f"/api/jobs/{clone['id']}/config").json()["train_yaml"]
     assert "learning_rate: 0.001\n" in text and "warmup_steps" not in text
     assert app.api.get(f"/api/jobs/{parent['id']}").json()["parent_id"] is None
@@ -98,6 +106,7 @@ def test_resume_from_the_newest_or_a_named_checkpoint(app, assets):
     assert child.status_code == 201, child.text
     child = child.json()
     assert child["parent_id"] == parent["id"] and child["name"] == parent["name"]
+    assert placed(app, child)[0] == 2
     text = app.api.get(f"/api/jobs/{child['id']}/config").json()["train_yaml"]
     assert f"resume_from_checkpoint: {out / 'checkpoint-2'}\n" in text
     assert (

@@ -186,6 +186,13 @@ class JobCreated(JobOut):
     warnings: list[str] = []
     findings: list[dict] = []  # lint warnings/info ({code, severity, path, message, fix})
 
+    @classmethod
+    def made(cls, job: Job, warnings: list[str], findings: list, spots: Mapping[int, Spot]) -> JobCreated:
+        """A new job's row, placed in the queue like any other, with what its checks said."""
+        out = cls.of(job).placed(spots)
+        out.warnings, out.findings = warnings, findings
+        return out
+
 
 class MetricOut(BaseModel):
     id: int

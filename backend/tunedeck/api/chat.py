@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
-from tunedeck.schemas import JobCreated, JobOut
+from tunedeck.schemas import JobCreated
 from tunedeck.services import chat as service
 from tunedeck.services.jobs import create_job
 
@@ -69,7 +69,7 @@ def start_chat(
         session, settings=settings, spec=spec, node=node, owner=principal.name if principal else None
     )
     request.app.state.scheduler.wake()
-    return JobCreated(**JobOut.of(job).model_dump(), warnings=checked.warnings, findings=checked.notes)
+    return JobCreated.made(job, checked.warnings, checked.notes, request.app.state.scheduler.queue(session))
 
 
 async def _forward(request: Request, session, job_id: int, method: str, path: str, body: bytes | None):

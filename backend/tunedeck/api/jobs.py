@@ -52,8 +52,7 @@ def _created(request: Request, session, settings, node, spec: JobSpec) -> JobCre
         session, settings=settings, spec=spec, node=node, owner=principal.name if principal else None
     )
     request.app.state.scheduler.wake()
-    out = JobOut.of(job).placed(_queue(request, session))
-    return JobCreated(**out.model_dump(), warnings=checked.warnings, findings=checked.notes)
+    return JobCreated.made(job, checked.warnings, checked.notes, _queue(request, session))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))

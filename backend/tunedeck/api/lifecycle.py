@@ -81,10 +81,10 @@ def _owned(request: Request, settings, job, verb: str) -> None:
         )
 
 
-def _created(request: Request, made) -> JobCreated:
+def _created(request: Request, session, made) -> JobCreated:
     job, checked = made
     request.app.state.scheduler.wake()
-    return JobCreated(**JobOut.of(job).model_dump(), warnings=checked.warnings, findings=checked.notes)
+    return JobCreated.made(job, checked.warnings, checked.notes, request.app.state.scheduler.queue(session))
 
 
 @router.get("/{job_id}/checkpoints", response_model=list[CheckpointOut], responses=errors(404))
@@ -112,6 +112,7 @@ def resume_job(
     principal = _principal(request)
     return _created(
         request,
+        session,
         lifecycle.resume(
             session,
             settings=settings,
@@ -137,6 +138,7 @@ def clone_job(
     principal = _principal(request)
     return _created(
         request,
+        session,
         lifecycle.clone(
             session,
             settings=settings,
