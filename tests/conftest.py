@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+
+from tests.utils.wait import until
 
 pytest_plugins = ["tests.utils.browser"]  # one Playwright session for every module that drives pages
 
@@ -78,17 +81,16 @@ class Server:
         self.proc = subprocess.Popen(
             self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if self.api.get("/api/health").status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
-            time.sleep(0.1)
-        raise RuntimeError("server did not start")
+        until(self._healthy, "healthy server")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {self.proc.returncode}")
+        try:
+            return self.api.get("/api/health").status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def kill(self) -> None:
         """SIGKILL, no cleanup: what a crash looks like."""
@@ -110,13 +112,11 @@ class Server:
         return r.json()
 
     def wait(self, job_id: int, statuses: tuple[str, ...], timeout: float = 240) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def reached() -> dict | None:
             job = self.api.get(f"/api/jobs/{job_id}").json()
-            if job["status"] in statuses:
-                return job
-            time.sleep(0.3)
-        raise AssertionError(f"job {job_id} is {job['status']}, not {statuses}, after {timeout}s")
+            return job if job["status"] in statuses else None
+
+        return until(reached, f"job {job_id} {'/'.join(statuses)}", timeout=timeout, interval=0.3)
 
     def all(self, job_id: int, what: str) -> list[dict]:
         """Every page of a job's metrics or logs, following the cursor."""
@@ -156,10 +156,15 @@ def job_processes(run_dir: str, settle: float = 60.0) -> list:
     """The job's live processes, once the runner has had `settle` seconds to exit after reporting."""
     from tunedeck.procs import job_processes as find
 
-    deadline = time.monotonic() + settle
-    while (found := find(run_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return found
+    left: list = []
+
+    def gone() -> bool:
+        left[:] = find(run_dir)
+        return not left
+
+    with contextlib.suppress(AssertionError):  # the caller asserts on what is left, and names it
+        until(gone, "the job's processes to exit", timeout=settle, interval=0.2)
+    return left
 
 
 def wait_buffered(run_dir: str, timeout: float = 120) -> None:
@@ -170,10 +175,8 @@ def wait_buffered(run_dir: str, timeout: float = 120) -> None:
     def batches() -> int:
         return outbox.read_bytes().count(b"\n") if outbox.exists() else 0
 
-    start, deadline = batches(), time.monotonic() + timeout
-    while batches() <= start:
-        assert time.monotonic() < deadline, "the runner buffered nothing while the server was away"
-        time.sleep(0.2)
+    start = batches()
+    until(lambda: batches() > start, "a batch buffered by the runner while the server was away", timeout)
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ import hashlib
 import json
 import sqlite3
 import threading
-import time
 from contextlib import closing
 
 import httpx
 
 from tests.conftest import demo_config
 from tests.sseclient import events
+from tests.utils.wait import until
 
 GiB = 1024**3
 TOKEN = "runner-secret"
@@ -64,10 +64,8 @@ def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
-    deadline = time.monotonic() + 120
-    while len(seen["memory"]) < 100:  # the page has caught up with what is stored
-        assert time.monotonic() < deadline, "the stream never replayed the stored samples"
-        time.sleep(0.05)
+    # The page has caught up with what is stored.
+    until(lambda: len(seen["memory"]) >= 100, "the stream's replay of the stored samples", interval=0.05)
     assert not [a for a in seen["alerts"] if a["kind"] == "vram_spike"]
     base[100] += 30 * GiB  # one sample up, the next back down: a spike
     post(1, columns(100, base[100:]))

@@ -15,6 +15,7 @@ from tests.conftest import demo_config
 from tests.sseclient import events
 from tests.utils.app import App
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.wait import until
 from tunedeck.services import feed
 
 GiB = 1024**3
@@ -169,13 +170,7 @@ def test_an_alert_that_closes_reaches_the_open_streams(app, assets):
     job = create_job(app.engine, app.settings, config=demo_config(assets), name="live", runner_token="r")
     points = [{"current_steps": 1, "loss": 2.5}, {"current_steps": 2, "loss": float("nan")}]
     assert post_telemetry(app.api, job.id, "r", seq=0, points=points).status_code == 200
-    deadline = 120
-    for _ in range(deadline * 10):
-        if alerts(app, job.id).get("loss_nan", {}).get("open"):
-            break
-        __import__("time").sleep(0.1)
-    else:
-        raise AssertionError("loss_nan never opened")
+    until(lambda: alerts(app, job.id).get("loss_nan", {}).get("open"), "an open loss_nan alert")
     with app.api.stream("GET", "/api/stream", params={"job": job.id}) as r:
         stream = events(r)
         first = next(ev for ev in stream if ev["event"] == "job")

@@ -6,13 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
 from tests.conftest import demo_config, job_processes
 from tests.utils.standin import training_env
+from tests.utils.wait import until
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -24,15 +24,6 @@ def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.Com
         timeout=timeout,
         check=False,
     )
-
-
-def until(check, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout}s")
 
 
 def submitted_id(r: subprocess.CompletedProcess) -> int:

@@ -7,6 +7,7 @@ import json
 from sqlalchemy import Integer, func, select, text
 from sqlmodel import Session
 
+from tests.utils.wait import DEADLINE
 from tunedeck.db import downgrade, make_engine, upgrade
 from tunedeck.lflog import COUNTS, METRICS, parse_point, seconds
 from tunedeck.schemas import MetricOut
@@ -66,14 +67,14 @@ def test_batches_are_idempotent(tmp_path):
     writer = IngestWriter(engine)
     writer.start()
     for _ in range(3):  # sent three times: stored once
-        writer.submit(job_id, batch).result(timeout=10)
+        writer.submit(job_id, batch).result(timeout=DEADLINE)
     old = {
         "seq": 1,
         "metrics": [{"line": 0, "t": 1.0, "raw": line(1, loss=5.0)}],
         "logs": [],
         "states": [{"event": "exited", "exit_code": 0, "cancelled": False, "cause": None}],
     }
-    writer.submit(job_id, old).result(timeout=10)
+    writer.submit(job_id, old).result(timeout=DEADLINE)
     writer.stop()
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(MetricPoint)).one()[0] == 3

@@ -11,6 +11,7 @@ from sqlmodel import Session
 
 from tests.conftest import demo_config
 from tests.utils.factories import create_job
+from tests.utils.wait import DEADLINE
 from tunedeck.db import make_engine, upgrade
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.tables import Job, JobStatus
@@ -150,7 +151,7 @@ def test_a_replayed_outbox_of_columns_is_stored_once(tmp_path):
     writer.start()
     try:
         for b in batches + batches:
-            writer.submit(job_id, b).result(timeout=60)
+            writer.submit(job_id, b).result(timeout=DEADLINE)
     finally:
         writer.stop()
     assert stored(engine, job_id) == [tuple(r[k] for k in COLUMNS) for r in rows]

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import threading
-import time
 from http.server import HTTPServer
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from sqlmodel import Session, select
 
 from tests.conftest import demo_config
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
@@ -30,15 +30,6 @@ from tunedeck.tables import Alert, Job, JobStatus
 PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "tunedeck"
 OWNER = PACKAGE / "services" / "jobstate.py"
 GiB = 1 << 30
-
-
-def wait_for(check, what: str, deadline_s: float = 120.0):
-    deadline = time.monotonic() + deadline_s
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return result
 
 
 def new_job(engine, status: JobStatus) -> int:
@@ -134,9 +125,9 @@ def test_every_pair_of_states_against_the_table(world):
                 ended[job_id] = (frm, to)
     assert {to for _, to in ended.values()} == {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}
     # Each end is told once: a webhook naming the job and its state, and the alert engine's final judgement.
-    wait_for(lambda: {g["job_id"] for g in Receiver.got} >= set(ended), "a webhook for every end")
+    until(lambda: {g["job_id"] for g in Receiver.got} >= set(ended), "a webhook for every end")
     for job_id in ended:
-        wait_for(lambda j=job_id: not alert_open(engine, j), f"job {job_id}'s alerts to close")
+        until(lambda j=job_id: not alert_open(engine, j), f"job {job_id}'s alerts to close")
     notifier.stop()  # sends whatever was queued, so a webhook for a refused move would be here now
     done = [g for g in Receiver.got if g["event"] == "job_finished"]
     assert sorted((g["job_id"], g["status"]) for g in done) == sorted(
@@ -157,7 +148,7 @@ def test_an_end_rolled_back_is_told_to_nobody(world):
     assert row(engine, rolled) == before
     with state.begin() as conn:
         assert move(conn, kept, JobStatus.succeeded)
-    wait_for(lambda: any(g["job_id"] == kept for g in Receiver.got), "the committed end's webhook")
+    until(lambda: any(g["job_id"] == kept for g in Receiver.got), "the committed end's webhook")
     notifier.stop()
     assert [g["job_id"] for g in Receiver.got] == [kept]
     assert alert_open(engine, rolled)
@@ -184,17 +175,15 @@ def test_a_lost_runner_ends_its_job_with_the_webhook_and_its_alerts_closed(app_f
             for i in range(10)
         ]
         assert post_telemetry(app.api, job.id, "r", seq=0, memory=full).status_code == 200
-        wait_for(lambda: alert_open(app.engine, job.id), "the near-OOM alert")
+        until(lambda: alert_open(app.engine, job.id), "the near-OOM alert")
         os.kill(job.runner_pid, signal.SIGKILL)  # the runner dies without a word
-        got = wait_for(
+        got = until(
             lambda: (j := app.api.get(f"/api/jobs/{job.id}").json())["status"] != "running" and j,
             "the scheduler to find the runner lost",
         )
         assert got["status"] == "failed" and got["error"].startswith("runner lost")
-        wait_for(lambda: not alert_open(app.engine, job.id), "the final judgement to close the alert")
-        done = wait_for(
-            lambda: [g for g in Receiver.got if g["event"] == "job_finished"], "the end's webhook"
-        )
+        until(lambda: not alert_open(app.engine, job.id), "the final judgement to close the alert")
+        done = until(lambda: [g for g in Receiver.got if g["event"] == "job_finished"], "the end's webhook")
         assert [(g["job_id"], g["status"]) for g in done] == [(job.id, "failed")]
     finally:
         http.shutdown()

@@ -8,13 +8,13 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import yaml
 
 from tests.conftest import ROOT, free_port
+from tests.utils.wait import until
 from tunedeck.config import Settings
 
 
@@ -80,17 +80,20 @@ def test_compose_command_starts_a_closed_server(tmp_path):
     def start(log: Path) -> subprocess.Popen:
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
             assert proc.poll() is None, log.read_text()
             try:
-                if httpx.get(f"{url}/api/health", timeout=5).status_code == 200:
-                    return proc
+                return httpx.get(f"{url}/api/health", timeout=5).status_code == 200
             except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        proc.kill()
-        raise AssertionError(f"the compose command did not serve /api/health: {log.read_text()}")
+                return False
+
+        try:
+            until(healthy, "/api/health from the compose command")
+        except AssertionError:
+            proc.kill()
+            raise
+        return proc
 
     def stop(proc: subprocess.Popen) -> None:
         proc.terminate()

@@ -15,6 +15,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import demo_config
+from tests.utils.wait import until
 
 GIB = 1 << 30
 
@@ -47,15 +48,6 @@ def one(found: dict, name: str, **labels: str) -> float:
     hits = [v for lab, v in found.get(name, []) if all(lab.get(k) == x for k, x in labels.items())]
     assert len(hits) == 1, (name, labels, found.get(name))
     return hits[0]
-
-
-def until(check, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := check()) is not None and value is not False:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout}s")
 
 
 def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):

@@ -8,7 +8,6 @@ import select
 import signal
 import socket
 import threading
-import time
 from http.server import HTTPServer
 
 import pytest
@@ -18,18 +17,10 @@ from tests.conftest import demo_config
 from tests.sseclient import events
 from tests.utils.factories import create_job, post_telemetry
 from tests.utils.standin import training_env
+from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
 
 GiB = 1 << 30
-
-
-def until(check, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"no {what} after {timeout}s")
 
 
 def test_a_train_yaml_posted_as_is_becomes_a_job(app_factory, assets):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
 from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from tests.conftest import demo_config
 from tests.utils.standin import training_env
+from tests.utils.wait import until
 from tunedeck.queueplan import STARTING, Capacity, plan
 from tunedeck.tables import Job, JobStatus
 
@@ -148,13 +148,6 @@ def test_devices_priority_and_env_are_checked_at_submit(app_factory, assets):
 
 
 # --------------------------------------------------------------------------- live, stand-in GPUs
-def until(check, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout}s")
 
 
 @pytest.fixture(scope="module")

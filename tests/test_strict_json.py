@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from tests.conftest import demo_config, runner_token
 from tests.sseclient import events, strict
+from tests.utils.wait import until
 from tunedeck import strictjson
 from tunedeck.db import downgrade, make_engine, upgrade
 from tunedeck.lflog import parse_point
@@ -124,10 +125,7 @@ def test_a_live_run_reporting_infinity_streams_strict_json_and_alerts(server_fac
     job = server.submit(
         {"name": "live", "config": demo_config(assets, max_steps=3000, save_steps=1000), "gpus": 0}
     )
-    deadline = time.monotonic() + 240
-    while not server.api.get(f"/api/jobs/{job['id']}/metrics").json()["points"]:
-        assert time.monotonic() < deadline, "no metric point"
-        time.sleep(0.2)
+    until(lambda: server.api.get(f"/api/jobs/{job['id']}/metrics").json()["points"], "a metric point", 240)
     # The job's own runner credentials: this test reports as the runner does.
     token = runner_token(server, job["id"])
     url = f"/api/jobs/{job['id']}/telemetry"
@@ -170,10 +168,10 @@ def test_a_live_run_reporting_infinity_streams_strict_json_and_alerts(server_fac
     evs = stream_until(server, lambda e: any(m["nonfinite"] for m in rows_of(e, "metrics")), job=job["id"])
     assert [m["nonfinite"] for m in rows_of(evs, "metrics") if m["nonfinite"]] == [{"loss": "inf"}]
     # The alert engine reads the stored fact: the loss became inf.
-    deadline = time.monotonic() + 120
-    while not [a for a in get(server, f"/api/jobs/{job['id']}/alerts") if a["kind"] == "loss_nan"]:
-        assert time.monotonic() < deadline, "no loss_nan alert"
-        time.sleep(0.3)
+    until(
+        lambda: [a for a in get(server, f"/api/jobs/{job['id']}/alerts") if a["kind"] == "loss_nan"],
+        "a loss_nan alert",
+    )
     assert server.api.post(f"/api/jobs/{job['id']}/cancel").status_code == 200
     server.wait(job["id"], ("succeeded", "failed", "cancelled"))
 

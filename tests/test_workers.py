@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from sqlalchemy import text
 
+from tests.utils.wait import until
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.retention import Retention
 from tunedeck.workers import Worker
-
-
-def wait_for(check, what: str, deadline_s: float = 120.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Counter(Worker):
@@ -43,9 +35,9 @@ def test_a_failing_pass_is_logged_and_the_next_one_still_runs(caplog):
     w = Counter()
     with caplog.at_level(logging.ERROR, logger="tunedeck.workers"):
         w.start()
-        wait_for(lambda: w.passes == 1, "the first pass")
+        until(lambda: w.passes == 1, "the first pass")
         w.wake()
-        wait_for(lambda: w.passes == 2, "a pass after wake()")
+        until(lambda: w.passes == 2, "a pass after wake()")
         w.stop()
     assert not any(t.name == "counter" for t in threading.enumerate())
     (rec,) = caplog.records

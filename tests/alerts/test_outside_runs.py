@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 from http.server import HTTPServer
 
 import pytest
@@ -13,6 +12,7 @@ from typer.testing import CliRunner
 
 from tests.alerts.corpus import generate, write_run
 from tests.security.test_auth import bearer, token
+from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
 from tunedeck.cli import app as cli_app
 
@@ -111,9 +111,7 @@ def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tm
         assert r.status_code == 201, r.text
         job = r.json()
         assert job["owner"] == "alice"
-        deadline = time.monotonic() + 120
-        while not any(g["event"] == "job_finished" for g in Receiver.got) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        until(lambda: any(g["event"] == "job_finished" for g in Receiver.got), "the job_finished webhook")
     finally:
         http.shutdown()
     (done,) = [g for g in Receiver.got if g["event"] == "job_finished"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
@@ -13,6 +12,7 @@ import numpy as np
 from sqlmodel import Session, select
 
 from tests.alerts.corpus import generate
+from tests.utils.wait import DEADLINE, until
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
 from tunedeck.services import alert_engine as alerts
@@ -88,8 +88,8 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
     tracker = alerts.Tracker(engine, alerts.Limits())
     counts = []
     for t_end, batch in batches(trace):
-        writer.submit(job_id, batch).result(timeout=10)
-        writer.submit(job_id, batch).result(timeout=10)  # a resent batch changes nothing
+        writer.submit(job_id, batch).result(timeout=DEADLINE)
+        writer.submit(job_id, batch).result(timeout=DEADLINE)  # a resent batch changes nothing
         tracker.evaluate(job_id, now=t_end)
         rows = [a for a in open_alerts(engine, job_id) if a.kind == "vram_periodic_spikes"]
         assert len(rows) <= 1
@@ -154,7 +154,7 @@ def test_downsampling_keeps_every_peak(tmp_path):
     writer = IngestWriter(engine)
     writer.start()
     for _, batch in batches(trace, per=100):
-        writer.submit(job_id, batch).result(timeout=10)
+        writer.submit(job_id, batch).result(timeout=DEADLINE)
     writer.stop()
     with Session(engine) as s:
         rows, nxt, reduced = memory.memory_page(
@@ -214,7 +214,7 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
         writer.listeners.append(engine_thread.notify)
         engine_thread.start()
         for _, batch in batches(trace, per=50):
-            writer.submit(job_id, batch).result(timeout=10)  # returns while webhooks still retry
+            writer.submit(job_id, batch).result(timeout=DEADLINE)  # returns while webhooks still retry
         writer.submit(
             job_id,
             {
@@ -236,10 +236,8 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
                     }
                 ],
             },
-        ).result(timeout=10)
-        deadline = time.monotonic() + 180  # a poll on the condition, generous for a slow machine
-        while len(Hook.got) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        ).result(timeout=DEADLINE)
+        until(lambda: len(Hook.got) >= 3, "three delivered webhooks", timeout=180)
         engine_thread.stop()
         writer.stop()
     finally:

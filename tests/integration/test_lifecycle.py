@@ -12,26 +12,17 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Server, demo_config
+from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 ENDED = ("succeeded", "failed", "cancelled")
 MAX_STEPS = 30  # a fast machine must not finish the parent before the stop lands
-
-
-def until(check, what: str, timeout: float = 240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stepped(server: Server, job_id: int) -> list[dict]:
@@ -49,6 +40,7 @@ def lab(tmp_path_factory, assets):
     until(
         lambda: (server.api.get(f"/api/jobs/{parent['id']}").json()["progress"]["current_steps"] or 0) >= 3,
         "the parent's third step",
+        timeout=240,
     )
     refused = server.api.delete(f"/api/jobs/{parent['id']}")  # while it runs
     assert server.api.post(f"/api/jobs/{parent['id']}/cancel").status_code == 200

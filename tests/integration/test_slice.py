@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CONFIGS, demo_config, job_processes, wait_buffered
+from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 
@@ -97,10 +97,7 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
             "gpus": 0,
         }
     )
-    deadline = time.monotonic() + 120
-    while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
-        assert time.monotonic() < deadline, "no metric point arrived"
-        time.sleep(0.3)
+    until(lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point")
     assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=120)
     assert job["status"] == "cancelled", job
@@ -149,10 +146,7 @@ def test_refused_before_launch(app_factory, assets, tmp_path):
 def test_server_killed_mid_run_loses_nothing(server_factory, assets):
     server = server_factory()
     created = server.submit({"name": "survivor", "config": demo_config(assets, max_steps=60), "gpus": 0})
-    deadline = time.monotonic() + 120
-    while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    until(lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point")
     server.kill()
     wait_buffered(created["run_dir"])  # the runner keeps training and buffers while the server is away
     server.start()

@@ -9,10 +9,10 @@ Launches are held.
 from __future__ import annotations
 
 import json
-import time
 
 from tests.conftest import demo_config
 from tests.preflight.test_preflight import ROCM_BOX
+from tests.utils.wait import until
 from tunedeck.preflight import MARK
 
 
@@ -51,11 +51,11 @@ def test_a_gpu_node_warms_its_preflight_at_start(app_factory, assets, tmp_path):
         TUNEDECK_GPU_SLOTS="2",
         TUNEDECK_TRAIN_PYTHON=str(stand_in_python(tmp_path)),
     )
-    findings: list[dict] = []
-    deadline = time.monotonic() + 120  # the warm-up runs in the background; no submission waits for it
-    while not any(f["code"] == "HW001" for f in findings):
-        assert time.monotonic() < deadline, findings
-        time.sleep(0.1)
-        findings = server.api.post(
+
+    def lint() -> list[dict]:
+        return server.api.post(
             "/api/lint", json={"name": "x", "config": demo_config(assets, fp16=True), "gpus": 2}
         ).json()["findings"]
+
+    # The warm-up runs in the background; no submission waits for it.
+    until(lambda: any(f["code"] == "HW001" for f in lint()), "HW001 from the warmed-up preflight")

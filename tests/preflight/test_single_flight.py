@@ -6,12 +6,12 @@ file, holds until the test releases it, then answers as a ROCm node would."""
 from __future__ import annotations
 
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from tests.preflight.test_preflight import ROCM_BOX
+from tests.utils.wait import until
 from tunedeck.preflight import MARK
 
 
@@ -43,10 +43,7 @@ def test_concurrent_refreshes_share_one_probe(server_factory, tmp_path):
 
     with ThreadPoolExecutor(4) as pool:
         asked = [pool.submit(refresh) for _ in range(4)]
-        deadline = time.monotonic() + 120
-        while not starts.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert starts.exists(), "no probe started"
+        until(starts.exists, "a probe started", interval=0.05)
         release.touch()
         results = [f.result() for f in asked]
     assert len(starts.read_text().splitlines()) == 1

@@ -7,7 +7,6 @@ import json
 import random
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -16,18 +15,11 @@ import pytest
 from tests.conftest import demo_config
 from tests.sseclient import events
 from tests.utils.standin import training_env
+from tests.utils.wait import until
 from tunedeck.runner.report import columns
 from tunedeck.runner.watch import FileWatch
 
 NEVER = "3600"  # seconds: a timer this long never fires within a test
-
-
-def wait_for(check, what: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"no {what} after {timeout:g}s"
-        time.sleep(0.05)
-    return value
 
 
 def test_watch_wakes_on_each_write_of_its_file(tmp_path):
@@ -47,7 +39,7 @@ def test_watch_wakes_on_each_write_of_its_file(tmp_path):
         wake.clear()
         shutil.rmtree(out)
         assert wake.wait(120)
-        wait_for(lambda: watch.mode == "poll", "fallback to polling")
+        until(lambda: watch.mode == "poll", "fallback to polling")
         assert "removed" in watch.reason
     finally:
         watch.close()
@@ -121,9 +113,9 @@ def test_runner_delivers_every_appended_line_once(server_factory, assets, tmp_pa
         TUNEDECK_RUNNER_POLL_S="0.05" if watch == "poll" else NEVER,
     )
     job = server.submit({"name": "held", "gpus": 0, "config": demo_config(assets)})  # runs until released
-    wait_for(lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job")
+    until(lambda: server.api.get(f"/api/jobs/{job['id']}").json()["status"] == "running", "running job")
     out = Path(job["output_dir"])
-    wait_for(out.is_dir, "output folder made by the runner")
+    until(out.is_dir, "output folder made by the runner")
     n = 400
     lines = [
         json.dumps({"current_steps": s, "total_steps": n, "loss": 1.0 + 1 / s, "epoch": s / n})
@@ -131,7 +123,7 @@ def test_runner_delivers_every_appended_line_once(server_factory, assets, tmp_pa
     ]
     append_in_bursts(out / "trainer_log.jsonl", lines[:200], random.Random(watch))
     # The first half is delivered while the trainer still runs (the exit flush would hide a dead watch).
-    wait_for(
+    until(
         lambda: (
             len(server.api.get(f"/api/jobs/{job['id']}/metrics", params={"limit": 1000}).json()["points"])
             >= 200

@@ -7,23 +7,24 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import demo_config, job_processes, runner_token, wait_buffered
 from tests.integration.test_slice import assert_metrics_match
+from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 ROUNDS = 2
 
 
 def first_point(server, job_id: int, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not server.api.get(f"/api/jobs/{job_id}/metrics").json()["points"]:
-        assert time.monotonic() < deadline, f"job {job_id}: no metric point"
-        time.sleep(0.2)
+    until(
+        lambda: server.api.get(f"/api/jobs/{job_id}/metrics").json()["points"],
+        f"job {job_id}'s metric point",
+        timeout,
+    )
 
 
 def runner_pid(job: dict) -> int:
@@ -87,13 +88,15 @@ def test_a_reported_trainer_pid_that_is_not_the_jobs_is_never_signalled(server_f
         job = server.submit({"name": "stuck", "config": demo_config(assets, max_steps=10**6), "gpus": 0})
         run = Path(job["run_dir"])
         db = sqlite3.connect(f"file:{server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
-        deadline = time.monotonic() + 180
-        while (
-            not (run / "trainer.pid").exists()
-            or db.execute("SELECT trainer_pid FROM jobs WHERE id = ?", (job["id"],)).fetchone()[0] is None
-        ):
-            assert time.monotonic() < deadline, "the runner never reported its trainer"
-            time.sleep(0.2)
+        until(
+            lambda: (
+                (run / "trainer.pid").exists()
+                and db.execute("SELECT trainer_pid FROM jobs WHERE id = ?", (job["id"],)).fetchone()[0]
+                is not None
+            ),
+            "the runner's report of its trainer",
+            timeout=180,
+        )
         # A runner that hangs (stopped, with its trainer), after reporting a pid that is not the job's.
         for pid in (runner_pid(job), int((run / "trainer.pid").read_text())):
             os.kill(pid, signal.SIGSTOP)

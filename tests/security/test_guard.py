@@ -8,7 +8,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import psutil
 
 from tests.conftest import free_port
 from tests.security.test_auth import bearer, token
+from tests.utils.wait import until
 
 YAML = "stage: sft\ndo_train: true\nfinetuning_type: lora\n"
 
@@ -126,16 +126,15 @@ class Uvicorn:
         self.api = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}", timeout=30, headers={"X-Tunedeck": "1"}
         )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                self.api.get("/api/health")  # any answer: it is up
-                return
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, self.log.read_text()
-            time.sleep(0.2)
-        raise AssertionError(f"uvicorn did not answer: {self.log.read_text()}")
+        until(self._answers, "an answer from uvicorn")
+
+    def _answers(self) -> bool:
+        assert self.proc.poll() is None, self.log.read_text()
+        try:
+            self.api.get("/api/health")  # any answer: it is up
+            return True
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> str:
         self.proc.terminate()

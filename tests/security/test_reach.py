@@ -8,7 +8,6 @@ import json
 import re
 import secrets
 import sqlite3
-import time
 from pathlib import Path
 
 import psutil
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import CONFIGS, demo_config
+from tests.utils.wait import until
 from tunedeck import reach
 from tunedeck.config import Settings
 from tunedeck.lint import lf_table
@@ -534,10 +534,11 @@ def test_the_trainer_can_read_no_token(server_factory, assets):
     created = server.submit(
         {"name": "no token", "gpus": 0, "config": demo_config(assets, max_steps=2000, save_steps=1000)}
     )
-    deadline = time.monotonic() + 180
-    while not server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"]:
-        assert time.monotonic() < deadline, "no metric point arrived: the runner could not report"
-        time.sleep(0.3)
+    until(
+        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"],
+        "a metric point (the runner reporting)",
+        timeout=180,
+    )
     db = sqlite3.connect(f"file:{server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
     token_hash, trainer_pid, runner_pid, run_dir = db.execute(
         "SELECT runner_token_hash, trainer_pid, runner_pid, run_dir FROM jobs WHERE id = ?", (created["id"],)

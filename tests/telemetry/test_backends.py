@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -47,16 +46,18 @@ def run_sampler(tmp_path: Path, path: Path | list[Path], devices: list[dict], vi
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"devices": devices}))
     code = textwrap.dedent(f"""
-        import json, time
+        import json
+        from tests.utils.wait import DEADLINE, until
         from tunedeck.telemetry.sampler import Sampler
         s = Sampler(interval_s=0.1, polls=2, gpus=True, visible={visible!r}).start()
-        s.ready.wait(120)
-        samples, deadline = [], time.monotonic() + 120
-        # Four samples of every device, however slowly this interpreter gets scheduled.
-        while min([sum(x["gpu"] == g for x in samples) for g in s.indices or [-1]]) < 4:
-            assert time.monotonic() < deadline, samples
-            time.sleep(0.05)
-            samples += s.drain()
+        s.ready.wait(DEADLINE)
+        samples = []
+
+        def four_of_each():  # however slowly this interpreter gets scheduled
+            samples.extend(s.drain())
+            return min([sum(x["gpu"] == g for x in samples) for g in s.indices or [-1]]) >= 4
+
+        until(four_of_each, "four samples of every device", interval=0.05)
         s.stop()
         from pyrsmi import rocml
         print(json.dumps({{"backend": s.backend_name, "reason": s.reason, "indices": s.indices,
@@ -64,7 +65,7 @@ def run_sampler(tmp_path: Path, path: Path | list[Path], devices: list[dict], vi
     """)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([*map(str, paths), str(ROOT / "backend")]),
+        "PYTHONPATH": os.pathsep.join([*map(str, paths), str(ROOT / "backend"), str(ROOT)]),
         "TUNEDECK_FAKE_SMI_TRACE": str(trace),
     }
     r = subprocess.run(
@@ -147,7 +148,8 @@ def test_bus_id_matching_beats_index_order():
 
 
 def test_cpu_backend_counts_the_whole_process_tree():
-    # A child that starts a grandchild holding ~200 MB: the tree's RSS must include it.
+    # A child that starts a grandchild holding ~200 MB: the tree's RSS must include it. Their sleeps
+    # only keep them alive while the test reads them; the test kills both.
     code = (
         "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
         "'b = bytearray(200 * 1024 * 1024); import time; print(1, flush=True); time.sleep(30)'], "
@@ -172,4 +174,3 @@ def test_open_backend_without_gpus_is_cpu():
     backend, reason = open_backend(gpus=False, root_pid=os.getpid())
     assert backend.name == "cpu" and reason
     assert backend.read()[0].used_bytes > 0
-    time.sleep(0)

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -15,6 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, demo_config
 from tests.utils.hardware import gpu_hardware
+from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 GiB = 1024**3
@@ -49,10 +49,8 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
     # Healthy: nothing but the plateau, and nothing open once the job ended.
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     assert {a["kind"] for a in alerts} <= {"vram_plateau"}, alerts
-    deadline = time.monotonic() + 120  # the engine judges the finished job right after its last batch
-    while server.api.get("/api/alerts", params={"open": "true"}).json():
-        assert time.monotonic() < deadline, "alerts of a finished job still open"
-        time.sleep(0.3)
+    # The engine judges the finished job right after its last batch.
+    until(lambda: not server.api.get("/api/alerts", params={"open": "true"}).json(), "no open alert left")
     (node,) = server.api.get("/api/nodes").json()
     if gpu_hardware():  # a CPU job on a GPU host: its series is host memory, the node lists the GPUs
         assert node["gpus"] or node["reason"], node  # or says why its SMI binding cannot read them
@@ -91,16 +89,14 @@ def test_out_of_memory_run_fails_with_that_cause_and_an_oom_alert(server_factory
     job = wait_done(server, job["id"])
     assert job["status"] == "failed", job
     assert job["error"].startswith("out of memory: "), job["error"]
-    deadline = time.monotonic() + 120
-    while not (
-        oom := [
+    oom = until(  # closed once the job's end is judged
+        lambda: [
             a
             for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
             if a["kind"] == "oom" and not a["open"]
-        ]
-    ):  # closed once the job's end is judged
-        assert time.monotonic() < deadline, "no closed oom alert"
-        time.sleep(0.3)
+        ],
+        "a closed oom alert",
+    )
     assert oom[0]["severity"] == "critical"
     assert "out of memory in the trainer output" in oom[0]["message"]
     assert "TUNEDECK_TRAINER_RLIMIT_AS_BYTES" in oom[0]["suggestion"]

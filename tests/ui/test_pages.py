@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
 
 import pytest
 
 from tests.conftest import Server, demo_config
 from tests.ui.conftest import shot
+from tests.utils.wait import until
 from tunedeck.lint import lf_table
 
 pytestmark = [pytest.mark.browser]
@@ -54,10 +54,7 @@ def ready(page, selector: str | None = None) -> None:
     if selector:
         page.locator(selector).first.wait_for(timeout=60_000)
         return
-    deadline = time.monotonic() + 60
-    while not page.evaluate("window.tunedeckReady === true"):
-        assert time.monotonic() < deadline, "the page's script did not finish loading"
-        time.sleep(0.1)
+    until(lambda: page.evaluate("window.tunedeckReady === true"), "the page's script loaded", 60)
 
 
 def test_every_page_fits_a_phone_in_the_dark_without_errors_and_stop_asks_first(server, browser):

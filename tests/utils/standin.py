@@ -31,7 +31,7 @@ if "stubborn" in name:
         signal.pause()
 if "held" in name:
     print("first line", flush=True)
-    while not Path("release").exists():
+    while not Path("release").exists():  # pacing of the stand-in: it holds until the test releases it
         time.sleep(0.1)
     print("last line", flush=True)
     sys.exit(0)

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+# Bounds a hang, for until() and for waits on an event or a future (`.result(timeout=DEADLINE)`).
+DEADLINE = 120.0
 
 
-def until(check: Callable[[], T], what: str, timeout: float = 120.0, interval: float = 0.1) -> T:
+def until(check: Callable[[], T], what: str, timeout: float = DEADLINE, interval: float = 0.1) -> T:
     """`check()`'s first truthy value; AssertionError naming `what` if none came before the deadline."""
     deadline = time.monotonic() + timeout
     while True:

@@ -1,0 +1,96 @@
+"""How tests wait, read from their source: one shared helper polls (tests/utils/wait.py), and no test
+keys a check to how long something took."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+TESTS = ROOT / "tests"
+WAIT = TESTS / "utils" / "wait.py"
+# Loops that sleep on purpose: each paces a stand-in or a producer, never a test's synchronisation.
+PACING = {
+    # The stand-in trainer (a script in a string) holds until the test creates its `release` file.
+    "tests/utils/standin.py": "the held stand-in trainer",
+}
+# Modules that read a clock that is not a timestamp; no assert compares what they read.
+CLOCKS = {
+    "tests/security/test_fuzz.py": "tallies the seconds each fuzz operation took, for the run's report",
+}
+SLEEPS = {"sleep", "wait_for_timeout"}
+TIMERS = {"monotonic", "perf_counter", "monotonic_ns", "perf_counter_ns"}
+
+
+def called(node: ast.AST, names: set[str]) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Attribute) and f.attr in names) or (isinstance(f, ast.Name) and f.id in names)
+
+
+def polling_loops(tree: ast.AST) -> list[int]:
+    """Lines of loops that sleep (`while ...: ... time.sleep(...)`), also in code kept in a string."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.While, ast.For, ast.AsyncFor)):
+            if any(called(n, SLEEPS) for n in ast.walk(node)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "sleep" in node.value:
+            try:
+                inner = ast.parse(textwrap.dedent(node.value))
+            except SyntaxError:
+                continue
+            found += [node.lineno for _ in polling_loops(inner)]
+    return found
+
+
+def clock_reads(tree: ast.AST) -> list[int]:
+    """Reads of a timer clock, and comparisons or sums involving any clock (`time.time() + 120`)."""
+    found = [n.lineno for n in ast.walk(tree) if called(n, TIMERS)]
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Compare)
+            or (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)))
+        ) and any(called(n, TIMERS | {"time"}) for n in ast.walk(node)):
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
+def modules() -> dict[str, ast.AST]:
+    skip = (WAIT, Path(__file__))  # this module's sample loop is what the checks must find
+    return {
+        str(p.relative_to(ROOT)): ast.parse(p.read_text())
+        for p in sorted(TESTS.rglob("*.py"))
+        if p not in skip
+    }
+
+
+def test_the_checks_find_a_private_polling_loop():
+    src = """
+import time
+deadline = time.monotonic() + 120
+while not ready():
+    assert time.monotonic() < deadline
+    __import__("time").sleep(0.1)
+CHILD = '''
+import time
+for _ in range(100):
+    time.sleep(0.1)
+'''
+"""
+    tree = ast.parse(src)
+    assert polling_loops(tree) == [4, 7]
+    assert clock_reads(tree) == [3, 5]
+
+
+def test_only_the_shared_helper_polls():
+    found = [f"{name}:{line}" for name, tree in modules().items() for line in polling_loops(tree)]
+    assert sorted({f.split(":")[0] for f in found}) == sorted(PACING), found
+
+
+def test_no_test_reads_a_clock_to_wait_or_to_judge_speed():
+    found = [f"{name}:{line}" for name, tree in modules().items() for line in clock_reads(tree)]
+    assert sorted({f.split(":")[0] for f in found}) == sorted(CLOCKS), found
