@@ -198,3 +198,26 @@ def test_the_trainer_package_may_import_training_packages_but_nothing_of_tunedec
                 f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0] in ("tunedeck", ".")
             ]
     assert found == []
+
+
+def test_every_public_service_is_used_in_the_package():
+    """A service function or class nothing of tunedeck names is dead code (routes are not services)."""
+    used = set()
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.ImportFrom):
+                used |= {a.name for a in node.names}
+    dead = [
+        f"{module}.{node.name}"
+        for module, path in modules().items()
+        if module.startswith("tunedeck.services.")
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        and not private(node.name)
+        and node.name not in used
+    ]
+    assert dead == []

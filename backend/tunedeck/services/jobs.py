@@ -53,21 +53,6 @@ def get_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def list_jobs(
-    session: Session, *, status: JobStatus | None, after: int | None, limit: int
-) -> tuple[list[Job], int | None]:
-    """Newest first; `after` is the cursor from the previous page."""
-    q = select(Job).order_by(col(Job.id).desc()).limit(limit + 1)
-    if status is not None:
-        q = q.where(Job.status == status)
-    if after is not None:
-        q = q.where(col(Job.id) < after)
-    jobs = list(session.exec(q))
-    more = len(jobs) > limit
-    jobs = jobs[:limit]
-    return jobs, (jobs[-1].id if more else None)
-
-
 def _page(session: Session, model, *, job_id: int, after: int | None, limit: int):
     get_job(session, job_id)
     q = select(model).where(model.job_id == job_id).order_by(col(model.id)).limit(limit)
