@@ -6,16 +6,18 @@ and an alert that closes reaching open streams at once."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from tests.alerts.corpus import generate, write_run
-from tests.conftest import demo_config
+from tests.conftest import ROOT, demo_config
 from tests.sseclient import events
 from tests.utils.app import App
 from tests.utils.factories import create_job, post_telemetry
 from tests.utils.wait import until
+from tunedeck.schemas import JobOut
 from tunedeck.services import feed
 
 GiB = 1024**3
@@ -71,6 +73,15 @@ def test_a_run_whose_loss_went_nan_is_a_success_with_problems(app):
     assert app.api.get(f"/api/jobs/{bad['id']}").json()["verdict"] == "succeeded_with_problems"
     (row,) = feed.job_rows(app.engine, [bad["id"]])  # what the team stream sends
     assert row["alerts"] == summary and row["verdict"] == "succeeded_with_problems"
+
+
+def test_the_stream_rows_add_only_columns_the_pages_read(app):
+    """Beyond JobOut (the alert badge reads its `alerts`), each key of a row is read by a page script."""
+    job = imported(app, "columns", decaying())
+    (row,) = feed.job_rows(app.engine, [job["id"]])
+    extras = set(row) - set(JobOut.model_fields)
+    scripts = "\n".join(p.read_text() for p in sorted((ROOT / "backend/tunedeck/frontend/js").glob("*.js")))
+    assert extras and sorted(k for k in extras if not re.search(rf"\.{k}\b", scripts)) == []
 
 
 def test_the_worst_alert_is_the_worst_ever_and_info_stays_info(app):

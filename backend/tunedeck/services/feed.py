@@ -73,13 +73,11 @@ def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
 
 
 def job_extras(conn: Connection, job_id: int) -> dict:
-    """The jobs page's columns beyond JobOut: last loss, peak VRAM of the job, open alerts."""
+    """The jobs page's columns beyond JobOut (whose `alerts` the badge reads): last loss, peak VRAM."""
     out: dict[str, Any] = {
         "last_loss": None,
         "peak_vram_bytes": None,
         "total_vram_bytes": None,
-        "open_alerts": 0,
-        "alert_severity": None,
         "nonfinite": None,
     }
     # (job_id, line) is unique, hence indexed: the newest loss is found from the end. An inf or NaN
@@ -98,15 +96,6 @@ def job_extras(conn: Connection, job_id: int) -> dict:
         text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"), {"j": job_id}
     ).one()
     out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
-    rows = conn.execute(
-        text("SELECT severity, count(*) FROM alerts WHERE job_id=:j AND open GROUP BY severity"),
-        {"j": job_id},
-    ).all()
-    out["open_alerts"] = sum(r[1] for r in rows)
-    sev = {r[0] for r in rows}
-    out["alert_severity"] = next(
-        (s for s in ("critical", "error", "warning", "info") if s in sev), next(iter(sev), None)
-    )
     return out
 
 
