@@ -125,6 +125,10 @@ ROWS: dict[str, list[dict]] = {
     ],
 }
 
+# Tables a step up drops with their rows, on purpose: memory_rollups (0014), read by nothing since the
+# chart tiles (0013). Older revisions still have them, and ROWS fills them there.
+RETIRED = {"memory_rollups"}
+
 # The branched history that older tunedeck releases shipped (from git), and the heads each left behind.
 OLD_PARENTS = {
     "0001": None,
@@ -158,6 +162,15 @@ def fill(engine) -> None:
                     ),
                     row,
                 )
+
+
+def insert(engine, table: str) -> None:
+    with engine.begin() as c:
+        for row in ROWS[table]:
+            c.execute(
+                text(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
+                row,
+            )
 
 
 def snapshot(engine) -> dict[str, list[dict]]:
@@ -245,7 +258,8 @@ def test_every_step_down_and_up_keeps_data(tmp_path):
     upgrade(engine)
     fill(engine)
     full = snapshot(engine)
-    assert set(full) == set(ROWS)
+    assert set(full) == set(ROWS) - RETIRED
+    assert not RETIRED & set(inspect(engine).get_table_names())
 
     downgrade(engine, "-1")  # on a database with data, one step down and up again
     dropped = set(full) - set(snapshot(engine))
@@ -254,17 +268,10 @@ def test_every_step_down_and_up_keeps_data(tmp_path):
     assert_kept(full, snapshot(engine), dropped=dropped)
     assert_sound(engine)
 
-    with engine.begin() as c:  # what that step dropped is refilled, so every step down starts with data
-        for table in dropped:
-            for row in ROWS[table]:
-                c.execute(
-                    text(
-                        f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
-                    ),
-                    row,
-                )
+    for table in dropped:  # what that step dropped is refilled, so every step down starts with data
+        insert(engine, table)
     before = snapshot(engine)
-    assert set(before) == set(ROWS) and all(before.values())
+    assert set(before) == set(ROWS) - RETIRED and all(before.values())
 
     steps = 0
     while versions(engine):
@@ -273,6 +280,9 @@ def test_every_step_down_and_up_keeps_data(tmp_path):
         now = snapshot(engine)
         assert_kept(before, now, dropped=set(before) - set(now))
         assert_sound(engine)
+        for table in RETIRED & {t for t, rows in now.items() if not rows}:  # made again by the step, empty
+            insert(engine, table)
+            before[table] = snapshot(engine)[table]
     assert steps >= len(LINE)
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
 
@@ -309,7 +319,7 @@ def test_databases_from_the_branched_history_upgrade_in_place(tmp_path, targets)
     upgrade(engine)
 
     assert versions(engine) == {ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()}
-    assert_kept(before, snapshot(engine))
+    assert_kept(before, snapshot(engine), dropped=RETIRED)
     assert schema_differences(engine) == []
     with engine.connect() as c:
         assert c.execute(text("SELECT job_id FROM job_changes ORDER BY job_id")).scalars().all() == [1, 2]

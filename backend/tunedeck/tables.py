@@ -208,24 +208,6 @@ class EstimateCalibration(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class MemoryRollup(SQLModel, table=True):
-    """Count, min, max and mean of one GPU's samples over one interval: written by releases before the
-    chart tiles (which replaced it), read by nothing, kept so no stored row is lost."""
-
-    __tablename__ = "memory_rollups"
-    __table_args__ = (UniqueConstraint("job_id", "gpu", "t0", name="uq_rollup_job_gpu_t0"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
-    gpu: int
-    t0: float
-    t1: float
-    n: int
-    min_bytes: int = Field(sa_type=BigInteger)
-    max_bytes: int = Field(sa_type=BigInteger)
-    mean_bytes: float
-
-
 class ChartTile(SQLModel, table=True):
     """One tile of a series' pyramid: count, and the min, max, first and last point (x, y, aux) of
     the points with floor(x / 4**level) == tile (services/pyramid.py)."""
