@@ -16,6 +16,7 @@ from tunedeck.preflight import MARK
 
 
 def counting_python(tmp_path):
+    # The stand-in probe's loop paces the stand-in: it holds until the test releases it (or 120 s pass).
     starts, release, path = tmp_path / "starts", tmp_path / "release", tmp_path / "counting-python"
     path.write_text(f"""#!/bin/sh
 echo "$$" >> {starts}
