@@ -97,7 +97,9 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
             "gpus": 0,
         }
     )
-    until(lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point")
+    until(
+        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point", 240
+    )
     assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=120)
     assert job["status"] == "cancelled", job
@@ -146,7 +148,9 @@ def test_refused_before_launch(app_factory, assets, tmp_path):
 def test_server_killed_mid_run_loses_nothing(server_factory, assets):
     server = server_factory()
     created = server.submit({"name": "survivor", "config": demo_config(assets, max_steps=60), "gpus": 0})
-    until(lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point")
+    until(
+        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point", 240
+    )
     server.kill()
     wait_buffered(created["run_dir"])  # the runner keeps training and buffers while the server is away
     server.start()
