@@ -228,6 +228,8 @@ def run(name: str, work: Path, args: argparse.Namespace) -> dict:
         "PYTHONPATH": os.pathsep.join([str(work / "backend"), str(work)]),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
+    # The demo model and datasets, built once for every mutant's run rather than once each.
+    env.setdefault("TUNEDECK_TEST_ASSETS", str(work / "test-assets"))
     started = time.monotonic()
     base = subprocess.run(pytest, cwd=work, env=env, capture_output=True, text=True)
     if base.returncode != 0:
