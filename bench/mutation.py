@@ -6,11 +6,14 @@ checkout: cosmic-ray mutates files in place.
     python bench/mutation.py                                  # every module below, every mutant
     python bench/mutation.py reach auth --sample 25 --seed 7  # a seeded random 25 of each
     python bench/mutation.py memory --sample 25 --seed 7 --tree 7f908fc   # the same draw on an older tree
+    python bench/mutation.py memory --sample 25 --seed 7 --tests-from 7f908fc  # same mutants, older tests
     python bench/mutation.py ... --record bench/mutation_scores.md        # append the scores there
 
 Each module runs only the tests that cover it, without servers, subprocesses or real fine-tunes,
 and pytest without its auto-loaded plugins (schemathesis and hypothesis's cost ~5 s a start, most
-of a run): a sample of 25 mutants takes a few minutes. Survivors are printed with their diff.
+of a run): a sample of 25 mutants takes a few minutes. Survivors are printed with their diff. A
+mutant that cannot change behaviour (an annotation never evaluated, a line marked
+`# pragma: no mutate` with the reason above it) is not drawn.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ MODULES = {
     ),
 }
 DEFAULT = [m for m in MODULES if m != "alerts"]
+NO_MUTATE = "# pragma: no mutate"
 CONFIG = """[cosmic-ray]
 module-path = {path}
 timeout = {timeout}
@@ -109,13 +113,20 @@ name = "local"
 """
 
 
-def scratch_copy(tree: str | None) -> Path:
-    """The files the tests see: the checkout's tracked and untracked-but-not-ignored files, or a commit's."""
+def extract(rev: str, dest: Path, *paths: str) -> None:
+    archive = subprocess.run(
+        ["git", "archive", rev, *paths], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def scratch_copy(tree: str | None, tests_from: str | None) -> Path:
+    """The files the tests see: the checkout's tracked and untracked-but-not-ignored files, or a
+    commit's; with `tests_from`, that commit's tests/ instead of the copy's own."""
     dest = Path(tempfile.mkdtemp(prefix="tunedeck-mutation-"))
     if tree:
-        archive = subprocess.run(["git", "archive", tree], cwd=ROOT, check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")
+        extract(tree, dest)
     else:
         files = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -129,6 +140,9 @@ def scratch_copy(tree: str | None) -> Path:
             if src.is_file():
                 (dest / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dest / name)
+    if tests_from:
+        shutil.rmtree(dest / "tests")
+        extract(tests_from, dest, "tests")
     # cosmic-ray runs the tests with PYTHONDONTWRITEBYTECODE, so without these every run compiles the
     # whole tree again. Checked-hash .pyc files are re-validated against the source at each import: a
     # mutant (same size, same second) is never served from a stale one.
@@ -175,20 +189,26 @@ def annotations(source: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
 
 
 def keep(session: Path, work: Path, n: int | None, seed: int, within: list[tuple[int, int]] | None) -> int:
-    """Keep the mutants inside `within` and outside annotations, then a seeded random n of them;
-    returns how many were eligible."""
+    """Keep the mutants inside `within`, outside annotations and off waived lines, then a seeded random
+    n of them; returns how many were eligible."""
     with sqlite3.connect(session) as db:
         rows = db.execute(
             "SELECT job_id, module_path, start_pos_row, start_pos_col FROM mutation_specs ORDER BY "
             "module_path, operator_name, occurrence, start_pos_row, start_pos_col"
         ).fetchall()
         inert = {path: annotations(work / path) for path in {r[1] for r in rows}}
+        # A line marked `# pragma: no mutate` says, above it, why its mutants cannot change what matters.
+        waived = {
+            path: {i for i, line in enumerate((work / path).read_text().splitlines(), 1) if NO_MUTATE in line}
+            for path in inert
+        }
         # job ids are random per init: the order above (what the mutant is) makes a seed draw the same.
         jobs = [
             j
             for j, path, row, col in rows
             if (within is None or any(a <= row <= b for a, b in within))
             and not any(a <= (row, col) < b for a, b in inert[path])
+            and row not in waived[path]
         ]
         chosen = set(random.Random(seed).sample(jobs, n) if n and n < len(jobs) else jobs)
         drop = [(j,) for j, *_ in rows if j not in chosen]
@@ -282,8 +302,8 @@ def main() -> None:
     args = parser.parse_args()
     if unknown := set(args.modules) - set(MODULES):
         parser.error(f"unknown module(s) {sorted(unknown)}: choose from {', '.join(MODULES)}")
-    work = scratch_copy(args.tree)
-    commit = commit_of(args.tree)
+    work = scratch_copy(args.tree, args.tests_from)
+    commit = commit_of(args.tree) + (f" tests of {commit_of(args.tests_from)}" if args.tests_from else "")
     print(f"scratch copy of {commit}: {work} (`cr-report <db>` there lists every mutant)")
     for name in args.modules or DEFAULT:
         r = run(name, work, args)

@@ -48,7 +48,7 @@ SUBFOLDER_KEYS = {"adapter_folder"}
 DATASET_NAME_KEYS = ("dataset", "eval_dataset")
 # Files looked at for .py in one model folder: a bound on the cost of a check that fails closed (a
 # bigger folder is refused unchecked), so 19999 or 20001 would serve as well as the round number.
-CODE_SCAN_MAX = 20000
+CODE_SCAN_MAX = 20000  # pragma: no mutate
 CONFIG_JSON_MAX = 16 << 20  # a *config.json larger than this is refused unread
 
 
