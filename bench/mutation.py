@@ -284,7 +284,11 @@ def commit_of(tree: str | None) -> str:
     rev = subprocess.run(
         ["git", "rev-parse", "--short", tree or "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    dirty = not tree and subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    dirty = (
+        not tree
+        and subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "backend", "tests"], cwd=ROOT).returncode
+        != 0
+    )
     return rev + ("+changes" if dirty else "")
 
 
@@ -294,6 +298,10 @@ def main() -> None:
     parser.add_argument("--sample", type=int, help="run a random subset of this many mutants per module")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --sample draw")
     parser.add_argument("--tree", help="score this commit's code and tests instead of the checkout")
+    parser.add_argument(
+        "--tests-from",
+        help="with this commit's tests: the same mutants judged by older tests (a paired before)",
+    )
     parser.add_argument(
         "--timeout", type=float, help="seconds one mutant's test run may take (default: 5x baseline)"
     )
