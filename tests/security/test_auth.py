@@ -117,6 +117,19 @@ def test_the_first_admin_token_is_written_once_and_never_revived(tmp_path):
     engine.dispose()
 
 
+def test_a_link_in_place_of_the_admin_token_file_is_not_followed(tmp_path):
+    """Whoever can write next to the token file must not get the new admin token written elsewhere."""
+    engine = make_engine(tmp_path / "tunedeck.db")
+    upgrade(engine)
+    path, elsewhere = tmp_path / "admin_token", tmp_path / "shared" / "stolen"
+    elsewhere.parent.mkdir()
+    path.symlink_to(elsewhere)  # a link to a file that does not exist yet
+    with pytest.raises(FileExistsError):
+        auth.ensure_admin(engine, path)
+    assert not elsewhere.exists()
+    engine.dispose()
+
+
 @pytest.mark.parametrize(
     "host, safe",
     [
@@ -202,6 +215,7 @@ def test_who_may_cancel_a_job():
     alice, bob = Principal("alice", Role.submitter), Principal("bob", Role.submitter)
     assert auth.may_cancel(None, "alice", open_) and not auth.may_cancel(None, "alice", closed)
     assert auth.may_cancel(alice, "alice", closed) and not auth.may_cancel(bob, "alice", closed)
+    assert not auth.may_cancel(alice, "bob", closed)
     assert not auth.may_cancel(bob, "alice", open_)  # open writes do not let a teammate cancel by token
     assert auth.may_cancel(Principal("root", Role.admin), "alice", closed)
     assert not auth.may_cancel(Principal("alice", Role.viewer), "alice", closed)

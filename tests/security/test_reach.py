@@ -372,6 +372,13 @@ def test_every_network_key_of_the_table_is_refused(ws):
         assert errs[("config", key)]["code"] == "LF012", key
 
 
+def test_a_switch_written_as_text_is_read_as_llamafactory_reads_it(ws):
+    """`use_swanlab: "false"` is off (HfArgumentParser reads the text as a bool), so it needs no setting."""
+    prepare(spec(use_swanlab="false"), settings=settings(ws), node_gpus=0)
+    errs = errors(lambda: prepare(spec(use_swanlab="true"), settings=settings(ws), node_gpus=0))
+    assert errs[("config", "use_swanlab")]["code"] == "LF012"
+
+
 def test_local_reporting_and_local_modes_pass(ws):
     for value in ("none", "tensorboard", ["none"], "tensorboard,none"):
         prepare(spec(report_to=value), settings=settings(ws), node_gpus=0)
@@ -523,11 +530,11 @@ def test_a_config_file_that_cannot_be_read_is_passed_over(ws):
 
 def test_a_model_folder_too_big_to_scan_is_refused_unchecked(ws):
     folder = ws / "models" / "many"
-    folder.mkdir()
-    for i in range(3):
+    (folder / "sub").mkdir(parents=True)
+    for i in range(2):
         (folder / f"shard-{i}.safetensors").write_bytes(b"")
-    assert reach.code_in(folder, max_files=3) is None
-    (folder / "extra").mkdir()
+    assert reach.code_in(folder, max_files=3) is None  # 2 files and a folder: 3 entries
+    (folder / "extra").write_bytes(b"")
     assert reach.code_in(folder, max_files=3) == f"{folder} holds more than 3 files; not all were checked"
 
 
