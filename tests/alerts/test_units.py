@@ -129,3 +129,23 @@ def test_a_wide_rise_that_falls_below_where_it_rose_from_is_no_spike(after):
     y[50:] = [40.0] * 30  # back to its level: a spike
     mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
     assert "vram_spike" in {f.kind for f in analyze(Series(memory=mem, devices=[0]))}
+
+
+def test_allocator_flushes_stay_open_only_while_they_keep_coming():
+    line = "[rank0]: {} pytorch allocator cache flushes since last step. this happens when ..."
+    logs = [(T0 + k, line.format(n)) for k, n in enumerate((3, 5, 2))]
+    s = Series(logs=logs, devices=[0], now=T0 + 10)
+    (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
+    assert not f.open and f.count == 3 and "up to 5 per step" in f.message  # the run has ended
+    s.running = True
+    (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
+    assert f.open
+    s.now = T0 + 2 + 301  # no flush for longer than the 300 s hold
+    (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
+    assert not f.open
+
+
+def test_a_stuck_loss_is_told_against_ninety_percent_of_its_start():
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=2.0) for k in range(30)])
+    (f,) = [f for f in analyze(s) if f.kind == "loss_stuck"]
+    assert "not below 90% of where the run began (2)" in f.message
