@@ -89,6 +89,15 @@ def test_unset_and_zero_values_are_taken_as_llamafactory_takes_them():
             est.estimate(model_config=TOY, config={"finetuning_type": method, key: "many"}, ds=None, gpus=0)
 
 
+def test_lora_dropout_keeps_each_targets_input_once_more():
+    """With dropout, LoRA keeps its dropped-out copy of every target's input (s·b·in at 2 bytes) for
+    the one layer held in full: the inputs of q, k, v, o, gate, up (8 each) and down (16) sum to 64."""
+    config = {**TOY_LORA, "per_device_train_batch_size": 2}
+    plain = est.estimate(model_config=TOY, config=config, ds=None, gpus=1)["breakdown"]["activations"]
+    dropped = est.estimate(model_config=TOY, config={**config, "lora_dropout": 0.1}, ds=None, gpus=1)
+    assert dropped["breakdown"]["activations"] - plain == 2 * 4 * 2 * 64
+
+
 def test_one_gpu_counts_the_device_runtime_and_the_cpu_its_own():
     e = est.estimate(model_config=TOY, config=TOY_LORA, ds=None, gpus=1, cpu_runtime_bytes=12345)
     assert e["breakdown"]["runtime"] == est.RUNTIME_GPU
