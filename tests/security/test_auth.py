@@ -127,6 +127,9 @@ def test_a_link_in_place_of_the_admin_token_file_is_not_followed(tmp_path):
     with pytest.raises(FileExistsError):
         auth.ensure_admin(engine, path)
     assert not elsewhere.exists()
+    path.unlink()  # in a folder that exists already
+    assert "created an admin token" in auth.ensure_admin(engine, path)
+    assert auth.authenticate(engine, path.read_text().strip()) == Principal("admin", Role.admin)
     engine.dispose()
 
 
