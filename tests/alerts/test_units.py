@@ -149,3 +149,29 @@ def test_a_stuck_loss_is_told_against_ninety_percent_of_its_start():
     s = Series(points=[Point(t=T0 + k, step=k + 1, loss=2.0) for k in range(30)])
     (f,) = [f for f in analyze(s) if f.kind == "loss_stuck"]
     assert "not below 90% of where the run began (2)" in f.message
+
+
+def test_a_divergence_from_a_loss_of_zero_is_told_without_a_ratio():
+    y = [0.0] * 10 + [0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
+    (f,) = [f for f in analyze(s) if f.kind == "loss_divergence"]
+    assert f.message == "loss diverging: 5.5 from 0"  # no "×" against a minimum of 0
+
+
+def test_an_oom_is_placed_on_the_gpu_its_first_message_names():
+    logs = [
+        (T0 + 1, "torch.OutOfMemoryError: CUDA out of memory. GPU 1 has a total capacity of 79.3 GiB"),
+        (T0 + 2, "torch.OutOfMemoryError: CUDA out of memory. GPU 0 has a total capacity of 79.3 GiB"),
+    ]
+    (f,) = [f for f in analyze(Series(logs=logs, devices=[4, 5])) if f.kind == "oom"]
+    assert f.gpu == 5 and f.count == 2  # the job's local GPU 1 is the node's GPU 5
+
+
+@pytest.mark.parametrize(
+    ("losses", "first", "still"),
+    [([2.0, 1.9, math.nan, 1.8], 3, False), ([2.0, 1.9, 1.8, math.nan], 4, True)],
+)
+def test_a_nan_loss_stays_open_only_while_the_loss_is_still_nan(losses, first, still):
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(losses)], running=True)
+    (f,) = [f for f in analyze(s) if f.kind == "loss_nan"]
+    assert f.open is still and f.step == first
