@@ -4,6 +4,7 @@ check here fails on a mutant that every corpus test let through."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -175,3 +176,14 @@ def test_a_nan_loss_stays_open_only_while_the_loss_is_still_nan(losses, first, s
     s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(losses)], running=True)
     (f,) = [f for f in analyze(s) if f.kind == "loss_nan"]
     assert f.open is still and f.step == first
+
+
+def test_a_plateau_is_told_with_its_own_span():
+    # A climb to 40 GiB, then 40 GiB ± 50 MiB of noise: the flat stretch after warm-up.
+    rng = np.random.default_rng(5)
+    y = np.concatenate([np.linspace(5, 40, 30), 40 + rng.uniform(-0.05, 0.05, 570)])
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    (f,) = [f for f in analyze(Series(memory=mem, devices=[0])) if f.kind == "vram_plateau"]
+    start, end = f.times
+    m = re.search(r"stayed within [\d.]+ [GM]iB for (\d+) s", f.message)
+    assert m and int(m[1]) == round(end - start) and end == T0 + len(y) - 1, f.message
