@@ -3,6 +3,7 @@ tables is confined, network keys and hub ids need a setting, remote code is refu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -276,6 +277,21 @@ def test_keys_before_a_path_key_do_not_end_the_check(ws, tmp_path):
         assert ("config", "export_dir") in errs, first
 
 
+def test_only_dataset_dir_takes_online_and_remote(ws):
+    """`ONLINE` names a hub mode for dataset_dir alone; for any other path key it is a folder name."""
+    p = prepare(
+        spec(export_dir="ONLINE", tokenized_path="REMOTE:org/set"), settings=settings(ws), node_gpus=0
+    )
+    assert p.config["export_dir"] == str(ws / "ONLINE")
+    assert p.config["tokenized_path"] == str(ws / "REMOTE:org" / "set")
+
+
+def test_the_cached_key_tables_cannot_be_changed_by_a_check():
+    key = next(iter(reach.lf_path_keys().values()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        key.hub = not key.hub  # shared by every later check (lru_cache)
+
+
 def test_the_submitted_spec_is_not_rewritten(ws):
     ds = {"tensorboard": {"enabled": True, "output_path": "tb"}}
     s = JobSpec(name="t", config=spec(offload_folder="off").config, deepspeed=ds)
@@ -403,6 +419,7 @@ def test_deepspeed_monitors_that_send_out_need_the_setting(ws, section):
         )
     )
     assert errs[("deepspeed", section, "enabled")]["code"] == "DS010"
+    assert "fix: remove `enabled`" in errs[("deepspeed", section, "enabled")]["msg"]
     prepare(
         JobSpec(name="t", config=spec().config, deepspeed=ds),
         settings=settings(ws, allow_network_keys=True),
