@@ -159,3 +159,56 @@ def test_yaml_keys_that_are_not_strings_are_named():
     errs = errors(lambda: spec_from_yaml("learning_rate: 1.0e-4\n1: 2\nnull: 3\n", name="x"))
     assert [e["loc"] for e in errs] == [["config", "1"], ["config", "None"]]
     assert all("not a name" in e["msg"] and e["type"] == "value_error" for e in errs)
+
+
+TINY_QWEN2 = {
+    "model_type": "qwen2",
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 32,
+}
+
+
+def test_the_model_config_is_read_only_inside_the_roots(settings, tmp_path):
+    (settings.workspace / "models" / "m" / "config.json").write_text(json.dumps(TINY_QWEN2))
+    p = resolve(spec(), settings, Node())
+    assert p.model_config == TINY_QWEN2 and p.estimate["params"] > 0
+    outside = tmp_path / "outside" / "m"
+    outside.mkdir(parents=True)
+    (outside / "config.json").write_text(json.dumps(TINY_QWEN2))
+    p = resolve(spec(model_name_or_path=str(outside)), settings, Node())
+    assert p.model_config is None and p.estimate is None  # never read, however readable
+    assert ["config", "model_name_or_path"] in [e["loc"] for e in p.errors]
+    (settings.workspace / "models" / "m" / "config.json").write_text("[1, 2]")
+    assert resolve(spec(), settings, Node()).model_config is None  # not a model config
+    for odd in (5, ["models/m"], ""):  # refused at the key, never an exception
+        p = resolve(spec(model_name_or_path=odd), settings, Node())
+        assert p.model_config is None and p.estimate is None, odd
+
+
+def test_deepspeed_files_are_json_files_inside_the_roots(settings, tmp_path):
+    zero2 = {"zero_optimization": {"stage": 2}}
+    (settings.workspace / "ds").mkdir()
+    for name, text in {"z2.json": zero2, "z2": zero2, "list.json": [zero2]}.items():
+        (settings.workspace / "ds" / name).write_text(json.dumps(text))
+    (settings.workspace / "ds" / "broken.json").write_text("{")
+    (tmp_path / "z2.json").write_text(json.dumps(zero2))
+
+    def ds(value: str) -> Submission:
+        return resolve(JobSpec(name="t", config=spec().config, deepspeed=value), settings, Node())
+
+    assert ds("ds/z2.json").ds_config == zero2
+    assert ds(str(settings.workspace / "ds" / "z2.json")).ds_config == zero2
+    for value, why in (
+        ("ds/z2", "neither a DeepSpeed preset"),  # a config file is named *.json
+        (str(tmp_path / "z2.json"), "inside the allowed roots"),
+        ("ds/../../z2.json", "inside the allowed roots"),
+        ("ds/list.json", "must hold a JSON object"),
+        ("ds/broken.json", "not valid JSON"),
+    ):
+        p = ds(value)
+        (e,) = [e for e in p.errors if e["loc"] == ["deepspeed"]]
+        assert p.ds_config is None and why in e["msg"], (value, e)

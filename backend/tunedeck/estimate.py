@@ -107,6 +107,13 @@ def count_params(s: dict[str, Any]) -> dict[str, int]:
     return {"total": total, "per_layer": per_layer, "embedding": embed, "largest_layer": largest}
 
 
+def _int(config: dict[str, Any], key: str) -> int:
+    """A whole-number training argument as LLaMA-Factory takes it: the YAML's value or its default.
+    0 is a value (`freeze_trainable_layers: 0` trains no layer), not a cue for a default; a value that
+    is no number raises TypeError, which the caller reports (lint names the key)."""
+    return int(number(lf_value(config, key)))
+
+
 def lora_targets(config: dict[str, Any]) -> list[str]:
     target = str(lf_value(config, "lora_target") or "all")
     if target.strip() == "all":
@@ -119,9 +126,9 @@ def trainable_params(config: dict[str, Any], s: dict[str, Any], counts: dict[str
     if method == "full":
         return counts["total"], "full"
     if method == "freeze":
-        n = int(number(lf_value(config, "freeze_trainable_layers")) or 2)
+        n = _int(config, "freeze_trainable_layers")  # the last n layers, or the first -n
         return min(abs(n), s["layers"]) * counts["per_layer"], "freeze"
-    rank = int(number(lf_value(config, "lora_rank")) or 8)
+    rank = _int(config, "lora_rank")
     lin, mult = linears(s), (s["experts"] or 1)
     per_layer = sum(
         rank * (lin[t][0] + lin[t][1]) * (mult if t in ("gate_proj", "up_proj", "down_proj") else 1)
@@ -203,8 +210,7 @@ def model_states(
 
 
 def activations(config: dict[str, Any], s: dict[str, Any], *, w: int, method: str) -> dict[str, int]:
-    b = int(number(lf_value(config, "per_device_train_batch_size")) or 1)
-    seq = int(number(lf_value(config, "cutoff_len")) or 2048)
+    b, seq = _int(config, "per_device_train_batch_size"), _int(config, "cutoff_len")
     h, i = s["hidden"], (s["moe_intermediate"] if s["experts"] else s["intermediate"])
     qkv = (s["heads"] + 2 * s["kv_heads"]) * s["head_dim"]
     full_layer = w * seq * b * (6 * h + qkv + 4 * i)

@@ -46,8 +46,10 @@ OWNED = {"output_dir", "deepspeed"}
 SUBFOLDER_KEYS = {"adapter_folder"}
 # `dataset_dir: ONLINE` makes these names hub ids or any local path (load_dataset decides).
 DATASET_NAME_KEYS = ("dataset", "eval_dataset")
-CODE_SCAN_MAX = 20000  # files looked at for .py in one model folder
-CONFIG_JSON_MAX = 16 << 20
+# Files looked at for .py in one model folder: a bound on the cost of a check that fails closed (a
+# bigger folder is refused unchecked), so 19999 or 20001 would serve as well as the round number.
+CODE_SCAN_MAX = 20000  # pragma: no mutate
+CONFIG_JSON_MAX = 16 << 20  # a *config.json larger than this is refused unread
 
 
 @dataclass(frozen=True)
@@ -369,27 +371,32 @@ class _Checker:
             )
 
 
-def code_in(folder: Path, read: Callable[[Path], Any] = read_json) -> str | None:
+def code_in(
+    folder: Path, read: Callable[[Path], Any] = read_json, *, max_files: int = CODE_SCAN_MAX
+) -> str | None:
     """Why transformers would import Python from this model folder, or None when it would not."""
     if not folder.is_dir():
         return None  # nothing to import; loading fails on its own
     try:
         for cfg in sorted(folder.glob("*config.json")):
-            if cfg.is_file() and cfg.stat().st_size <= CONFIG_JSON_MAX:
-                try:
-                    data = read(cfg)
-                except (OSError, ValueError):
-                    continue
-                if isinstance(data, dict) and data.get("auto_map"):
-                    return f"{cfg} has auto_map"
+            if not cfg.is_file():
+                continue
+            if cfg.stat().st_size > CONFIG_JSON_MAX:  # transformers would still read its auto_map
+                return f"{cfg} is larger than {CONFIG_JSON_MAX} bytes; it was not checked"
+            try:
+                data = read(cfg)
+            except (OSError, ValueError):
+                continue  # transformers cannot read it either, so it loads no code from it
+            if isinstance(data, dict) and data.get("auto_map"):
+                return f"{cfg} has auto_map"
         seen = 0
         for root, dirs, files in os.walk(folder):
             for f in files:
                 if f.endswith(".py"):
                     return f"{Path(root) / f} is Python"
             seen += len(files) + len(dirs)
-            if seen > CODE_SCAN_MAX:
-                return f"{folder} holds more than {CODE_SCAN_MAX} files; not all were checked"
+            if seen > max_files:
+                return f"{folder} holds more than {max_files} files; not all were checked"
     except OSError as e:
         return f"{folder} could not be read ({e.strerror or e})"
     return None

@@ -4,6 +4,7 @@ check here fails on a mutant that every corpus test let through."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -129,3 +130,60 @@ def test_a_wide_rise_that_falls_below_where_it_rose_from_is_no_spike(after):
     y[50:] = [40.0] * 30  # back to its level: a spike
     mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
     assert "vram_spike" in {f.kind for f in analyze(Series(memory=mem, devices=[0]))}
+
+
+def test_allocator_flushes_stay_open_only_while_they_keep_coming():
+    line = "[rank0]: {} pytorch allocator cache flushes since last step. this happens when ..."
+    logs = [(T0 + k, line.format(n)) for k, n in enumerate((3, 5, 2))]
+    s = Series(logs=logs, devices=[0], now=T0 + 10)
+    (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
+    assert not f.open and f.count == 3 and "up to 5 per step" in f.message  # the run has ended
+    s.running = True
+    (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
+    assert f.open
+    s.now = T0 + 2 + 301  # no flush for longer than the 300 s hold
+    (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
+    assert not f.open
+
+
+def test_a_stuck_loss_is_told_against_ninety_percent_of_its_start():
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=2.0) for k in range(30)])
+    (f,) = [f for f in analyze(s) if f.kind == "loss_stuck"]
+    assert "not below 90% of where the run began (2)" in f.message
+
+
+def test_a_divergence_from_a_loss_of_zero_is_told_without_a_ratio():
+    y = [0.0] * 10 + [0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
+    (f,) = [f for f in analyze(s) if f.kind == "loss_divergence"]
+    assert f.message == "loss diverging: 5.5 from 0"  # no "×" against a minimum of 0
+
+
+def test_an_oom_is_placed_on_the_gpu_its_first_message_names():
+    logs = [
+        (T0 + 1, "torch.OutOfMemoryError: CUDA out of memory. GPU 1 has a total capacity of 79.3 GiB"),
+        (T0 + 2, "torch.OutOfMemoryError: CUDA out of memory. GPU 0 has a total capacity of 79.3 GiB"),
+    ]
+    (f,) = [f for f in analyze(Series(logs=logs, devices=[4, 5])) if f.kind == "oom"]
+    assert f.gpu == 5 and f.count == 2  # the job's local GPU 1 is the node's GPU 5
+
+
+@pytest.mark.parametrize(
+    ("losses", "first", "still"),
+    [([2.0, 1.9, math.nan, 1.8], 3, False), ([2.0, 1.9, 1.8, math.nan], 4, True)],
+)
+def test_a_nan_loss_stays_open_only_while_the_loss_is_still_nan(losses, first, still):
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(losses)], running=True)
+    (f,) = [f for f in analyze(s) if f.kind == "loss_nan"]
+    assert f.open is still and f.step == first
+
+
+def test_a_plateau_is_told_with_its_own_span():
+    # A climb to 40 GiB, then 40 GiB ± 50 MiB of noise: the flat stretch after warm-up.
+    rng = np.random.default_rng(5)
+    y = np.concatenate([np.linspace(5, 40, 30), 40 + rng.uniform(-0.05, 0.05, 570)])
+    mem = {0: [(T0 + i, int(v * GiB), 192 * GiB) for i, v in enumerate(y)]}
+    (f,) = [f for f in analyze(Series(memory=mem, devices=[0])) if f.kind == "vram_plateau"]
+    start, end = f.times
+    m = re.search(r"stayed within [\d.]+ [GM]iB for (\d+) s", f.message)
+    assert m and int(m[1]) == round(end - start) and end == T0 + len(y) - 1, f.message

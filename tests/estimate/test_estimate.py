@@ -73,6 +73,38 @@ def test_parameter_counts_by_hand():
     ) == (608, "freeze")
 
 
+def test_unset_and_zero_values_are_taken_as_llamafactory_takes_them():
+    """An unset key is LLaMA-Factory's default (lora_rank 8, freeze_trainable_layers 2); a 0 is a 0."""
+    s = est.shapes(TOY)
+    counts = est.count_params(s)
+    lora_in_out = 2 * 128  # per-layer in+out of the 7 linears (TOY_LORA's 256 at rank 2), 2 layers
+    assert est.trainable_params({"finetuning_type": "lora"}, s, counts) == (8 * lora_in_out, "lora")
+    freeze = {"finetuning_type": "freeze"}
+    assert est.trainable_params(freeze, s, counts)[0] == 2 * 608
+    # LLaMA-Factory trains the last n layers, or the first -n; 0 trains none (model/adapter.py).
+    for n, layers in ((0, 0), (-1, 1), (1, 1), (5, 2), (-5, 2)):
+        assert est.trainable_params({**freeze, "freeze_trainable_layers": n}, s, counts)[0] == layers * 608, n
+    for method, key in (("freeze", "freeze_trainable_layers"), ("lora", "lora_rank"), ("lora", "cutoff_len")):
+        with pytest.raises(TypeError):  # no number, no estimate
+            est.estimate(model_config=TOY, config={"finetuning_type": method, key: "many"}, ds=None, gpus=0)
+
+
+def test_lora_dropout_keeps_each_targets_input_once_more():
+    """With dropout, LoRA keeps its dropped-out copy of every target's input (s·b·in at 2 bytes) for
+    the one layer held in full: the inputs of q, k, v, o, gate, up (8 each) and down (16) sum to 64."""
+    config = {**TOY_LORA, "per_device_train_batch_size": 2}
+    plain = est.estimate(model_config=TOY, config=config, ds=None, gpus=1)["breakdown"]["activations"]
+    dropped = est.estimate(model_config=TOY, config={**config, "lora_dropout": 0.1}, ds=None, gpus=1)
+    assert dropped["breakdown"]["activations"] - plain == 2 * 4 * 2 * 64
+
+
+def test_one_gpu_counts_the_device_runtime_and_the_cpu_its_own():
+    e = est.estimate(model_config=TOY, config=TOY_LORA, ds=None, gpus=1, cpu_runtime_bytes=12345)
+    assert e["breakdown"]["runtime"] == est.RUNTIME_GPU
+    e = est.estimate(model_config=TOY, config=TOY_LORA, ds=None, gpus=0, cpu_runtime_bytes=12345)
+    assert e["breakdown"]["runtime"] == 12345
+
+
 def test_parameter_count_matches_the_real_weights(assets):
     """The tiny demo model: shapes from config.json against the tensors in its safetensors file."""
     model = assets / "demo" / "model"

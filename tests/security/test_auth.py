@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import stat
 import subprocess
 import sys
 
 import httpx
+import pytest
+from sqlmodel import Session
+from starlette.requests import Request
 
 from tests.conftest import Server, demo_config
 from tests.utils.factories import create_token
+from tunedeck import auth
+from tunedeck.auth import AuthError, Principal, Role
+from tunedeck.config import Settings
+from tunedeck.db import make_engine, upgrade
 
 
 def cli(workspace, *args: str) -> subprocess.CompletedProcess:  # noqa: ANN001
@@ -27,6 +36,192 @@ def token(workspace, name: str, role: str) -> str:  # noqa: ANN001
 
 def bearer(tok: str) -> dict:
     return {"Authorization": f"Bearer {tok}"}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """One migrated SQLite file for the unit tests below; each uses its own token names."""
+    e = make_engine(tmp_path_factory.mktemp("auth") / "tunedeck.db")
+    upgrade(e)
+    yield e
+    e.dispose()
+
+
+def request(method: str, path: str, *, query: str = "", authorization: str | None = None) -> Request:
+    """A request as Starlette hands it to the middleware."""
+    headers = [(b"authorization", authorization.encode())] if authorization is not None else []
+    return Request(
+        {"type": "http", "method": method, "path": path, "query_string": query.encode(), "headers": headers}
+    )
+
+
+def who(req: Request, settings: Settings, engine) -> Principal | None:  # noqa: ANN001
+    return asyncio.run(auth.principal_for(req, settings, engine))
+
+
+def refused(req: Request, settings: Settings, engine) -> tuple[int, str]:  # noqa: ANN001
+    with pytest.raises(AuthError) as e:
+        who(req, settings, engine)
+    return e.value.status, str(e.value)
+
+
+def test_roles_are_ordered_viewer_submitter_admin():
+    assert Role.viewer.rank < Role.submitter.rank < Role.admin.rank
+
+
+def test_token_names_values_and_revocation(engine):
+    with Session(engine) as s:
+        for bad in ("", "-lead", "a b", "a/b", "x" * 65, "é"):
+            with pytest.raises(ValueError, match="name"):
+                auth.create_token(s, name=bad, role=Role.viewer)
+        longest = auth.create_token(s, name="n" * 64, role=Role.viewer)
+        value = auth.create_token(s, name="carol.b@team-1_x", role=Role.submitter)
+        with pytest.raises(ValueError, match="active token named"):
+            auth.create_token(s, name="carol.b@team-1_x", role=Role.admin)
+        assert value.startswith("tdk_") and len(value) > 40
+        stored = {t.name: t.token_hash for t in auth.list_tokens(s)}
+        assert stored["carol.b@team-1_x"] == auth.hash_token(value) != value
+    assert auth.authenticate(engine, longest) == Principal("n" * 64, Role.viewer)
+    assert auth.authenticate(engine, value) == Principal("carol.b@team-1_x", Role.submitter)
+    assert auth.authenticate(engine, value + "x") is None
+    with Session(engine) as s:
+        assert auth.revoke_token(s, name="carol.b@team-1_x") == 1
+        assert auth.revoke_token(s, name="carol.b@team-1_x") == 0
+        again = auth.create_token(s, name="carol.b@team-1_x", role=Role.viewer)  # the name is free again
+    assert auth.authenticate(engine, value) is None
+    assert auth.authenticate(engine, again) == Principal("carol.b@team-1_x", Role.viewer)
+
+
+def test_the_first_admin_token_is_written_once_and_never_revived(tmp_path):
+    engine = make_engine(tmp_path / "tunedeck.db")
+    upgrade(engine)
+    create_token(engine, "admin", "submitter")  # the usual name is taken, by someone else
+    path = tmp_path / "secret" / "admin_token"
+    assert "created an admin token" in auth.ensure_admin(engine, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    token = path.read_text().strip()
+    assert auth.authenticate(engine, token) == Principal("admin-2", Role.admin)
+    assert auth.ensure_admin(engine, path) is None  # an admin is active: nothing to do
+    with Session(engine) as s:
+        auth.revoke_token(s, name="admin-2")
+    assert "not registered again" in auth.ensure_admin(engine, path)
+    assert auth.authenticate(engine, token) is None
+    short = tmp_path / "short"
+    short.write_text("x" * 19 + "\n")
+    with pytest.raises(RuntimeError, match="19 characters"):
+        auth.ensure_admin(engine, short)
+    chosen = tmp_path / "chosen"
+    chosen.write_text("y" * 20 + "\n")  # 20 characters is enough
+    assert "registered the admin token" in auth.ensure_admin(engine, chosen)
+    assert auth.authenticate(engine, "y" * 20) == Principal("admin-2", Role.admin)
+    engine.dispose()
+
+
+def test_a_link_in_place_of_the_admin_token_file_is_not_followed(tmp_path):
+    """Whoever can write next to the token file must not get the new admin token written elsewhere."""
+    engine = make_engine(tmp_path / "tunedeck.db")
+    upgrade(engine)
+    path, elsewhere = tmp_path / "admin_token", tmp_path / "shared" / "stolen"
+    elsewhere.parent.mkdir()
+    path.symlink_to(elsewhere)  # a link to a file that does not exist yet
+    with pytest.raises(FileExistsError):
+        auth.ensure_admin(engine, path)
+    assert not elsewhere.exists()
+    path.unlink()  # in a folder that exists already
+    assert "created an admin token" in auth.ensure_admin(engine, path)
+    assert auth.authenticate(engine, path.read_text().strip()) == Principal("admin", Role.admin)
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "host, safe",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.1.2.3", False),
+        ("::", False),
+        ("box.example.org", False),
+    ],
+)
+def test_open_writes_are_refused_off_loopback(host, safe):
+    why = auth.writes_are_safe(Settings(host=host, open_write=True))
+    assert (why is None) == safe, why
+    if not safe:
+        assert host in why and "TUNEDECK_OPEN_WRITE=false" in why
+    assert auth.writes_are_safe(Settings(host=host, open_write=False)) is None
+
+
+def test_the_guard_by_route_method_and_role(engine):
+    closed = Settings(open_read=False, open_write=False)
+    tokens = {r: create_token(engine, f"guard-{r}", r) for r in ("viewer", "submitter", "admin")}
+    bearer_of = {r: f"Bearer {t}" for r, t in tokens.items()}
+    assert refused(request("GET", "/api/jobs"), closed, engine)[0] == 401
+    assert refused(request("GET", "/metrics"), closed, engine)[0] == 401
+    for method in ("GET", "HEAD", "OPTIONS"):
+        got = who(request(method, "/api/jobs", authorization=bearer_of["viewer"]), closed, engine)
+        assert got == Principal("guard-viewer", Role.viewer)
+    assert who(request("GET", "/api/jobs", authorization="bearer " + tokens["viewer"]), closed, engine)
+    assert (
+        refused(request("GET", "/api/jobs", authorization="Basic " + tokens["admin"]), closed, engine)[0]
+        == 401
+    )
+    assert refused(request("GET", "/api/jobs", authorization="Bearer tdk_forged"), closed, engine) == (
+        401,
+        "invalid or revoked token",
+    )
+    # Outside the API (pages, assets) and the exempt routes answer anyone; a runner's own token is
+    # checked by its route, never looked up among people's tokens.
+    assert who(request("GET", "/"), closed, engine) is None
+    assert who(request("GET", "/api/health"), closed, engine) is None
+    assert (
+        who(request("POST", "/api/jobs/7/telemetry", authorization="Bearer runner"), closed, engine) is None
+    )
+    assert refused(request("GET", "/api/health/x"), closed, engine)[0] == 401
+    # Writes: no token 401, a viewer 403, a submitter or an admin passes.
+    assert refused(request("POST", "/api/jobs"), closed, engine)[0] == 401
+    status, msg = refused(request("POST", "/api/jobs", authorization=bearer_of["viewer"]), closed, engine)
+    assert status == 403 and "viewer" in msg
+    for role in ("submitter", "admin"):
+        got = who(request("POST", "/api/jobs/3/cancel", authorization=bearer_of[role]), closed, engine)
+        assert got == Principal(f"guard-{role}", Role(role))
+    # Asking without changing anything is reading.
+    assert who(request("POST", "/api/lint", authorization=bearer_of["viewer"]), closed, engine)
+    assert refused(request("POST", "/api/lint"), closed, engine)[0] == 401
+    assert (
+        refused(request("POST", "/api/lint/x", authorization=bearer_of["viewer"]), closed, engine)[0] == 403
+    )
+    # The stream alone takes the token in the query (EventSource sends no headers), and only on GET.
+    q = f"access_token={tokens['viewer']}"
+    assert who(request("GET", "/api/stream", query=q), closed, engine) == Principal(
+        "guard-viewer", Role.viewer
+    )
+    assert refused(request("GET", "/api/jobs", query=q), closed, engine)[0] == 401
+    assert refused(request("POST", "/api/stream", query=q), closed, engine)[0] == 401
+
+
+def test_open_settings_let_anyone_through_but_still_check_a_given_token(engine):
+    open_ = Settings(open_read=True, open_write=True)
+    assert who(request("GET", "/api/jobs"), open_, engine) is None
+    assert who(request("POST", "/api/jobs"), open_, engine) is None
+    assert refused(request("POST", "/api/jobs", authorization="Bearer tdk_forged"), open_, engine)[0] == 401
+    reads_open = Settings(open_read=True, open_write=False)
+    assert who(request("GET", "/api/jobs"), reads_open, engine) is None
+    assert refused(request("POST", "/api/jobs"), reads_open, engine)[0] == 401
+
+
+def test_who_may_cancel_a_job():
+    open_, closed = Settings(open_write=True), Settings(open_write=False)
+    alice, bob = Principal("alice", Role.submitter), Principal("bob", Role.submitter)
+    assert auth.may_cancel(None, "alice", open_) and not auth.may_cancel(None, "alice", closed)
+    assert auth.may_cancel(alice, "alice", closed) and not auth.may_cancel(bob, "alice", closed)
+    assert not auth.may_cancel(alice, "bob", closed)
+    assert not auth.may_cancel(bob, "alice", open_)  # open writes do not let a teammate cancel by token
+    assert auth.may_cancel(Principal("root", Role.admin), "alice", closed)
+    assert not auth.may_cancel(Principal("alice", Role.viewer), "alice", closed)
 
 
 def test_roles_and_ownership(app_factory, assets, tmp_path):

@@ -3,6 +3,7 @@ tables is confined, network keys and hub ids need a setting, remote code is refu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -266,6 +267,31 @@ def test_deepspeed_paths_outside_the_table_are_found_by_name(ws, tmp_path):
     ) in errs
 
 
+def test_keys_before_a_path_key_do_not_end_the_check(ws, tmp_path):
+    """tunedeck's own keys and null values are passed over, not taken as the end of the config."""
+    outside = str(tmp_path / "outside")
+    for first in ({"output_dir": "anything"}, {"tokenized_path": None}):
+        errs = errors(
+            lambda first=first: prepare(spec(**first, export_dir=outside), settings=settings(ws), node_gpus=0)
+        )
+        assert ("config", "export_dir") in errs, first
+
+
+def test_only_dataset_dir_takes_online_and_remote(ws):
+    """`ONLINE` names a hub mode for dataset_dir alone; for any other path key it is a folder name."""
+    p = prepare(
+        spec(export_dir="ONLINE", tokenized_path="REMOTE:org/set"), settings=settings(ws), node_gpus=0
+    )
+    assert p.config["export_dir"] == str(ws / "ONLINE")
+    assert p.config["tokenized_path"] == str(ws / "REMOTE:org" / "set")
+
+
+def test_the_cached_key_tables_cannot_be_changed_by_a_check():
+    key = next(iter(reach.lf_path_keys().values()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        key.hub = not key.hub  # shared by every later check (lru_cache)
+
+
 def test_the_submitted_spec_is_not_rewritten(ws):
     ds = {"tensorboard": {"enabled": True, "output_path": "tb"}}
     s = JobSpec(name="t", config=spec(offload_folder="off").config, deepspeed=ds)
@@ -338,8 +364,17 @@ def test_network_keys_need_the_setting(ws, key, value):
     errs = errors(lambda: prepare(spec(**{key: value}), settings=settings(ws), node_gpus=0))
     e = errs[("config", key)]
     assert e["code"] == "LF012" and "TUNEDECK_ALLOW_NETWORK_KEYS" in e["msg"], e
+    assert f"fix: remove `{key}`" in e["msg"]  # the fix names the key, not the section it sits in
     allowed = settings(ws, allow_network_keys=True, allow_hub=True)
     assert prepare(spec(**{key: value}), settings=allowed, node_gpus=0).config[key] == value
+
+
+def test_a_url_is_named_by_its_scheme_alone(ws):
+    """The message says what kind of address it is without echoing the address (it may carry a key)."""
+    url = "https://user:secret@example.com/gen.json"
+    errs = errors(lambda: prepare(spec(generation_config=url), settings=settings(ws), node_gpus=0))
+    msg = errs[("config", "generation_config")]["msg"]
+    assert "`generation_config` is a URL (https://...)" in msg and "secret" not in msg
 
 
 def test_every_network_key_of_the_table_is_refused(ws):
@@ -351,6 +386,13 @@ def test_every_network_key_of_the_table_is_refused(ws):
             lambda key=key, value=value: prepare(spec(**{key: value}), settings=settings(ws), node_gpus=0)
         )
         assert errs[("config", key)]["code"] == "LF012", key
+
+
+def test_a_switch_written_as_text_is_read_as_llamafactory_reads_it(ws):
+    """`use_swanlab: "false"` is off (HfArgumentParser reads the text as a bool), so it needs no setting."""
+    prepare(spec(use_swanlab="false"), settings=settings(ws), node_gpus=0)
+    errs = errors(lambda: prepare(spec(use_swanlab="true"), settings=settings(ws), node_gpus=0))
+    assert errs[("config", "use_swanlab")]["code"] == "LF012"
 
 
 def test_local_reporting_and_local_modes_pass(ws):
@@ -377,6 +419,7 @@ def test_deepspeed_monitors_that_send_out_need_the_setting(ws, section):
         )
     )
     assert errs[("deepspeed", section, "enabled")]["code"] == "DS010"
+    assert "fix: remove `enabled`" in errs[("deepspeed", section, "enabled")]["msg"]
     prepare(
         JobSpec(name="t", config=spec().config, deepspeed=ds),
         settings=settings(ws, allow_network_keys=True),
@@ -395,6 +438,13 @@ def test_hub_models_must_be_in_the_cache_while_runs_are_offline(ws, tmp_path):
     )
     e = errs[("config", "model_name_or_path")]
     assert e["code"] == "LF013" and "TUNEDECK_ALLOW_HUB" in e["msg"]
+    # The fix downloads into a workspace folder named after the repository, not its owner.
+    assert (
+        f"hf download Qwen/Qwen2-7B-Instruct --local-dir {ws / 'models' / 'Qwen2-7B-Instruct'}`" in e["msg"]
+    )
+    errs = errors(lambda: prepare(spec(dataset_dir="REMOTE:org/set"), settings=settings(ws), node_gpus=0))
+    dataset_fix = f"hf download org/set --repo-type dataset --local-dir {ws / 'datasets' / 'set'}`"
+    assert dataset_fix in errs[("config", "dataset_dir")]["msg"]
     cached(tmp_path / "hf" / "hub", "Qwen/Qwen2-7B-Instruct", config__json=QWEN2)
     p = prepare(spec(model_name_or_path="Qwen/Qwen2-7B-Instruct"), settings=settings(ws), node_gpus=0)
     assert p.config["model_name_or_path"] == "Qwen/Qwen2-7B-Instruct"
@@ -461,6 +511,48 @@ def test_trust_remote_code_without_code_is_accepted_with_a_note(ws):
     prepare(s, settings=settings(ws), node_gpus=0)
     (note,) = [f for f in lint_spec(s, settings=settings(ws)) if f["code"] == "LF009"]
     assert note["severity"] == "info" and note["path"] == "config.trust_remote_code"
+
+
+def test_a_config_too_large_to_read_is_refused_unread(ws):
+    """A *config.json is read up to 16 MiB; a larger one, whose auto_map transformers would still
+    follow, is refused rather than passed over."""
+    mib16 = 16 * 1024 * 1024
+    model = model_with(ws, "big")
+
+    def tokenizer_config(content: dict, size: int) -> None:
+        text = json.dumps(content)
+        (ws / model / "tokenizer_config.json").write_text(text + " " * (size - len(text)))
+
+    tokenizer_config({"tokenizer_class": "Qwen2Tokenizer"}, mib16)
+    s = spec(model_name_or_path=model, trust_remote_code=True)
+    prepare(s, settings=settings(ws), node_gpus=0)
+    assert "LF009" in {f["code"] for f in lint_spec(s, settings=settings(ws))}
+    tokenizer_config({"auto_map": {"AutoTokenizer": ["evil.T", None]}}, mib16 + 1)
+    e = errors(lambda: prepare(s, settings=settings(ws), node_gpus=0))[("config", "trust_remote_code")]
+    assert e["code"] == "LF010" and "it was not checked" in e["msg"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem")
+def test_a_config_file_that_cannot_be_read_is_passed_over(ws):
+    """transformers cannot read it either, so it loads no code from it: the rest of the folder decides."""
+    model = model_with(ws, "odd")
+    (ws / model / "generation_config.json").symlink_to("/proc/self/mem")  # reading it fails (EIO)
+    s = spec(model_name_or_path=model, trust_remote_code=True)
+    prepare(s, settings=settings(ws), node_gpus=0)
+    assert "LF009" in {f["code"] for f in lint_spec(s, settings=settings(ws))}
+    (ws / model / "sub").mkdir()
+    (ws / model / "sub" / "modeling_odd.py").write_text("import os\n")  # code one folder down
+    assert errors(lambda: prepare(s, settings=settings(ws), node_gpus=0))[("config", "trust_remote_code")]
+
+
+def test_a_model_folder_too_big_to_scan_is_refused_unchecked(ws):
+    folder = ws / "models" / "many"
+    (folder / "sub").mkdir(parents=True)
+    for i in range(2):
+        (folder / f"shard-{i}.safetensors").write_bytes(b"")
+    assert reach.code_in(folder, max_files=3) is None  # 2 files and a folder: 3 entries
+    (folder / "extra").write_bytes(b"")
+    assert reach.code_in(folder, max_files=3) == f"{folder} holds more than 3 files; not all were checked"
 
 
 def test_the_seed_yaml_is_accepted_when_its_model_has_no_code(ws, tmp_path):
