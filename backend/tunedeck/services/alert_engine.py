@@ -34,6 +34,7 @@ LOG_PATTERNS = (
 MEMORY, METRICS, LOGS = MemorySample.__table__, MetricPoint.__table__, LogLine.__table__
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
+SPIKES = ("vram_spike", "vram_periodic_spikes")  # alerted as they rise, withdrawn when the rise stays up
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -295,8 +296,12 @@ def reconcile(
     seen = set()
     for f in findings:
         key = (f.kind, f.gpu)
-        seen.add(key)
         row = latest.get(key)
+        if row is not None and f.kind in SPIKES and f.t < row.first_t:
+            # Every occurrence of this episode was withdrawn (a spike alerted as it rose that stayed up:
+            # a level change): it closes; the older ones were another episode's.
+            continue
+        seen.add(key)
         is_open = f.open and not finished
         fields = {
             "severity": f.severity,
@@ -314,7 +319,9 @@ def reconcile(
             first, count = (f.first, f.count) if row is None else (times[0], len(times))
             row = Alert(job_id=job_id, kind=f.kind, gpu=f.gpu, first_t=first, count=count, **fields)
             new.append(row)
-        elif row.open or f.t > row.last_t:
+        elif row.open or f.t > row.last_t or (is_open and f.t == row.last_t):
+            # (The last: an episode whose finding went away and came back, as a spike alerted on its
+            # rise does when it turns out wider than MAX_SPIKE samples and then comes back down.)
             if f.complete or f.times[0] < row.first_t:  # the kept times reach back to the episode's start
                 count = sum(1 for t in f.times if t >= row.first_t)
             else:  # it began before them: add the occurrences since the last update
