@@ -5,6 +5,7 @@ withdrawn and its alert closes; one wider than a short spike that then comes bac
 from __future__ import annotations
 
 import numpy as np
+from sqlalchemy import text
 from sqlmodel import Session, col, select
 
 from tests.alerts.corpus import T0, TOTAL
@@ -108,3 +109,43 @@ def test_the_alert_opens_on_the_rise_closes_on_a_level_change_and_reopens_when_i
     rows = upto(310)
     assert len(rows) == 2 and rows[1].open and rows[1].count == 1  # ... back down: the same episode
     assert rows[1].first_t == rows[1].last_t == T0 + 300 and "lasted 10 s" in rows[1].message
+
+
+def test_a_change_to_an_open_alert_reaches_the_streams(tmp_path):
+    """A second spike in the same episode changes the open alert (its count and message): the job goes
+    into job_changes (live streams send it) and the engine's listener hears of it at once."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    y = flat(200)
+    y[150] += 30 * GiB
+    y[170] += 30 * GiB
+    mem = {0: [(T0 + i, int(v), TOTAL) for i, v in enumerate(y)]}
+    job_id = new_job(engine, Series(memory=mem, config={}, devices=[0], running=True))
+    tracker = alerts.Tracker(engine, Limits())
+    told: list[set[int]] = []
+
+    def upto(lo: int, hi: int) -> tuple[list[Alert], int]:
+        rows = [
+            {
+                "job_id": job_id,
+                "line": k,
+                "t": T0 + k,
+                "gpu": 0,
+                "used_bytes": int(y[k]),
+                "total_bytes": TOTAL,
+            }
+            for k in range(lo, hi + 1)
+        ]
+        with engine.begin() as conn:
+            conn.execute(MemorySample.__table__.insert(), rows)
+        tracker.evaluate(job_id, now=T0 + hi, on_closed=told.append)
+        with Session(engine) as s:
+            seq = s.exec(text("SELECT seq FROM job_changes WHERE job_id = :j").bindparams(j=job_id)).one()[0]
+            return list(s.exec(select(Alert).where(Alert.kind == "vram_spike"))), seq
+
+    (a,), seq = upto(0, 160)
+    assert a.open and a.count == 1 and not told
+    (a,), again = upto(161, 169)
+    assert again == seq and not told  # nothing changed: nothing told
+    (a,), after = upto(170, 171)
+    assert a.open and a.count == 2 and after > seq and told == [{job_id}]

@@ -245,7 +245,7 @@ class Tracker:
         on_closed: Callable[[set[int]], None] | None = None,
     ) -> list[Alert]:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now.
-        `on_closed` hears of the job when any of its alerts closed (after the commit)."""
+        `on_closed` hears of the job when any of its alerts closed or changed (after the commit)."""
         self.pull()
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
@@ -256,13 +256,15 @@ class Tracker:
             st.fresh = False
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
-            closed: list[Alert] = []
-            new = reconcile(session, job_id, findings, finished=job.status.finished, closed=closed)
+            moved: list[Alert] = []  # closed or changed: the job's open pages read its alerts again
+            new = reconcile(
+                session, job_id, findings, finished=job.status.finished, closed=moved, changed=moved
+            )
             if job.status.finished:  # nothing more comes; a late row builds it again
                 self.jobs.pop(job_id, None)
             if new and on_new:
                 on_new(job, new)
-            if closed and on_closed:
+            if moved and on_closed:
                 on_closed({job_id})
             return new
 
@@ -283,16 +285,18 @@ def reconcile(
     *,
     finished: bool,
     closed: list[Alert] | None = None,
+    changed: list[Alert] | None = None,
 ) -> list[Alert]:
     """Store findings as alerts: update the episode that is open (or recomputed), open a new one when
     a closed condition recurs, close what no longer holds. Returns the alerts opened now; those closed
-    now are appended to `closed`."""
+    now are appended to `closed`, open ones whose count, message or severity changed to `changed`."""
     was_open = {}
     latest: dict[tuple[str, int | None], Alert] = {}
     for a in session.exec(select(Alert).where(Alert.job_id == job_id).order_by(col(Alert.id))):
         latest[(a.kind, a.gpu)] = a
         was_open[a.id] = a.open
     new: list[Alert] = []
+    touched: list[Alert] = []
     seen = set()
     for f in findings:
         key = (f.kind, f.gpu)
@@ -326,9 +330,12 @@ def reconcile(
                 count = sum(1 for t in f.times if t >= row.first_t)
             else:  # it began before them: add the occurrences since the last update
                 count = row.count + sum(1 for t in f.times if t > row.last_t)
+            shown = (row.open, row.count, row.message, row.severity)
             for k, v in fields.items():
                 setattr(row, k, v)
             row.count = max(1, count)
+            if row.open and shown[0] and shown[1:] != (row.count, row.message, row.severity):
+                touched.append(row)
         else:
             continue
         session.add(row)
@@ -342,6 +349,8 @@ def reconcile(
         session.refresh(row)
     if closed is not None:
         closed += shut
+    if changed is not None:
+        changed += touched
     return new
 
 
@@ -385,8 +394,8 @@ class AlertEngine(Worker):
     ):
         super().__init__()
         self.engine, self.settings, self.on_new, self.sweep_s = engine, settings, on_new, sweep_s
-        # Told of jobs whose alerts closed, at once (the live streams: the stream watcher would see it
-        # only on its next poll).
+        # Told of jobs whose alerts closed or changed, at once (the live streams: the stream watcher
+        # would see it only on its next poll).
         self.on_closed: list[Callable[[set[int]], None]] = []
         self.interval_s = settings.alert_interval_s
         self.limits = limits_of(settings)
