@@ -8,32 +8,38 @@ from typing import Any
 from sqlalchemy import text
 from sqlmodel import Session, select
 
-from tunedeck.tables import EstimateCalibration, Job, MetricPoint
+from tunedeck.services import pyramid
+from tunedeck.tables import EstimateCalibration, Job
 
 GiB = 2**30
 
 
 def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     """The job's measured peak per GPU: sampled device memory if recorded, else LLaMA-Factory's
-    `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in."""
-    row = session.execute(
-        text(
-            "SELECT gpu, MAX(used_bytes), MAX(name) FROM memory_samples WHERE job_id = :j "
-            "GROUP BY gpu ORDER BY MAX(used_bytes) DESC LIMIT 1"
-        ),
-        {"j": job.id},
-    ).first()
+    `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in. Read from the
+    chart tiles' top level (a few rows, not a scan of a long run's samples; kept by retention too)."""
+    pyramid.current(session.get_bind())
+    top = (
+        "SELECT series, max(y_max) FROM chart_tiles WHERE job_id = :j AND level = :top AND series {} "
+        "GROUP BY series ORDER BY max(y_max) DESC LIMIT 1"
+    )
+    at = {"j": job.id, "top": pyramid.LEVELS}
+    row = session.execute(text(top.format("LIKE 'memory.%'")), at).first()
     if row is not None and row[1]:
-        kind = "cpu" if row[0] == -1 else (row[2] or "gpu")
+        gpu = int(row[0].split(".", 1)[1])
+        name = session.execute(
+            text("SELECT name FROM memory_samples WHERE job_id = :j AND gpu = :g ORDER BY t DESC LIMIT 1"),
+            {"j": job.id, "g": gpu},
+        ).scalar()
+        kind = "cpu" if gpu == -1 else (name or "gpu")
         return {"bytes": int(row[1]), "source": "memory_samples", "gpu_kind": kind}
-    peak = session.exec(
-        select(MetricPoint.vram_reserved)
-        .where(MetricPoint.job_id == job.id)
-        .order_by(MetricPoint.vram_reserved.desc())
-        .limit(1)
-    ).first()  # type: ignore[union-attr]
-    if peak is not None and peak > 0:
-        return {"bytes": int(peak * GiB), "source": "vram_reserved", "gpu_kind": "gpu" if job.gpus else "cpu"}
+    row = session.execute(text(top.format("= :s")), {**at, "s": pyramid.metric_key("vram_reserved")}).first()
+    if row is not None and row[1] > 0:
+        return {
+            "bytes": int(row[1] * GiB),
+            "source": "vram_reserved",
+            "gpu_kind": "gpu" if job.gpus else "cpu",
+        }
     return None
 
 
