@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlmodel import Session, select
 
-from tunedeck.services import pyramid
+from tunedeck.services import memory_charts, pyramid
 from tunedeck.tables import EstimateCalibration, Job
 
 GiB = 2**30
@@ -19,27 +19,20 @@ def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in. Read from the
     chart tiles' top level (a few rows, not a scan of a long run's samples; kept by retention too)."""
     pyramid.current(session.get_bind())
-    top = (
-        "SELECT series, max(y_max) FROM chart_tiles WHERE job_id = :j AND level = :top AND series {} "
-        "GROUP BY series ORDER BY max(y_max) DESC LIMIT 1"
-    )
+    # The whole key, one series at a time: a handful of rows (a LIKE on the series walks every tile).
+    top = "SELECT max(y_max) FROM chart_tiles WHERE job_id = :j AND series = :s AND level = :top"
     at = {"j": job.id, "top": pyramid.LEVELS}
-    row = session.execute(text(top.format("LIKE 'memory.%'")), at).first()
-    if row is not None and row[1]:
-        gpu = int(row[0].split(".", 1)[1])
-        name = session.execute(
-            text("SELECT name FROM memory_samples WHERE job_id = :j AND gpu = :g ORDER BY t DESC LIMIT 1"),
-            {"j": job.id, "g": gpu},
-        ).scalar()
-        kind = "cpu" if gpu == -1 else (name or "gpu")
-        return {"bytes": int(row[1]), "source": "memory_samples", "gpu_kind": kind}
-    row = session.execute(text(top.format("= :s")), {**at, "s": pyramid.metric_key("vram_reserved")}).first()
-    if row is not None and row[1] > 0:
-        return {
-            "bytes": int(row[1] * GiB),
-            "source": "vram_reserved",
-            "gpu_kind": "gpu" if job.gpus else "cpu",
-        }
+    peaks = [
+        (session.execute(text(top), {**at, "s": pyramid.memory_key(g.gpu)}).scalar(), g)
+        for g in memory_charts.gpus_of(session, job.id)
+    ]
+    peak, g = max(((p, g) for p, g in peaks if p is not None), key=lambda x: x[0], default=(None, None))
+    if peak:
+        kind = "cpu" if g.gpu == -1 else (g.name or "gpu")
+        return {"bytes": int(peak), "source": "memory_samples", "gpu_kind": kind}
+    peak = session.execute(text(top), {**at, "s": pyramid.metric_key("vram_reserved")}).scalar()
+    if peak is not None and peak > 0:
+        return {"bytes": int(peak * GiB), "source": "vram_reserved", "gpu_kind": "gpu" if job.gpus else "cpu"}
     return None
 
 
