@@ -113,7 +113,7 @@ def main() -> None:
 
                 playwright = sync_playwright().start()
                 browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-                view = browser.new_page()
+                view = browser.new_page(bypass_csp=True)  # wait_for_function evaluates a string
                 view.goto(f"{server.url}/jobs/{job['id']}")
                 view.wait_for_function("window.tunedeckReady === true", timeout=300_000)
                 view.evaluate(OBSERVE)
