@@ -1,4 +1,4 @@
-"""Time from a VRAM spike to its alert in the API, end to end on this machine.
+"""Time from a VRAM spike to its alert in the API and on the job page, end to end on this machine.
 
     TUNEDECK_TEST_ASSETS=/tmp/tdassets python bench/alert_latency.py    (SAMPLE_S=1.0 by default)
 
@@ -7,10 +7,11 @@ a flat 40 GiB line with one-poll spikes of +30 GiB at known read numbers (the st
 reads, 4 a sample interval) and logs the wall-clock time of each read. The script polls
 GET /api/jobs/{id}/alerts every 50 ms and prints, per spike, the seconds from the first read that
 saw it to the moment the API shows its alert (a real spike may begin up to one poll, a quarter of
-the interval, before that read). The path: the rest of the sampler interval holding the spike (the
-sample is the max of its polls, sent when the interval ends), the next sample, which confirms it
-came back down (the detector's design: a rise that stays up is a level change, not a spike), the
-ingest commit, the alert engine's pass, and the read. So the floor is one to two sample intervals.
+the interval, before that read), and the same to the moment an open job page (headless Chromium,
+PAGE=0 to skip) shows it. The path: the rest of the sampler interval holding the spike (the sample is
+the max of its polls, sent when the interval ends), the ingest commit, the alert engine's pass (it
+alerts on the sample that rose), and the read, or the stream's push to the page. So the floor is up
+to one sample interval.
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.conftest import PYTHON, Server, demo_config
+from tests.utils.browser import ARGS, CHROMIUM
 
 GiB = 1024**3
+# On the page: each time the alert list is drawn, what it shows, with the wall-clock time.
+OBSERVE = """() => {
+  window.shownAlerts = [];
+  const note = () => {
+    for (const a of window.tunedeck.alerts) window.shownAlerts.push([Date.now() / 1000, a.kind, a.t, a.count]);
+  };
+  new MutationObserver(note).observe(document.querySelector("#alerts"), { childList: true, subtree: true });
+}"""
 
 
 def main() -> None:
@@ -97,8 +107,26 @@ def main() -> None:
                         return float(t)
                 return None
 
+            browser = view = None
+            if os.environ.get("PAGE", "1") != "0" and CHROMIUM.exists():
+                from playwright.sync_api import sync_playwright
+
+                playwright = sync_playwright().start()
+                browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+                view = browser.new_page(bypass_csp=True)  # wait_for_function evaluates a string
+                view.goto(f"{server.url}/jobs/{job['id']}")
+                view.wait_for_function("window.tunedeckReady === true", timeout=300_000)
+                view.evaluate(OBSERVE)
             seen: dict[int, float] = {}
+            on_page: dict[int, float] = {}
             last: dict[str, tuple] = {}
+            shown: dict[str, tuple] = {}
+
+            def spike_of(t: float) -> int | None:
+                """The spike whose first read is nearest the sample an alert names."""
+                begun = [(k, r) for k, s in enumerate(spikes) if (r := first_read(s)) is not None]
+                return min(begun, key=lambda kr: abs(kr[1] - t))[0] if begun else None
+
             samples: list[tuple[float, int, float]] = []  # (t, used, first seen in the API)
             cursor = None
             deadline = time.time() + 600
@@ -122,10 +150,14 @@ def main() -> None:
                     if last.get(a["kind"]) == (a["t"], a["count"]):
                         continue
                     last[a["kind"]] = (a["t"], a["count"])
-                    begun = [(k, t) for k, s in enumerate(spikes) if (t := first_read(s)) is not None]
-                    if begun:  # the spike read nearest the sample the alert names
-                        k = min(begun, key=lambda kt: abs(kt[1] - a["t"]))[0]
+                    if (k := spike_of(a["t"])) is not None:
                         seen.setdefault(k, now)
+                if view is not None:
+                    for when, kind, t, count in view.evaluate("window.shownAlerts.splice(0)"):
+                        if kind in ("vram_spike", "vram_periodic_spikes") and shown.get(kind) != (t, count):
+                            shown[kind] = (t, count)
+                            if (k := spike_of(t)) is not None:
+                                on_page.setdefault(k, when)
                 time.sleep(0.05)
             server.api.post(f"/api/jobs/{job['id']}/cancel")
             print(f"sample interval {sample_s:g} s (max of 4 polls), alert interval 1 s")
@@ -147,10 +179,20 @@ def main() -> None:
                         else ""
                     )
                 )
-            if lat:
-                lat.sort()
-                p95 = lat[min(len(lat) - 1, round(0.95 * (len(lat) - 1)))]
-                print(f"spike -> alert: p50 {statistics.median(lat):.2f} s, p95 {p95:.2f} s, n={len(lat)}")
+            page_lat = [
+                on_page[k] - t0 for k, s in enumerate(spikes) if k in on_page and (t0 := first_read(s))
+            ]
+            for name, values in (("alert", lat), ("alert on the page", page_lat)):
+                if values:
+                    values.sort()
+                    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+                    print(
+                        f"spike -> {name}: p50 {statistics.median(values):.2f} s, p95 {p95:.2f} s, "
+                        f"n={len(values)}; load average {open('/proc/loadavg').read().split()[0]}"
+                    )
+            if browser is not None:
+                browser.close()
+                playwright.stop()
             server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)
         finally:
             server.stop()

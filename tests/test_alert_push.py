@@ -72,3 +72,37 @@ def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
     reader.join(timeout=120)
     (alert,) = [a for a in seen["alerts"] if a["kind"] == "vram_spike"]
     assert alert["gpu"] == 0 and alert["t"] == 1_800_000_100.0
+
+
+def test_an_open_job_page_shows_a_new_alert_from_the_stream_alone(server_factory, assets, page):
+    """The page draws the alert the stream sends: no request for the alert list on the way (here
+    every such request fails once the page is ready)."""
+    server = server_factory(
+        TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_STREAM_POLL_S="3600", TUNEDECK_STREAM_PING_S="3600"
+    )
+    job = server.submit({"name": "push-page", "config": demo_config(assets), "gpus": 0})["id"]
+    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
+        db.execute(
+            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            (hashlib.sha256(TOKEN.encode()).hexdigest(), job),
+        )
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+    def post(seq: int, memory: dict) -> None:
+        body = json.dumps({"seq": seq, "memory": memory})
+        r = server.api.post(f"/api/jobs/{job}/telemetry", content=body, headers=headers)
+        assert r.status_code == 200, r.text
+
+    base = [50 * GiB + (i % 7) * 0.01 * GiB for i in range(102)]
+    post(0, columns(0, base[:100]))
+    page.goto(f"{server.url}/jobs/{job}")
+    page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+    page.wait_for_function("window.tunedeck.mem.get(0)?.y.length >= 100", timeout=120_000)
+    assert page.locator('#alerts .alert-item[data-kind="vram_spike"]').count() == 0
+    page.route("**/api/jobs/*/alerts*", lambda route: route.abort())
+    base[100] += 30 * GiB  # one sample up, the next back down (the job is queued: not alerted as it rises)
+    post(1, columns(100, base[100:]))
+    item = page.locator('#alerts .alert-item[data-kind="vram_spike"]')
+    item.wait_for(timeout=120_000)
+    assert "+30.0 GiB above" in item.inner_text()
+    assert not page.errors

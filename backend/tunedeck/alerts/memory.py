@@ -303,18 +303,24 @@ class Gpu:
             *judged._plateau_findings(s, steps, lim, now, running),
         ]
 
-    def _not_eval(self, evals: Evals | None) -> tuple | None:
-        """The spikes that did not begin with or during an eval phase: (count, first, times, largest,
-        widest); None when none did. Within a few samples and a couple of steps: the start of a phase
-        is placed from the step pace when the step it followed was not logged."""
-        if evals is None or not len(evals[0][0]) or not self.records:
+    def _pending(self) -> list[tuple[float, float, float, bool, float]]:
+        """The excursions up for at most MAX_SPIKE samples, as spike records: each is a spike unless the
+        samples after it show a wider rise. Live, a spike is alerted on the sample that rose."""
+        return [(e.t0, e.peak, e.base, False, 0.0) for e in self._up if e.n <= MAX_SPIKE]
+
+    def _not_eval(self, records: list, count: int, evals: Evals | None) -> tuple | None:
+        """Of `records` (of `count` spikes), those that did not begin with or during an eval phase:
+        (count, first, times, largest, widest); None when none did. Within a few samples and a couple
+        of steps: the start of a phase is placed from the step pace when the step it followed was not
+        logged."""
+        if evals is None or not len(evals[0][0]) or not records:
             return None
         interval = (self.t_last - self.t_first) / max(1, self.n - 1)
         margin = 3 * interval + 2 * evals[1]
-        kept = [r for r in self.records if not in_phase(evals[0], r[0], margin)]
-        if len(kept) == len(self.records):
+        kept = [r for r in records if not in_phase(evals[0], r[0], margin)]
+        if len(kept) == len(records):
             return None
-        n = self.spikes.n - (len(self.records) - len(kept))
+        n = count - (len(records) - len(kept))
         if not kept:
             return 0, None, [], (0.0, 0.0, False), 0.0
         big = max(kept, key=lambda r: r[1] - r[2])
@@ -331,16 +337,27 @@ class Gpu:
         evals: Evals | None = None,
     ) -> list[Finding]:
         gpu, total = self.gpu, self.total or None
-        if not self.spikes.n:
+        pending = self._pending() if running else []
+        if not self.spikes.n and not pending:
             return []
-        count, first, times = self.spikes.n, self.spikes.first, self.spikes.times()
-        (peak, base, early), widest = self.largest, self.widest
-        cut = self._not_eval(evals)
+        records = sorted([*self.records, *pending])
+        count = self.spikes.n + len(pending)
+        first = self.spikes.first if self.spikes.n else records[0][0]
+        times = [r[0] for r in records]
+        peak, base, early = max([self.largest, *(r[1:4] for r in pending)], key=lambda r: r[0] - r[1])
+        widest = self.widest
+        cut = self._not_eval(records, count, evals)
         if cut is not None:
             count, first, times, (peak, base, early), widest = cut
             if not times:
                 return []
-        recent = running and now - times[-1] <= lim.hold_s
+        up = " (the newest is still up)" if any(r[0] in times for r in pending) else ""
+
+        def found(kind: str, msg: str, sug: str | None, change: dict | None) -> list[Finding]:
+            recent = running and now - times[-1] <= lim.hold_s
+            at = steps.step_at(times[-1])
+            return [Finding(kind, "warning", gpu, times, at, msg + up, sug, recent, count, first, change)]
+
         period = periodic(times)
         if period is None:
             msg = (
@@ -357,21 +374,7 @@ class Gpu:
                     f"a one-off peak: check the longest batches (cutoff_len {s.config.get('cutoff_len', '?')}); "
                     "if it recurs, "
                 )
-            return [
-                Finding(
-                    "vram_spike",
-                    "warning",
-                    gpu,
-                    times,
-                    steps.step_at(times[-1]),
-                    msg,
-                    sug + relief.text,
-                    recent,
-                    count,
-                    first,
-                    relief.change,
-                )
-            ]
+            return found("vram_spike", msg, sug + relief.text, relief.change)
         g = advice.ga(s)
         at = steps.at(times)
         every = ""
@@ -393,21 +396,7 @@ class Gpu:
             f"{device(gpu)}: {self.mem} spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "
             f"{count} spikes"
         )
-        return [
-            Finding(
-                "vram_periodic_spikes",
-                "warning",
-                gpu,
-                times,
-                steps.step_at(times[-1]),
-                msg,
-                sug,
-                recent,
-                count,
-                first,
-                change,
-            )
-        ]
+        return found("vram_periodic_spikes", msg, sug, change)
 
     def _near_findings(self, s: Series, steps: Steps, lim: Limits, running: bool) -> list[Finding]:
         total = self.total

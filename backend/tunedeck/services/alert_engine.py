@@ -34,6 +34,7 @@ LOG_PATTERNS = (
 MEMORY, METRICS, LOGS = MemorySample.__table__, MetricPoint.__table__, LogLine.__table__
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
+SPIKES = ("vram_spike", "vram_periodic_spikes")  # alerted as they rise, withdrawn when the rise stays up
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -244,7 +245,7 @@ class Tracker:
         on_closed: Callable[[set[int]], None] | None = None,
     ) -> list[Alert]:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now.
-        `on_closed` hears of the job when any of its alerts closed (after the commit)."""
+        `on_closed` hears of the job when any of its alerts closed or changed (after the commit)."""
         self.pull()
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
@@ -255,13 +256,15 @@ class Tracker:
             st.fresh = False
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
-            closed: list[Alert] = []
-            new = reconcile(session, job_id, findings, finished=job.status.finished, closed=closed)
+            moved: list[Alert] = []  # closed or changed: the job's open pages read its alerts again
+            new = reconcile(
+                session, job_id, findings, finished=job.status.finished, closed=moved, changed=moved
+            )
             if job.status.finished:  # nothing more comes; a late row builds it again
                 self.jobs.pop(job_id, None)
             if new and on_new:
                 on_new(job, new)
-            if closed and on_closed:
+            if moved and on_closed:
                 on_closed({job_id})
             return new
 
@@ -282,21 +285,27 @@ def reconcile(
     *,
     finished: bool,
     closed: list[Alert] | None = None,
+    changed: list[Alert] | None = None,
 ) -> list[Alert]:
     """Store findings as alerts: update the episode that is open (or recomputed), open a new one when
     a closed condition recurs, close what no longer holds. Returns the alerts opened now; those closed
-    now are appended to `closed`."""
+    now are appended to `closed`, open ones whose count, message or severity changed to `changed`."""
     was_open = {}
     latest: dict[tuple[str, int | None], Alert] = {}
     for a in session.exec(select(Alert).where(Alert.job_id == job_id).order_by(col(Alert.id))):
         latest[(a.kind, a.gpu)] = a
         was_open[a.id] = a.open
     new: list[Alert] = []
+    touched: list[Alert] = []
     seen = set()
     for f in findings:
         key = (f.kind, f.gpu)
-        seen.add(key)
         row = latest.get(key)
+        if row is not None and f.kind in SPIKES and f.t < row.first_t:
+            # Every occurrence of this episode was withdrawn (a spike alerted as it rose that stayed up:
+            # a level change): it closes; the older ones were another episode's.
+            continue
+        seen.add(key)
         is_open = f.open and not finished
         fields = {
             "severity": f.severity,
@@ -314,14 +323,19 @@ def reconcile(
             first, count = (f.first, f.count) if row is None else (times[0], len(times))
             row = Alert(job_id=job_id, kind=f.kind, gpu=f.gpu, first_t=first, count=count, **fields)
             new.append(row)
-        elif row.open or f.t > row.last_t:
+        elif row.open or f.t > row.last_t or (is_open and f.t == row.last_t):
+            # (The last: an episode whose finding went away and came back, as a spike alerted on its
+            # rise does when it turns out wider than MAX_SPIKE samples and then comes back down.)
             if f.complete or f.times[0] < row.first_t:  # the kept times reach back to the episode's start
                 count = sum(1 for t in f.times if t >= row.first_t)
             else:  # it began before them: add the occurrences since the last update
                 count = row.count + sum(1 for t in f.times if t > row.last_t)
+            shown = (row.open, row.count, row.message, row.severity)
             for k, v in fields.items():
                 setattr(row, k, v)
             row.count = max(1, count)
+            if row.open and shown[0] and shown[1:] != (row.count, row.message, row.severity):
+                touched.append(row)
         else:
             continue
         session.add(row)
@@ -335,6 +349,8 @@ def reconcile(
         session.refresh(row)
     if closed is not None:
         closed += shut
+    if changed is not None:
+        changed += touched
     return new
 
 
@@ -378,8 +394,8 @@ class AlertEngine(Worker):
     ):
         super().__init__()
         self.engine, self.settings, self.on_new, self.sweep_s = engine, settings, on_new, sweep_s
-        # Told of jobs whose alerts closed, at once (the live streams: the stream watcher would see it
-        # only on its next poll).
+        # Told of jobs whose alerts closed or changed, at once (the live streams: the stream watcher
+        # would see it only on its next poll).
         self.on_closed: list[Callable[[set[int]], None]] = []
         self.interval_s = settings.alert_interval_s
         self.limits = limits_of(settings)

@@ -8,30 +8,29 @@ from typing import Any
 from sqlalchemy import text
 from sqlmodel import Session, select
 
-from tunedeck.tables import EstimateCalibration, Job, MetricPoint
+from tunedeck.services import memory_charts, pyramid
+from tunedeck.tables import EstimateCalibration, Job
 
 GiB = 2**30
 
 
 def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     """The job's measured peak per GPU: sampled device memory if recorded, else LLaMA-Factory's
-    `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in."""
-    row = session.execute(
-        text(
-            "SELECT gpu, MAX(used_bytes), MAX(name) FROM memory_samples WHERE job_id = :j "
-            "GROUP BY gpu ORDER BY MAX(used_bytes) DESC LIMIT 1"
-        ),
-        {"j": job.id},
-    ).first()
-    if row is not None and row[1]:
-        kind = "cpu" if row[0] == -1 else (row[2] or "gpu")
-        return {"bytes": int(row[1]), "source": "memory_samples", "gpu_kind": kind}
-    peak = session.exec(
-        select(MetricPoint.vram_reserved)
-        .where(MetricPoint.job_id == job.id)
-        .order_by(MetricPoint.vram_reserved.desc())
-        .limit(1)
-    ).first()  # type: ignore[union-attr]
+    `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in. Read from the
+    chart tiles' top level (a few rows, not a scan of a long run's samples; kept by retention too)."""
+    pyramid.current(session.get_bind())
+    # The whole key, one series at a time: a handful of rows (a LIKE on the series walks every tile).
+    top = "SELECT max(y_max) FROM chart_tiles WHERE job_id = :j AND series = :s AND level = :top"
+    at = {"j": job.id, "top": pyramid.LEVELS}
+    peaks = [
+        (session.execute(text(top), {**at, "s": pyramid.memory_key(g.gpu)}).scalar(), g)
+        for g in memory_charts.gpus_of(session, job.id)
+    ]
+    peak, g = max(((p, g) for p, g in peaks if p is not None), key=lambda x: x[0], default=(None, None))
+    if peak:
+        kind = "cpu" if g.gpu == -1 else (g.name or "gpu")
+        return {"bytes": int(peak), "source": "memory_samples", "gpu_kind": kind}
+    peak = session.execute(text(top), {**at, "s": pyramid.metric_key("vram_reserved")}).scalar()
     if peak is not None and peak > 0:
         return {"bytes": int(peak * GiB), "source": "vram_reserved", "gpu_kind": "gpu" if job.gpus else "cpu"}
     return None

@@ -3,6 +3,12 @@
 
 export const GiB = 1024 ** 3;
 
+// A page may load plotly.js (4.8 MB to evaluate) deferred and start fetching its data meanwhile:
+// whatever draws waits for this.
+const plotlyTag = document.querySelector('script[src$="plotly.min.js"]');
+export const plotlyReady = window.Plotly || !plotlyTag ? Promise.resolve()
+  : new Promise((resolve) => plotlyTag.addEventListener("load", resolve, { once: true }));
+
 // Exponential moving average, debiased at the start (TensorBoard's smoothing). Kept as a running
 // state so live points extend a smoothed line without recomputing it from the first step.
 export class Ema {

@@ -2,7 +2,7 @@
 // export's files and size, and the way into chat for a finished train or export job.
 /* global Plotly */
 import { describe, get, post } from "./api.js";
-import { config, layout } from "./charts.js";
+import { config, layout, plotlyReady } from "./charts.js";
 import { $, bytes, h, num } from "./fmt.js";
 
 const PAGE = 20;
@@ -43,11 +43,11 @@ function exportBlock(e) {
       h("span", { class: "muted", text: "base model weights" }), h("span", { text: bytes(e.base_weights_bytes) }),
       h("span", { class: "muted", text: "adapter weights" }), h("span", { text: bytes(e.adapter_weights_bytes) })),
     chart);
-  requestAnimationFrame(() => Plotly.react(chart, [
+  plotlyReady.then(() => requestAnimationFrame(() => Plotly.react(chart, [
     { type: "bar", name: "merged export", x: ["export"], y: [e.weights_bytes] },
     { type: "bar", name: "base", x: ["base + adapter"], y: [e.base_weights_bytes || 0] },
     { type: "bar", name: "adapter", x: ["base + adapter"], y: [e.adapter_weights_bytes || 0] },
-  ], layout("weight files: merged export vs base + adapter (bytes)", { barmode: "stack", hovermode: "closest" }), config));
+  ], layout("weight files: merged export vs base + adapter (bytes)", { barmode: "stack", hovermode: "closest" }), config)));
   return block;
 }
 

@@ -2,13 +2,19 @@
 /* global Plotly */
 import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
-import { config, Ema, empty, framed, GiB, layout, mode, onZoom, plain, range, throttled } from "./charts.js";
+import { config, Ema, empty, framed, GiB, layout, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { showResults } from "./job-results.js";
 
 const indicator = nav("");
 const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
 const MAX_POINTS = 2000;
+// About one point a pixel across the chart (the server keeps each bucket's min and max, so every spike
+// is still drawn): a narrower chart reads, sends and draws fewer.
+function pointsFor(id) {
+  const px = document.getElementById(id).clientWidth * (window.devicePixelRatio || 1);
+  return Math.max(200, Math.min(MAX_POINTS, Math.round(px) || MAX_POINTS));
+}
 const state = {
   job: null,
   metrics: {}, // name -> {step: [], t: [], y: []}
@@ -97,9 +103,10 @@ $("#report").addEventListener("click", async () => {
 
 // ------------------------------------------------------------------ metric charts
 async function loadSeries(range, until) {
-  const params = { max_points: MAX_POINTS, until };
+  const params = { max_points: pointsFor("loss-chart"), until };
   if (range) { params.x0 = Math.floor(range[0]); params.x1 = Math.ceil(range[1]); }
   const data = await get(`/api/jobs/${jobId}/series`, params);
+  await plotlyReady;
   state.seriesNames = Object.keys(data.series); // the server's list: streamed rows carry the same names
   for (const [name, s] of Object.entries(data.series)) {
     state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] } };
@@ -107,7 +114,8 @@ async function loadSeries(range, until) {
   if (!range) state.metricsLast = Math.max(state.metricsLast, data.last_id || 0);
   state.lossDownsampled = data.downsampled;
   drawMetrics();
-  drawMemory();
+  // The memory chart shows LLaMA-Factory's RECORD_VRAM peaks: drawn again only when there are some.
+  if (state.memLoaded && series("vram_reserved").y.some((y) => y > 0)) drawMemory();
 }
 
 function addMetrics(rows) {
@@ -349,11 +357,12 @@ function push(g, s) {
 }
 
 async function loadMemory(range) {
-  const params = { max_points: MAX_POINTS, limit: 20000 };
+  const params = { max_points: pointsFor("mem-chart"), limit: 20000 };
   if (range) { params.t0 = range[0]; params.t1 = range[1]; }
   let page;
   try {
     page = await optional(`/api/jobs/${jobId}/memory`, params);
+    await plotlyReady;
   } catch (e) {
     $("#mem-note").replaceChildren(h("div", { class: "notice", text: `Memory samples unavailable: ${describe(e)}` }));
     return;
@@ -385,6 +394,7 @@ async function loadMemory(range) {
   state.mem = byGpu;
   state.gpuNames = new Map((page.gpus || []).map((g) => [g.gpu, g.name]));
   state.memDownsampled = page.downsampled;
+  state.memLoaded = true;
   drawMemory();
 }
 
@@ -487,12 +497,27 @@ const redrawMemory = throttled(drawMemory);
 async function loadAlerts() {
   const rows = await optional(`/api/jobs/${jobId}/alerts`).catch(() => null);
   if (rows === null) return;
+  showAlerts(rows);
+}
+
+// The stream sends each alert as the engine opens it: shown at once, no request. (Changes to ones the
+// page holds come as `job` events, and the list is read again then.)
+function addAlerts(rows) {
+  const byId = new Map(state.alerts.map((a) => [a.id, a]));
+  // Stream rows are the table's: `change` as stored JSON text, `open` as 0 or 1.
+  for (const a of rows) byId.set(a.id, { ...a, open: Boolean(a.open), change: typeof a.change === "string" ? JSON.parse(a.change) : a.change });
+  showAlerts([...byId.values()].sort((a, b) => a.id - b.id));
+}
+
+function showAlerts(rows) {
   state.alerts = rows;
   const box = $("#alerts");
   if (!rows.length) { box.replaceChildren(h("span", { class: "muted", text: "none" })); return; }
   box.replaceChildren(...rows.map((a) => alertItem(a, jobId)));
-  redrawMetrics();
-  redrawMemory();
+  // Only charts already drawn: the others draw their alerts when their data comes (on a page just
+  // opened, the alerts usually come first, and redrawing then would draw every chart twice).
+  if ("loss-chart" in drawn) redrawMetrics();
+  if (state.memLoaded) redrawMemory();
 }
 let alertTimer = null;
 function scheduleAlerts() {
@@ -592,6 +617,10 @@ function runtime() {
 
 // ------------------------------------------------------------------ start
 async function start() {
+  // Every request that does not need another's answer goes out at once; the charts' data does not wait
+  // for plotly.js, nor for the estimate (only the summary shows it).
+  const estimate = optional(`/api/jobs/${jobId}/estimate`).catch(() => null);
+  const basics = Promise.all([get("/api/stream/cursor"), get("/api/health")]);
   try {
     showJob(await get(`/api/jobs/${jobId}`));
   } catch (e) {
@@ -599,15 +628,14 @@ async function start() {
     return;
   }
   // Everything up to `now` comes from history; the stream sends only what is newer.
-  const now = (await get("/api/stream/cursor")).cursor;
+  const [{ cursor: now }, health] = await basics;
   const m = Number(/^m(\d+)/.exec(now)[1]);
   const s = Number(/-s(\d+)/.exec(now)[1]);
   state.memCursor = s;
   state.memLast = s;
-  const [health, estimate] = await Promise.all([get("/api/health"), optional(`/api/jobs/${jobId}/estimate`).catch(() => null)]);
   state.nearOom = health.near_oom_share;
-  state.estimate = estimate;
   const memory = loadMemory(null); // may take longer on a huge run: the stream does not wait for it
+  const estimated = estimate.then((e) => { state.estimate = e; summary(); });
   await Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
   state.metricsLast = Math.max(state.metricsLast, m);
   live({ job: jobId, cursor: `m${m}-l0-s${s}-a0-j0` }, {
@@ -615,7 +643,7 @@ async function start() {
     metrics: addMetrics,
     memory: addMemory,
     logs: addLogs,
-    alerts: scheduleAlerts,
+    alerts: addAlerts,
   }, indicator);
   onZoom(document.getElementById("loss-chart"), (range) => {
     state.lossZoom = range;
@@ -625,7 +653,7 @@ async function start() {
     state.memZoom = range ? range.map((x) => new Date(x).getTime() / 1000) : null;
     if (range) loadMemory(state.memZoom); else { state.memCursor = state.memLast; loadMemory(null); }
   });
-  await memory;
+  await Promise.all([memory, estimated]);
   window.tunedeckReady = true;
 }
 start();
