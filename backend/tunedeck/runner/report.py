@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from tunedeck import runfiles
+from tunedeck import runfiles, wire
 from tunedeck.protocol import TelemetryBatch
 
 MEMORY_REQUIRED = ("line", "t", "gpu", "used_bytes")
@@ -55,6 +55,14 @@ def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
         keys = dict.fromkeys(k for p in parts for k in p)
         out["memory"] = {k: [x for p in parts for x in (p.get(k) or [None] * len(p["line"]))] for k in keys}
     return out
+
+
+def body(batch: dict[str, Any]) -> tuple[bytes, str]:
+    """A request's body and its type: packed (tunedeck.wire), or JSON for what does not pack."""
+    try:
+        return wire.encode(batch), wire.MEDIA_TYPE
+    except wire.Unpackable:
+        return json.dumps(batch).encode(), "application/json"
 
 
 def _say(text: str) -> None:
@@ -197,8 +205,11 @@ class Reporter:
                 with self._cond:
                     group = self._group(most)
                 last = time.monotonic()
+                content, kind = body(merge(group))
                 try:
-                    r = client.post(self.endpoint, json=merge(group), headers=self.headers)
+                    r = client.post(
+                        self.endpoint, content=content, headers={**self.headers, "Content-Type": kind}
+                    )
                     ok, permanent = r.status_code < 300, r.status_code in (400, 401, 403, 404, 413, 422)
                 except httpx.HTTPError:
                     ok, permanent, r = False, False, None

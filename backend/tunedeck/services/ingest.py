@@ -153,6 +153,13 @@ def finish(
     return jobstate.move(conn, job_id, status, exit_code=exit_code, error=error)
 
 
+def durable(conn: Connection) -> None:
+    """Commits on this connection sync the WAL to disk (the pool's default, NORMAL, syncs only at
+    checkpoints): a batch is acknowledged after its commit, so an acknowledged batch survives a power
+    loss. Set before the transaction's first write (SQLite ignores it inside one); one fsync a group."""
+    conn.exec_driver_sql("PRAGMA synchronous=FULL")
+
+
 class IngestWriter(Worker):
     """A thread that owns telemetry writes and commits whatever batches are waiting together."""
 
@@ -200,6 +207,7 @@ class IngestWriter(Worker):
     def _store(self, group: list[tuple[int, dict[str, Any], Future]]) -> None:
         try:
             with self.state.begin() as conn:
+                durable(conn)
                 for job_id, batch, _ in group:
                     apply_batch(conn, job_id, batch)
                 pyramid.catch_up(conn)  # the chart tiles of what this group stored, in its transaction
@@ -209,6 +217,7 @@ class IngestWriter(Worker):
             for job_id, batch, fut in group:
                 try:
                     with self.state.begin() as conn:
+                        durable(conn)
                         apply_batch(conn, job_id, batch)
                         pyramid.catch_up(conn)
                     fut.set_result(None)
