@@ -208,9 +208,12 @@ class IngestWriter(Worker):
         try:
             with self.state.begin() as conn:
                 durable(conn)
+                fresh = pyramid.Fresh(pyramid.newest_sample(conn))
                 for job_id, batch, _ in group:
                     apply_batch(conn, job_id, batch)
-                pyramid.catch_up(conn)  # the chart tiles of what this group stored, in its transaction
+                    fresh.add(job_id, memory_columns(batch.get("memory")))
+                # The chart tiles of what this group stored, in its transaction, from its columns.
+                pyramid.catch_up(conn, fresh)
             for *_, fut in group:
                 fut.set_result(None)
         except Exception:  # one bad batch must not fail its neighbours
