@@ -185,6 +185,9 @@ def lf_lines(first: int, n: int, t0: float) -> list[dict]:
 
 
 def memory_body(seq: int, first: int, used: list[int], t0: float) -> bytes:
+    """Samples packed as a runner packs them (tunedeck.wire)."""
+    from tunedeck import wire
+
     lines = range(first, first + len(used))
     cols = {
         "line": list(lines),
@@ -193,7 +196,7 @@ def memory_body(seq: int, first: int, used: list[int], t0: float) -> bytes:
         "used_bytes": used,
         "total_bytes": [206158430208] * len(used),
     }
-    return json.dumps({"seq": seq, "memory": cols}).encode()
+    return wire.encode({"seq": seq, "memory": cols})
 
 
 def series_values(n: int, spike_at: int) -> list[int]:
@@ -364,6 +367,7 @@ def main() -> None:
 
         # 2. One value a row, and acknowledged -> stored.
         job, hd = td.job("memory")
+        hd = {**hd, "Content-Type": "application/vnd.tunedeck.batch"}
         cap = 200_000
         seq = iter(range(10**9))
         cpu0 = sum(psutil.Process(td.proc.pid).cpu_times()[:2])
