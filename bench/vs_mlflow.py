@@ -238,24 +238,24 @@ class MLflow:
         r.raise_for_status()
         self.experiment = r.json()["experiment_id"]
 
-    def run(self) -> str:
-        r = self.api.post(
-            "/api/2.0/mlflow/runs/create",
-            json={"experiment_id": self.experiment, "start_time": int(time.time() * 1000)},
-        )
-        r.raise_for_status()
-        return r.json()["run"]["info"]["run_id"]
-
-    def log(self, run: str, metrics: list[dict]) -> None:
+    def _post(self, path: str, body: dict) -> httpx.Response:
         for attempt in range(3):  # a worker that drops a connection (a busy machine) gets a retry
             try:
-                r = self.api.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run, "metrics": metrics})
+                r = self.api.post(path, json=body)
                 r.raise_for_status()
-                return
+                return r
             except httpx.TransportError:
                 if attempt == 2:
                     raise
                 time.sleep(0.5)
+        raise AssertionError("unreachable")
+
+    def run(self) -> str:
+        body = {"experiment_id": self.experiment, "start_time": int(time.time() * 1000)}
+        return self._post("/api/2.0/mlflow/runs/create", body).json()["run"]["info"]["run_id"]
+
+    def log(self, run: str, metrics: list[dict]) -> None:
+        self._post("/api/2.0/mlflow/runs/log-batch", {"run_id": run, "metrics": metrics})
 
     def count(self, run: str, key: str) -> int:
         with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=60) as db:
