@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from tests.test_ingest_columns import COLUMNS, HEADERS, columns, new_job, samples, stored
 from tunedeck import wire
+from tunedeck.protocol import TelemetryBatch
 from tunedeck.runner import report
 from tunedeck.services import pyramid
 
@@ -192,3 +193,26 @@ def test_the_runner_packs_what_packs_and_sends_json_otherwise():
     batch["memory"]["gpu"][0] = 2**40  # out of the packed column's range: JSON says it as it is
     content, kind = report.body(batch)
     assert kind == "application/json" and json.loads(content) == batch
+
+
+def test_a_server_from_before_packed_batches_is_told_apart_from_a_bad_batch(app, assets):
+    """Such a server took a JSON TelemetryBatch and nothing else: the runner then sends JSON."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from tunedeck.api import errors
+
+    old = FastAPI()
+    errors.install(old, app.settings)  # tunedeck's answers to bad input, as then
+
+    @old.post("/api/jobs/{job_id}/telemetry")
+    def ingest(job_id: int, batch: TelemetryBatch) -> dict:
+        return {"stored": batch.seq}
+
+    content, kind = report.body({"seq": 0, "memory": report.columns(samples(0, 3))})
+    with TestClient(old) as client:
+        r = client.post("/api/jobs/1/telemetry", content=content, headers={"Content-Type": kind})
+    assert r.status_code == 422 and report.unpacked(r), r.text
+    job_id = new_job(app, assets, "refused")
+    assert not report.unpacked(post(app, job_id, bad(t=[1.0, math.inf])))
+    assert post(app, job_id, content).status_code == 200

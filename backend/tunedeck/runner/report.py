@@ -57,12 +57,23 @@ def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def body(batch: dict[str, Any]) -> tuple[bytes, str]:
+def body(batch: dict[str, Any], *, packed: bool = True) -> tuple[bytes, str]:
     """A request's body and its type: packed (tunedeck.wire), or JSON for what does not pack."""
+    if packed:
+        try:
+            return wire.encode(batch), wire.MEDIA_TYPE
+        except wire.Unpackable:
+            pass
+    return json.dumps(batch).encode(), "application/json"
+
+
+def unpacked(r: httpx.Response) -> bool:
+    """Whether a refusal of a packed batch is the server not reading packed batches at all (one from
+    before them: it wants a JSON object for the whole body), not a fault in the batch."""
     try:
-        return wire.encode(batch), wire.MEDIA_TYPE
-    except wire.Unpackable:
-        return json.dumps(batch).encode(), "application/json"
+        return r.status_code in (415, 422) and any(e.get("loc") == ["body"] for e in r.json()["detail"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _say(text: str) -> None:
@@ -132,6 +143,7 @@ class Reporter:
         self.retry_max_s = retry_max_s
         self.seq = 0
         self.merge_items = min(merge_items, LIST_MAX)
+        self.packed = True  # until the server shows it reads JSON only
         self._pending: deque[tuple[dict[str, Any], int]] = deque()  # (batch, its size in bytes)
         self._cond = threading.Condition()
         self._stop = False
@@ -205,7 +217,7 @@ class Reporter:
                 with self._cond:
                     group = self._group(most)
                 last = time.monotonic()
-                content, kind = body(merge(group))
+                content, kind = body(merge(group), packed=self.packed)
                 try:
                     r = client.post(
                         self.endpoint, content=content, headers={**self.headers, "Content-Type": kind}
@@ -213,6 +225,10 @@ class Reporter:
                     ok, permanent = r.status_code < 300, r.status_code in (400, 401, 403, 404, 413, 422)
                 except httpx.HTTPError:
                     ok, permanent, r = False, False, None
+                if r is not None and kind == wire.MEDIA_TYPE and unpacked(r):
+                    _say("the server does not read packed batches: sending JSON")
+                    self.packed = False
+                    continue
                 if permanent and len(group) > 1:  # one of them is refused: find it by halving
                     most = len(group) // 2
                     continue
