@@ -424,6 +424,7 @@ def main() -> None:
         n, spike_at = args.series, args.series * 2 // 3 + 17
         values = series_values(n, spike_at)
         job, hd = td.job("series")
+        hd = {**hd, "Content-Type": "application/vnd.tunedeck.batch"}
         for k in range(0, n, 5000):
             td.post(job, hd, memory_body(k // 5000, k, values[k : k + 5000], t0))
         run = ml.run()
