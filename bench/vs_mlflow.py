@@ -239,15 +239,15 @@ class MLflow:
         self.experiment = r.json()["experiment_id"]
 
     def _post(self, path: str, body: dict) -> httpx.Response:
-        for attempt in range(3):  # a worker that drops a connection (a busy machine) gets a retry
+        for attempt in range(6):  # a worker that drops a connection (a busy machine) gets retries
             try:
                 r = self.api.post(path, json=body)
                 r.raise_for_status()
                 return r
             except httpx.TransportError:
-                if attempt == 2:
+                if attempt == 5:
                     raise
-                time.sleep(0.5)
+                time.sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
     def run(self) -> str:
