@@ -156,7 +156,7 @@ def finish(
 def durable(conn: Connection) -> None:
     """Commits on this connection sync the WAL to disk (the pool's default, NORMAL, syncs only at
     checkpoints): a batch is acknowledged after its commit, so an acknowledged batch survives a power
-    loss. Set before the transaction's first write (SQLite ignores it inside one); one fsync a group."""
+    loss. Set before the transaction begins; one fsync a group of batches."""
     conn.exec_driver_sql("PRAGMA synchronous=FULL")
 
 

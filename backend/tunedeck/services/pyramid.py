@@ -2,7 +2,8 @@
 
 Every stored metric point (x = step) and memory sample (x = unix time) lands in one tile of each
 level k = FINEST..LEVELS. Ingest tiles the rows stored since a watermark of row ids (`catch_up`, in the
-writer's transaction, one upsert per touched tile), so a chart read of any window picks the finest
+writer's transaction, one upsert per touched tile; the memory samples from the columns the writer
+just inserted, not read back), so a chart read of any window picks the finest
 level whose tiles in the window fit and reads O(max_points) rows. A tile's min and max are real
 points (x, y and an aux value: the row id of a memory sample, the time of a metric point), so a
 spike drawn from tiles is the sample itself. Retention drops raw samples and fine levels but keeps
@@ -219,8 +220,11 @@ class Fresh:
         # SQLite gives a new row the largest id + 1, and this transaction is the only writer: the
         # samples hold ids before + 1 ... before + n, in insert order.
         job = np.concatenate([np.full(len(c["line"]), j, dtype=np.float64) for j, c in self.batches])
-        col = lambda k: np.concatenate([np.asarray(c[k], dtype=np.float64) for _, c in self.batches])  # noqa: E731
-        return job, col("gpu"), col("t"), col("used_bytes"), np.arange(through + 1.0, top + 1.0)
+        gpu, t, used = (
+            np.concatenate([np.asarray(c[k], dtype=np.float64) for _, c in self.batches])
+            for k in ("gpu", "t", "used_bytes")
+        )
+        return job, gpu, t, used, np.arange(through + 1.0, top + 1.0)
 
 
 def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
