@@ -10,7 +10,8 @@ prints ingest throughput and latency, the server's CPU per ingested value, SSE d
 
 Shapes: `lines` is an ordinary runner (5 trainer_log lines and 20 log lines every 0.5 s); `memory`
 is one value a row (memory samples of 8 GPUs), posted back to back as fast as the server acks,
-as `rows` (a list of objects) or `columns` (one array per field, what the runner sends). For
+as `rows` (a list of objects), `columns` (JSON, one array per field) or `packed` (binary columns after a
+JSON header, tunedeck.wire: what the runner sends; needs a server that takes it). For
 `memory`, a reader polls the SQLite file and reports how long after its ack a batch is stored.
 """
 
@@ -90,6 +91,17 @@ async def runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float
 def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes:
     """One batch of `n` samples of 8 GPUs, built from strings: the bench must stay cheap next to the server."""
     lines = range(first, first + n)
+    if encoding == "packed":  # what runners send (tunedeck.wire), packed as the runner packs it
+        from tunedeck import wire
+
+        cols = {
+            "line": list(lines),
+            "t": [round(t0 + i / 8, 3) for i in lines],
+            "gpu": [i % 8 for i in lines],
+            "used_bytes": [40_000_000_000 + (i * 7919) % 1_000_000_000 for i in lines],
+            "total_bytes": [206158430208] * n,
+        }
+        return wire.encode({"seq": seq, "memory": cols})
     if encoding == "columns":
         cols = {
             "line": ",".join(map(str, lines)),
@@ -111,7 +123,8 @@ def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes
 async def memory_runner(
     client: httpx.AsyncClient, job_id: int, token: str, stop: float, stats: dict, batch: int, encoding: str
 ) -> None:
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    kind = "application/vnd.tunedeck.batch" if encoding == "packed" else "application/json"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": kind}
     seq, line, t0 = 0, 0, time.time()
     while time.time() < stop:
         body = memory_body(seq, line, batch, t0, encoding)
@@ -192,7 +205,9 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--shape", choices=("lines", "memory"), default="lines")
     ap.add_argument("--batch", type=int, default=2000, help="samples a batch (shape memory)")
-    ap.add_argument("--encoding", choices=("rows", "columns"), default="columns", help="memory batch form")
+    ap.add_argument(
+        "--encoding", choices=("rows", "columns", "packed"), default="packed", help="memory batch form"
+    )
     args = ap.parse_args()
     ws = Path(tempfile.mkdtemp(prefix="tunedeck-load-"))
     port = free_port()

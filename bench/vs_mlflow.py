@@ -185,6 +185,9 @@ def lf_lines(first: int, n: int, t0: float) -> list[dict]:
 
 
 def memory_body(seq: int, first: int, used: list[int], t0: float) -> bytes:
+    """Samples packed as a runner packs them (tunedeck.wire)."""
+    from tunedeck import wire
+
     lines = range(first, first + len(used))
     cols = {
         "line": list(lines),
@@ -193,7 +196,7 @@ def memory_body(seq: int, first: int, used: list[int], t0: float) -> bytes:
         "used_bytes": used,
         "total_bytes": [206158430208] * len(used),
     }
-    return json.dumps({"seq": seq, "memory": cols}).encode()
+    return wire.encode({"seq": seq, "memory": cols})
 
 
 def series_values(n: int, spike_at: int) -> list[int]:
@@ -235,24 +238,24 @@ class MLflow:
         r.raise_for_status()
         self.experiment = r.json()["experiment_id"]
 
+    def _post(self, path: str, body: dict) -> httpx.Response:
+        for attempt in range(6):  # a worker that drops a connection (a busy machine) gets retries
+            try:
+                r = self.api.post(path, json=body)
+                r.raise_for_status()
+                return r
+            except httpx.TransportError:
+                if attempt == 5:
+                    raise
+                time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
     def run(self) -> str:
-        r = self.api.post(
-            "/api/2.0/mlflow/runs/create",
-            json={"experiment_id": self.experiment, "start_time": int(time.time() * 1000)},
-        )
-        r.raise_for_status()
-        return r.json()["run"]["info"]["run_id"]
+        body = {"experiment_id": self.experiment, "start_time": int(time.time() * 1000)}
+        return self._post("/api/2.0/mlflow/runs/create", body).json()["run"]["info"]["run_id"]
 
     def log(self, run: str, metrics: list[dict]) -> None:
-        for attempt in range(3):  # a worker that drops a connection (a busy machine) gets a retry
-            try:
-                r = self.api.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run, "metrics": metrics})
-                r.raise_for_status()
-                return
-            except httpx.TransportError:
-                if attempt == 2:
-                    raise
-                time.sleep(0.5)
+        self._post("/api/2.0/mlflow/runs/log-batch", {"run_id": run, "metrics": metrics})
 
     def count(self, run: str, key: str) -> int:
         with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=60) as db:
@@ -364,6 +367,7 @@ def main() -> None:
 
         # 2. One value a row, and acknowledged -> stored.
         job, hd = td.job("memory")
+        hd = {**hd, "Content-Type": "application/vnd.tunedeck.batch"}
         cap = 200_000
         seq = iter(range(10**9))
         cpu0 = sum(psutil.Process(td.proc.pid).cpu_times()[:2])
@@ -420,6 +424,7 @@ def main() -> None:
         n, spike_at = args.series, args.series * 2 // 3 + 17
         values = series_values(n, spike_at)
         job, hd = td.job("series")
+        hd = {**hd, "Content-Type": "application/vnd.tunedeck.batch"}
         for k in range(0, n, 5000):
             td.post(job, hd, memory_body(k // 5000, k, values[k : k + 5000], t0))
         run = ml.run()

@@ -1,12 +1,21 @@
-"""Telemetry from runners: batches of metric points, log lines, memory samples and process states."""
+"""Telemetry from runners: batches of metric points, log lines, memory samples and process states.
+
+A batch comes as JSON (TelemetryBatch) or packed (tunedeck.wire: memory samples as binary columns,
+what runners send). Its answer comes once the batch is committed with the WAL synced to disk, so an
+acknowledged batch survives a crash of the server or of the machine.
+"""
 
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
+from tunedeck import wire
 from tunedeck.api.responses import Stored, errors
 from tunedeck.db import SessionDep
 from tunedeck.protocol import TelemetryBatch
@@ -15,12 +24,77 @@ from tunedeck.services import jobs as service
 from tunedeck.services.ingest import plain
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
+JSON_TYPES = ("", "application/json")
 
 
-@router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413))
+def _refused(e: ValidationError) -> RequestValidationError:
+    return RequestValidationError(
+        [{"loc": ("body", *err["loc"]), "msg": err["msg"], "type": err["type"]} for err in e.errors()]
+    )
+
+
+async def batch_of(request: Request) -> dict[str, Any]:
+    """The request's batch as the ingest writer takes it, from either encoding."""
+    body = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        if kind == wire.MEDIA_TYPE:
+            batch, memory = wire.decode(body)
+            out = plain(batch)
+            out["memory"] = memory
+            return out
+        if kind in JSON_TYPES or kind.endswith("+json"):
+            try:
+                data = json.loads(body)
+            except ValueError as e:
+                loc = ("body", e.pos) if isinstance(e, json.JSONDecodeError) else ("body",)
+                raise RequestValidationError(
+                    [{"loc": loc, "msg": f"JSON decode error: {e}", "type": "json_invalid"}]
+                ) from None
+            return plain(TelemetryBatch.model_validate(data))
+    except ValidationError as e:
+        raise _refused(e) from None
+    raise RequestValidationError(
+        [
+            {
+                "loc": ("header", "content-type"),
+                "msg": f"a batch is application/json or {wire.MEDIA_TYPE}, not {kind!r}",
+                "type": "value_error",
+            }
+        ]
+    )
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A model's JSON schema with its $defs put in place (the route takes no model parameter, so
+    the OpenAPI document has no component for it to point at)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            if "$ref" in x:
+                return walk(defs[x["$ref"].rsplit("/", 1)[-1]])
+            return {k: walk(v) for k, v in x.items()}
+        return [walk(v) for v in x] if isinstance(x, list) else x
+
+    return walk(schema)
+
+
+BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": _inlined(TelemetryBatch.model_json_schema())},
+            wire.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+}
+
+
+@router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413), openapi_extra=BODY)
 def ingest(
     job_id: int,
-    batch: TelemetryBatch,
+    batch: Annotated[dict[str, Any], Depends(batch_of)],
     request: Request,
     session: SessionDep,
     authorization: Annotated[str | None, Header()] = None,
@@ -35,5 +109,5 @@ def ingest(
     if not job.runner_token_hash or not hmac.compare_digest(token_hash(token), job.runner_token_hash):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
     session.close()  # the writer thread does the writing
-    request.app.state.writer.submit(job_id, plain(batch)).result(timeout=60)
-    return {"stored": batch.seq}
+    request.app.state.writer.submit(job_id, batch).result(timeout=60)
+    return {"stored": batch["seq"]}

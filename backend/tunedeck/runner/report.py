@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from tunedeck import runfiles
+from tunedeck import runfiles, wire
 from tunedeck.protocol import TelemetryBatch
 
 MEMORY_REQUIRED = ("line", "t", "gpu", "used_bytes")
@@ -55,6 +55,25 @@ def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
         keys = dict.fromkeys(k for p in parts for k in p)
         out["memory"] = {k: [x for p in parts for x in (p.get(k) or [None] * len(p["line"]))] for k in keys}
     return out
+
+
+def body(batch: dict[str, Any], *, packed: bool = True) -> tuple[bytes, str]:
+    """A request's body and its type: packed (tunedeck.wire), or JSON for what does not pack."""
+    if packed:
+        try:
+            return wire.encode(batch), wire.MEDIA_TYPE
+        except wire.Unpackable:
+            pass
+    return json.dumps(batch).encode(), "application/json"
+
+
+def unpacked(r: httpx.Response) -> bool:
+    """Whether a refusal of a packed batch is the server not reading packed batches at all (one from
+    before them: it wants a JSON object for the whole body), not a fault in the batch."""
+    try:
+        return r.status_code in (415, 422) and any(e.get("loc") == ["body"] for e in r.json()["detail"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _say(text: str) -> None:
@@ -124,6 +143,7 @@ class Reporter:
         self.retry_max_s = retry_max_s
         self.seq = 0
         self.merge_items = min(merge_items, LIST_MAX)
+        self.packed = True  # until the server shows it reads JSON only
         self._pending: deque[tuple[dict[str, Any], int]] = deque()  # (batch, its size in bytes)
         self._cond = threading.Condition()
         self._stop = False
@@ -197,11 +217,18 @@ class Reporter:
                 with self._cond:
                     group = self._group(most)
                 last = time.monotonic()
+                content, kind = body(merge(group), packed=self.packed)
                 try:
-                    r = client.post(self.endpoint, json=merge(group), headers=self.headers)
+                    r = client.post(
+                        self.endpoint, content=content, headers={**self.headers, "Content-Type": kind}
+                    )
                     ok, permanent = r.status_code < 300, r.status_code in (400, 401, 403, 404, 413, 422)
                 except httpx.HTTPError:
                     ok, permanent, r = False, False, None
+                if r is not None and kind == wire.MEDIA_TYPE and unpacked(r):
+                    _say("the server does not read packed batches: sending JSON")
+                    self.packed = False
+                    continue
                 if permanent and len(group) > 1:  # one of them is refused: find it by halving
                     most = len(group) // 2
                     continue

@@ -2,7 +2,8 @@
 
 Every stored metric point (x = step) and memory sample (x = unix time) lands in one tile of each
 level k = FINEST..LEVELS. Ingest tiles the rows stored since a watermark of row ids (`catch_up`, in the
-writer's transaction, one upsert per touched tile), so a chart read of any window picks the finest
+writer's transaction, one upsert per touched tile; the memory samples from the columns the writer
+just inserted, not read back), so a chart read of any window picks the finest
 level whose tiles in the window fit and reads O(max_points) rows. A tile's min and max are real
 points (x, y and an aux value: the row id of a memory sample, the time of a metric point), so a
 spike drawn from tiles is the sample itself. Retention drops raw samples and fine levels but keeps
@@ -190,9 +191,46 @@ def add(cur, source: Source, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     )
 
 
-def catch_up(conn: Connection) -> int:
+def newest_sample(conn: Connection) -> int:
+    """The newest memory sample's id (0: none): taken before a transaction's inserts, it lets
+    `catch_up` tell that the rows after it are exactly the samples the transaction handed over."""
+    conn.exec_driver_sql("UPDATE chart_state SET through_id = through_id")  # the write lock first
+    return conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM memory_samples").scalar()
+
+
+@dataclass
+class Fresh:
+    """Memory samples a transaction inserted, as its batches' columns in insert order, and the newest
+    id before them: tiled from memory when the table shows every one of them stored (no resend)."""
+
+    before: int
+    batches: list[tuple[int, dict[str, list]]] = field(default_factory=list)  # (job id, columns)
+
+    def add(self, job_id: int, columns: dict[str, list]) -> None:
+        if columns.get("line"):
+            self.batches.append((job_id, columns))
+
+    def points(self, cur, through: int) -> tuple | None:
+        """(job, gpu, t, used, id) of the rows after `through`, or None when they are not exactly
+        these samples (rows before `before` untiled, or a resent sample skipped by the insert)."""
+        n = sum(len(c["line"]) for _, c in self.batches)
+        (top,) = cur.execute("SELECT coalesce(max(id), 0) FROM memory_samples").fetchone()
+        if through != self.before or top - through != n or not n:
+            return None
+        # SQLite gives a new row the largest id + 1, and this transaction is the only writer: the
+        # samples hold ids before + 1 ... before + n, in insert order.
+        job = np.concatenate([np.full(len(c["line"]), j, dtype=np.float64) for j, c in self.batches])
+        gpu, t, used = (
+            np.concatenate([np.asarray(c[k], dtype=np.float64) for _, c in self.batches])
+            for k in ("gpu", "t", "used_bytes")
+        )
+        return job, gpu, t, used, np.arange(through + 1.0, top + 1.0)
+
+
+def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
     """Tile every metric and memory row stored since the last call (in the caller's transaction);
-    returns how many rows it read."""
+    returns how many rows it tiled. `fresh`: the memory samples this transaction stored, tiled
+    from the caller's columns instead of read back when they are exactly the new rows."""
     cur = conn.connection.cursor()  # the DBAPI cursor: no Row object per sample
     try:
         # Take the write lock before reading the watermark: two tilers never fold the same rows.
@@ -202,6 +240,10 @@ def catch_up(conn: Connection) -> int:
             (through,) = cur.execute(
                 "SELECT through_id FROM chart_state WHERE source = ?", (src.name,)
             ).fetchone()
+            known = fresh.points(cur, through) if fresh is not None and src.name == "memory" else None
+            if known is not None:
+                add(cur, src, *known)
+                through, seen = int(known[4][-1]), seen + len(known[4])
             while rows := cur.execute(
                 f"SELECT {src.columns} FROM {src.table} WHERE id > ? ORDER BY id LIMIT {CHUNK}", (through,)
             ).fetchall():
