@@ -67,7 +67,7 @@ class Finding:
         return {
             "kind": self.kind,
             "severity": self.severity,
-            "node": self.node,
+            **({"node": self.node} if self.node else {}),  # named only where samples name nodes
             "gpu": self.gpu,
             "t": self.t,
             "step": self.step,
