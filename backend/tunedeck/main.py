@@ -28,6 +28,7 @@ from tunedeck.services.chat import ChatIdle
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState
+from tunedeck.services.cluster import RayNodes
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.services.notify import Notifier
 from tunedeck.services.retention import Retention
@@ -79,6 +80,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # every status change, and who hears of it
         writer = IngestWriter(engine, state=jobstate)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        app.state.cluster = (
+            RayNodes(engine, address=settings.ray_address, cache_s=settings.nodes_cache_s)
+            if settings.executor == "ray"
+            else None
+        )
         executor = LocalExecutor(settings, app.state.nodes)
         scheduler = Scheduler(
             settings=settings,
