@@ -25,10 +25,10 @@ from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
 from tunedeck.services.alert_engine import AlertEngine
 from tunedeck.services.chat import ChatIdle
+from tunedeck.services.cluster import RayNodes
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState
-from tunedeck.services.cluster import RayNodes
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.services.notify import Notifier
 from tunedeck.services.retention import Retention
