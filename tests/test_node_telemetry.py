@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import demo_config
 from tests.utils.browser import shot
@@ -95,6 +96,14 @@ def test_two_nodes_same_gpu_index_and_lines(two_node_job, page):
     assert alert["node"] == "node-b" and alert["gpu"] == 0
     assert alert["message"].startswith("node-b GPU 0:") and "node-a" not in alert["message"]
 
+    used_by_node = {
+        (x.labels["node"], x.labels["gpu"]): x.value
+        for fam in text_string_to_metric_families(server.api.get("/metrics").text)
+        for x in fam.samples
+        if x.name == "tunedeck_job_vram_used_bytes" and x.labels["job_id"] == str(job)
+    }
+    assert used_by_node == {("node-a", "0"): calm[-1], ("node-b", "0"): near_oom[-1]}
+
     page.goto(f"{server.url}/jobs/{job}")
 
     def legend() -> list[str]:
@@ -126,3 +135,20 @@ def test_a_runner_names_its_node_once_per_batch(tmp_path):
     assert [b["node"] for b in sent] == ["node-b", "node-b"]
     assert "node" not in sent[0]["memory"]  # once per batch, not per sample
     assert merge(sent)["node"] == "node-b" and merge(sent)["memory"]["line"] == [0, 1]
+
+
+def test_analyze_reads_a_node_column(tmp_path):
+    from tunedeck.alerts import Series, analyze
+    from tunedeck.alerts.rundir import parse_memory_csv
+
+    rows = ["t,gpu,used_bytes,total_bytes,node"]
+    for i in range(N):
+        rows += [f"{i},0,{10 * GIB},{TOTAL},node-a", f"{i},0,{int(TOTAL * 0.97)},{TOTAL},node-b"]
+    memory = parse_memory_csv("\n".join(rows))
+    assert set(memory) == {("node-a", 0), ("node-b", 0)}
+    near = [f for f in analyze(Series(memory=memory, devices=[0])) if f.kind == "vram_near_oom"]
+    assert [(f.node, f.gpu) for f in near] == [("node-b", 0)]
+    assert near[0].message.startswith("node-b GPU 0:") and near[0].as_dict()["node"] == "node-b"
+    one = {k: v for k, v in memory.items() if k[0] == "node-b"}  # one node: named in data, not in words
+    (alone,) = [f for f in analyze(Series(memory=one, devices=[0])) if f.kind == "vram_near_oom"]
+    assert alone.node == "node-b" and alone.message.startswith("GPU 0:")
