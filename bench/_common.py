@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.conftest import Server, demo_config
-from tests.ui.conftest import ARGS, CHROMIUM
+from tests.utils.browser import ARGS, CHROMIUM
 
 __all__ = ["ARGS", "CHROMIUM", "ROOT", "Server", "assets", "demo_config", "pct", "summary"]
 
