@@ -43,7 +43,9 @@ def main() -> None:
         print(f"cluster: head + {args.nodes} nodes (num_cpus=0, num_gpus=8 each) up in {started:.1f} s")
 
         work = Path(tempfile.mkdtemp(prefix="ray-nodes-"))
-        server = Server(work / "ws", assets(), TUNEDECK_EXECUTOR="ray", TUNEDECK_RAY_ADDRESS=c.address).start()
+        server = Server(
+            work / "ws", assets(), TUNEDECK_EXECUTOR="ray", TUNEDECK_RAY_ADDRESS=c.address
+        ).start()
         t = time.monotonic()
         first = server.api.get("/api/nodes", timeout=600)
         first.raise_for_status()
@@ -67,7 +69,8 @@ def main() -> None:
         renders = []
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # bypass_csp: wait_for_function evaluates a string, which the pages' policy forbids
+            page = browser.new_page(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
             for _ in range(args.renders):
                 t = time.monotonic()
                 page.goto(f"{server.url}/nodes")

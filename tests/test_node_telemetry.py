@@ -5,7 +5,9 @@ and the job page name the node."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+from http.server import HTTPServer
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import demo_config
 from tests.utils.browser import shot
 from tests.utils.wait import until
+from tests.utils.webhooks import Receiver
 
 GIB = 1 << 30
 TOTAL = 80 * GIB
@@ -20,7 +23,17 @@ N = 8
 
 
 @pytest.fixture
-def two_node_job(server_factory, assets, tmp_path):
+def hooks():
+    """A webhook receiver: what the server posts on alerts."""
+    Receiver.got = []
+    http = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{http.server_address[1]}/hook", Receiver.got
+    http.shutdown()
+
+
+@pytest.fixture
+def two_node_job(server_factory, assets, tmp_path, hooks):
     """A running job whose runner is a stand-in that hands this test its token."""
     standin = tmp_path / "runner.sh"
     standin.write_text(
@@ -28,12 +41,15 @@ def two_node_job(server_factory, assets, tmp_path):
     )
     standin.chmod(0o755)
     server = server_factory(
-        TUNEDECK_TRAIN_PYTHON=str(standin), TUNEDECK_GPU_SLOTS="0", TUNEDECK_CPU_SLOTS="1"
+        TUNEDECK_TRAIN_PYTHON=str(standin),
+        TUNEDECK_GPU_SLOTS="0",
+        TUNEDECK_CPU_SLOTS="1",
+        TUNEDECK_WEBHOOK_URLS=json.dumps([hooks[0]]),
     )
     job = server.submit({"name": "two nodes", "config": demo_config(assets), "gpus": 0})["id"]
     server.wait(job, ("running",))
     token = until(lambda: (tmp_path / "token").is_file() and (tmp_path / "token").read_text(), "runner token")
-    return server, job, {"Authorization": f"Bearer {token}"}
+    return server, job, {"Authorization": f"Bearer {token}"}, hooks[1]
 
 
 def memory(t0: float, used: list[int], first_line: int = 0) -> dict:
@@ -55,7 +71,7 @@ def post(server, job: int, auth: dict, batch: dict) -> None:
 
 
 def test_two_nodes_same_gpu_index_and_lines(two_node_job, page):
-    server, job, auth = two_node_job
+    server, job, auth, hooked = two_node_job
     t0 = time.time() - 30
     calm = [10 * GIB + i * 1024 for i in range(N)]
     near_oom = [int(TOTAL * (0.96 + i / 1000)) for i in range(N)]  # sustained above 95%
@@ -95,6 +111,8 @@ def test_two_nodes_same_gpu_index_and_lines(two_node_job, page):
     (alert,) = until(near, "near-OOM alert")
     assert alert["node"] == "node-b" and alert["gpu"] == 0
     assert alert["message"].startswith("node-b GPU 0:") and "node-a" not in alert["message"]
+    (sent,) = until(lambda: [x for x in hooked if x.get("kind") == "vram_near_oom"], "the alert's webhook")
+    assert sent["node"] == "node-b" and "vram_near_oom on node-b GPU 0:" in sent["text"]
 
     used_by_node = {
         (x.labels["node"], x.labels["gpu"]): x.value

@@ -19,7 +19,8 @@ from tunedeck.tables import Job, JobStatus
 log = logging.getLogger("tunedeck.cluster")
 NAMESPACE = "tunedeck"
 SAMPLER = "tunedeck-sampler-"  # + node id: one detached actor per node, found again after a restart
-ASK_S = 5.0  # how long a page waits for the samplers' readings (a silent one is said, not waited on)
+ASK_S = 5.0  # how long a page waits for a sampler's first reading (a silent one is said, not waited on)
+AGAIN_S = 0.5  # ... and for a fresh one when an earlier reading can answer meanwhile
 
 
 def holders(engine: Engine) -> dict[tuple[str, int], int]:
@@ -52,6 +53,7 @@ class RayNodes:
         self._lock = threading.Lock()
         self._ray: Any = None
         self._handles: dict[str, Any] = {}  # node id -> its sampler actor
+        self._last: dict[str, dict[str, Any]] = {}  # node id -> its newest reading
         self._state_api = True  # Ray's state API answers through the dashboard; without one, the GCS table
 
     def _connect(self) -> Any:
@@ -133,20 +135,18 @@ class RayNodes:
                 asked[nid] = self._sampler(nid).read.remote()
             except Exception as e:
                 out[nid] = {"reason": f"no GPU sampler on this node: {type(e).__name__}: {e}"}
-        ready, _ = (
-            ray.wait(list(asked.values()), num_returns=len(asked), timeout=ASK_S) if asked else ([], [])
-        )
-        done = set(ready)
+        wait = AGAIN_S if all(nid in self._last for nid in asked) else ASK_S
+        done = set(ray.wait(list(asked.values()), num_returns=len(asked), timeout=wait)[0] if asked else ())
         for nid, ref in asked.items():
-            if ref not in done:
-                out[nid] = {"reason": f"the node's GPU sampler did not answer within {ASK_S:g} s"}
+            if ref not in done:  # a busy node answers with what it said last
+                why = f"the node's GPU sampler did not answer within {wait:g} s"
+                out[nid] = self._last.get(nid) or {"reason": why}
                 continue
             try:
-                out[nid] = ray.get(ref)
-            except (
-                Exception
-            ) as e:  # its node died meanwhile, or the actor could not start: a new one next time
+                out[nid] = self._last[nid] = ray.get(ref)
+            except Exception as e:  # its node died, or its actor could not start: a new one next time
                 self._handles.pop(nid, None)
+                self._last.pop(nid, None)
                 out[nid] = {"reason": f"the node's GPU sampler failed: {type(e).__name__}"}
         return out
 
