@@ -19,8 +19,8 @@ from tunedeck.tables import Job, JobStatus
 log = logging.getLogger("tunedeck.cluster")
 NAMESPACE = "tunedeck"
 SAMPLER = "tunedeck-sampler-"  # + node id: one detached actor per node, found again after a restart
-ASK_S = 5.0  # how long a page waits for a sampler's first reading (a silent one is said, not waited on)
-AGAIN_S = 0.5  # ... and for a fresh one when an earlier reading can answer meanwhile
+ASK_S = 5.0  # how long a page waits for a new node's sampler (a silent one is said, not waited on)
+AGAIN_S = 0.5  # ... and for the others' fresh readings
 
 
 def holders(engine: Engine) -> dict[tuple[str, int], int]:
@@ -54,6 +54,8 @@ class RayNodes:
         self._ray: Any = None
         self._handles: dict[str, Any] = {}  # node id -> its sampler actor
         self._last: dict[str, dict[str, Any]] = {}  # node id -> its newest reading
+        self._pending: dict[str, Any] = {}  # node id -> a read not answered yet
+        self._seen: set[str] = set()  # nodes asked before
         self._state_api = True  # Ray's state API answers through the dashboard; without one, the GCS table
 
     def _connect(self) -> Any:
@@ -127,21 +129,26 @@ class RayNodes:
         return handle
 
     def readings(self, node_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Each node's sampler reading; a node whose sampler fails or is silent gets `reason` only."""
+        """Each node's sampler reading; a node whose sampler fails or is silent gets `reason` only.
+        Only a node asked for the first time is waited on for long: a sampler still starting (a
+        worker process to spawn) answers a later page, which meanwhile shows its newest reading."""
         ray = self._ray
         asked, out = {}, {}
         for nid in node_ids:
             try:
-                asked[nid] = self._sampler(nid).read.remote()
+                asked[nid] = self._pending.get(nid) or self._sampler(nid).read.remote()
             except Exception as e:
                 out[nid] = {"reason": f"no GPU sampler on this node: {type(e).__name__}: {e}"}
-        wait = AGAIN_S if all(nid in self._last for nid in asked) else ASK_S
+        wait = ASK_S if any(nid not in self._seen for nid in asked) else AGAIN_S
+        self._seen.update(asked)
         done = set(ray.wait(list(asked.values()), num_returns=len(asked), timeout=wait)[0] if asked else ())
         for nid, ref in asked.items():
-            if ref not in done:  # a busy node answers with what it said last
-                why = f"the node's GPU sampler did not answer within {wait:g} s"
+            if ref not in done:  # asked again next time, not sent again
+                self._pending[nid] = ref
+                why = "the node's GPU sampler has not answered yet (starting, or busy)"
                 out[nid] = self._last.get(nid) or {"reason": why}
                 continue
+            self._pending.pop(nid, None)
             try:
                 out[nid] = self._last[nid] = ray.get(ref)
             except Exception as e:  # its node died, or its actor could not start: a new one next time
