@@ -1,7 +1,8 @@
 """The nodes page of a simulated cluster: Ray's own Cluster on this machine with N nodes of logical
 resources only (no CPUs to schedule on, 8 GPUs each), a real server with the ray executor, and
 headless Chromium on /nodes. Prints the time Ray took to start the nodes, the first `/api/nodes`
-(it places one sampler actor per node), the later ones (median / p95) and the page's render
+(it places one sampler actor per node), how long until every sampler answers, the later requests
+(median / p95) and the page's render
 (load to every node's card drawn).
 
     .venv/bin/python bench/ray_nodes.py [--nodes 16] [--reads 30] [--renders 5]
@@ -56,6 +57,11 @@ def main() -> None:
             f"{sum(n['alive'] for n in nodes)} alive, "
             f"{sum(n['gpu_slots'] or 0 for n in nodes)} logical GPUs"
         )
+        t, deadline = time.monotonic(), time.monotonic() + 600
+        while any("not answered" in (n["reason"] or "") for n in nodes) and time.monotonic() < deadline:
+            time.sleep(0.5)  # sampler actors still starting (a worker process each)
+            nodes = server.api.get("/api/nodes", timeout=600).json()
+        print(f"every sampler answering {time.monotonic() - t + first_s:.1f} s after the first request")
         reads = []
         for _ in range(args.reads):
             t = time.monotonic()

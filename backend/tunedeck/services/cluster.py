@@ -51,6 +51,7 @@ class RayNodes:
     def __init__(self, engine: Engine, *, address: str, cache_s: float):
         self.engine, self.address, self.cache_s = engine, address, cache_s
         self._lock = threading.Lock()
+        self._one = threading.Lock()  # one reading of the cluster at a time (pages poll it concurrently)
         self._ray: Any = None
         self._handles: dict[str, Any] = {}  # node id -> its sampler actor
         self._last: dict[str, dict[str, Any]] = {}  # node id -> its newest reading
@@ -158,8 +159,9 @@ class RayNodes:
         return out
 
     def nodes(self) -> list[dict[str, Any]]:
-        members = self.members()
-        read = self.readings([m["id"] for m in members if m["alive"]])
+        with self._one:
+            members = self.members()
+            read = self.readings([m["id"] for m in members if m["alive"]])
         held = holders(self.engine)
         out = []
         for m in sorted(members, key=lambda m: (not m["alive"], not m["head"], m["name"], m["id"])):
