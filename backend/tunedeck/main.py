@@ -25,6 +25,7 @@ from tunedeck.executors.local import LocalExecutor
 from tunedeck.scheduler import Scheduler
 from tunedeck.services.alert_engine import AlertEngine
 from tunedeck.services.chat import ChatIdle
+from tunedeck.services.cluster import RayNodes
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState
@@ -79,6 +80,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # every status change, and who hears of it
         writer = IngestWriter(engine, state=jobstate)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        app.state.cluster = (
+            RayNodes(engine, address=settings.ray_address, cache_s=settings.nodes_cache_s)
+            if settings.executor == "ray"
+            else None
+        )
         executor = LocalExecutor(settings, app.state.nodes)
         scheduler = Scheduler(
             settings=settings,

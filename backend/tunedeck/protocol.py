@@ -8,6 +8,7 @@ environment and must not pull in the server's database or routes.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,6 +41,10 @@ class RunnerConfig(BaseModel):
     memory_sample_s: float = 1.0
     memory_polls: int = 4
     rlimit_as_bytes: int | None = None
+    node: str = Field(
+        "",
+        description="the node this runner samples, as its batches name it; empty: the runner's host name",
+    )
     bus_ids: list[str] = Field(
         default_factory=list,
         description="PCI bus ids of the job's devices as the server's SMI library numbers them; the "
@@ -87,8 +92,22 @@ class RunnerState(Strict):
     cause: str | None = PField(None, max_length=2000)
 
 
+NODE_PATTERN = r"^[A-Za-z0-9._:\-]*$"  # a host name or an IPv4/IPv6 address
+
+
+def node_name(name: str) -> str:
+    """A host name as batches may carry it (odd characters become '-')."""
+    return re.sub(r"[^A-Za-z0-9._:\-]", "-", name)[:253]
+
+
 class TelemetryBatch(Strict):
     seq: int = PField(ge=0, le=2**62)
+    node: str = PField(
+        "",
+        max_length=253,
+        pattern=NODE_PATTERN,
+        description="the node whose GPUs its memory samples read (a runner per node); empty: the job's one node",
+    )
     metrics: list[MetricIn] = PField([], max_length=20000)
     logs: list[LogIn] = PField([], max_length=20000)
     states: list[RunnerState] = PField([], max_length=10)

@@ -253,6 +253,9 @@ class FileOut(BaseModel):
 class MemorySampleOut(BaseModel):
     id: int
     t: float
+    node: str = PField(
+        "", description="the node of the runner that sampled it ('' in rows from before nodes)"
+    )
     gpu: int
     used_bytes: int
     total_bytes: int | None
@@ -262,6 +265,7 @@ class MemorySampleOut(BaseModel):
 
 
 class MemoryGpu(BaseModel):
+    node: str = ""
     gpu: int
     name: str | None
     total_bytes: int | None
@@ -279,6 +283,7 @@ class AlertOut(BaseModel):
     job_id: int
     kind: str
     severity: str
+    node: str = ""
     gpu: int | None
     t: float
     step: int | None

@@ -73,6 +73,8 @@ class Job(SQLModel, table=True):
     parent_id: int | None = None  # the job this one resumes or was cloned from
     tags: str | None = Field(default=None, sa_column=Column(Text))  # JSON list of strings
     notes: str | None = Field(default=None, sa_column=Column(Text))
+    # Where the executor placed it: JSON list of {"node": ..., "devices": [...]}, one per node (None: local).
+    placement: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class MetricPoint(SQLModel, table=True):
@@ -145,17 +147,19 @@ class ApiToken(SQLModel, table=True):
 
 
 class MemorySample(SQLModel, table=True):
-    """One sampler interval of one device: the MAX seen inside it. (job_id, line) keys a resend."""
+    """One sampler interval of one device: the MAX seen inside it. (job_id, node, line) keys a resend."""
 
     __tablename__ = "memory_samples"
     __table_args__ = (
-        UniqueConstraint("job_id", "line", name="uq_memory_job_line"),
-        Index("ix_memory_job_gpu_t", "job_id", "gpu", "t"),
+        UniqueConstraint("job_id", "node", "line", name="uq_memory_job_node_line"),
+        Index("ix_memory_job_node_gpu_t", "job_id", "node", "gpu", "t"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
-    line: int  # the runner's per-job sample sequence number
+    # The node of the runner that sampled it ('' in rows from before nodes were named: the job's one node).
+    node: str = Field(default="", sa_column_kwargs={"server_default": text("''")})
+    line: int  # the runner's sample sequence number (one sequence per node)
     t: float
     gpu: int  # device index on the node; -1 = host memory (cpu backend)
     used_bytes: int = Field(sa_type=BigInteger)
@@ -176,6 +180,9 @@ class Alert(SQLModel, table=True):
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
     kind: str
     severity: str  # info | warning | critical
+    node: str = Field(
+        default="", sa_column_kwargs={"server_default": text("''")}
+    )  # the GPU's node ('' none named)
     gpu: int | None = None
     t: float  # the newest occurrence
     step: int | None = None

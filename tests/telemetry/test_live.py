@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from tests.conftest import ROOT, demo_config
 from tests.utils.hardware import gpu_hardware
 from tests.utils.wait import until
+from tunedeck.protocol import node_name
 
 pytestmark = pytest.mark.slow
 GiB = 1024**3
@@ -35,8 +37,15 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
     # As many samples as the run lasted: the checks below need a dozen, and imports alone last longer.
     assert len(samples) >= 12 and not full["downsampled"]
     assert {s["gpu"] for s in samples} == {-1}  # host memory of the job's process tree
+    host = node_name(platform.node())  # a runner names the host it samples, once per batch
+    assert {s["node"] for s in samples} == {host}
     assert full["gpus"] == [
-        {"gpu": -1, "name": "host memory (job process tree)", "total_bytes": psutil.virtual_memory().total}
+        {
+            "node": host,
+            "gpu": -1,
+            "name": "host memory (job process tree)",
+            "total_bytes": psutil.virtual_memory().total,
+        }
     ]
     peak = max(s["used_bytes"] for s in samples)
     assert 100 * 1024**2 < peak < psutil.virtual_memory().total  # a real process tree: torch, the model, data
@@ -161,7 +170,8 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     assert job["status"] == "succeeded", job
     mem = server.api.get(f"/api/jobs/{job['id']}/memory").json()
     assert {s["gpu"] for s in mem["samples"]} == {0}  # only the job's own GPU
-    assert mem["gpus"] == [{"gpu": 0, "name": "AMD Instinct MI300X", "total_bytes": 192 * GiB}]
+    host = node_name(platform.node())
+    assert mem["gpus"] == [{"node": host, "gpu": 0, "name": "AMD Instinct MI300X", "total_bytes": 192 * GiB}]
     assert max(s["used_bytes"] for s in mem["samples"]) == max(flat)  # the two-read peak, kept by the max
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     spikes = [a for a in alerts if a["kind"] == "vram_spike"]

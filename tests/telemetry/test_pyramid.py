@@ -195,7 +195,7 @@ def test_memory_tiles_equal_brute_force(store):
     for g, trace in gpus.items():
         pts = memory_points(engine, g)
         assert sorted((t, int(u)) for t, u, _ in pts) == trace  # each sample stored once, resends or not
-        levels |= run_windows(engine, Series(pyramid.memory_key(g), RAW, (1, g)), pts, rnd, 25)
+        levels |= run_windows(engine, Series(pyramid.memory_key("", g), RAW, (1, "", g)), pts, rnd, 25)
     assert {0, 1} < levels and max(levels) >= 4  # raw, fine and coarse answers were all checked
 
 
@@ -230,5 +230,5 @@ def test_after_retention_old_runs_draw_from_whole_coarse_tiles(store, tmp_path):
         )
     rnd = random.Random(7)
     for g, pts in before.items():
-        s = Series(pyramid.memory_key(g), RAW, (1, g), floor=level)
+        s = Series(pyramid.memory_key("", g), RAW, (1, "", g), floor=level)
         assert min(run_windows(copy, s, pts, rnd, 20, floor=level)) >= level

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tunedeck import runfiles
 from tunedeck.alerts.series import Point, Series
 from tunedeck.alerts.training import FLUSH, OOM
 from tunedeck.lflog import seconds
+from tunedeck.protocol import NODE_PATTERN
 
 MEMORY_HEADER = ["t", "gpu", "used_bytes", "total_bytes"]
 LOG_NAMES = ("running_log.txt", runfiles.TRAIN_LOG, "trainer.log")
@@ -28,12 +30,15 @@ class BadInput(ValueError):
     """A file that cannot be read as what it claims to be; the message names it."""
 
 
-def parse_memory_csv(text: str) -> dict[int, list[tuple[float, int, int | None]]]:
+def parse_memory_csv(text: str) -> dict[Any, list[tuple[float, int, int | None]]]:
+    """Samples by gpu, or by (node, gpu) where a fifth column `node` names one (a run on several nodes)."""
     rows = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(rows, [])]
-    if header[:4] != MEMORY_HEADER:
-        raise BadInput(f"memory CSV: the header must be {','.join(MEMORY_HEADER)}, not {','.join(header)}")
-    out: dict[int, list[tuple[float, int, int | None]]] = {}
+    if header[:4] != MEMORY_HEADER or header[4:] not in ([], ["node"]):
+        raise BadInput(
+            f"memory CSV: the header must be {','.join(MEMORY_HEADER)}[,node], not {','.join(header)}"
+        )
+    out: dict[Any, list[tuple[float, int, int | None]]] = {}
     for n, r in enumerate(rows, start=2):
         if not r or not "".join(r).strip():
             continue
@@ -46,7 +51,10 @@ def parse_memory_csv(text: str) -> dict[int, list[tuple[float, int, int | None]]
             math.isfinite(t) and -1 <= gpu <= 1_000_000 and 0 <= used < 2**62 and 0 <= (total or 0) < 2**62
         ):
             raise BadInput(f"memory CSV line {n}: a value out of range")
-        out.setdefault(gpu, []).append((t, used, total))
+        node = r[4].strip() if len(header) > 4 and len(r) > 4 else ""
+        if len(node) > 253 or not re.fullmatch(NODE_PATTERN, node):
+            raise BadInput(f"memory CSV line {n}: node must be a host name or address")
+        out.setdefault((node, gpu) if node else gpu, []).append((t, used, total))
     for xs in out.values():
         xs.sort()
     return out
@@ -118,7 +126,7 @@ def build(
     end = max([p.t for p in points[-1:]] + [xs[-1][0] for xs in memory.values() if xs], default=t0)
     logs = [(end, x) for x in (log_text or "").splitlines() if OOM.search(x) or FLUSH.search(x)]
     cfg = parse_config(config)
-    gpus = sorted(g for g in memory if g >= 0)
+    gpus = sorted({k[1] if isinstance(k, tuple) else k for k in memory} - {-1})
     series = Series(
         memory=memory, points=points, logs=logs, config=cfg, ds=ds_config, devices=gpus, running=False
     )

@@ -22,9 +22,9 @@ class Point:
 
 @dataclass
 class Series:
-    memory: dict[int, list[tuple[float, int, int | None]]] = field(
+    memory: dict[int | tuple[str, int], list[tuple[float, int, int | None]]] = field(
         default_factory=dict
-    )  # gpu -> (t, used, total)
+    )  # gpu, or (node, gpu) on a job of several nodes -> (t, used, total)
     points: list[Point] = field(default_factory=list)
     logs: list[tuple[float, str]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)  # the train.yaml keys
@@ -48,6 +48,7 @@ class Finding:
     count: int = 0  # every occurrence, when `times` holds only the most recent (0: len(times))
     first: float | None = None  # the first occurrence, when `times` no longer holds it
     change: dict[str, Any] | None = None  # the suggestion as train.yaml keys -> new values, if it is one
+    node: str = ""  # the node of `gpu` ('' when the job's samples name none)
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.times)
@@ -66,6 +67,7 @@ class Finding:
         return {
             "kind": self.kind,
             "severity": self.severity,
+            **({"node": self.node} if self.node else {}),  # named only where samples name nodes
             "gpu": self.gpu,
             "t": self.t,
             "step": self.step,

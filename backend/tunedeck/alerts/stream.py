@@ -20,7 +20,7 @@ class Run:
 
     def __init__(self, meta: Series, limits: Limits | None = None):
         self.meta, self.limits = meta, limits or Limits()
-        self.gpus: dict[int, Gpu] = {}
+        self.gpus: dict[tuple[str, int], Gpu] = {}  # by (node, gpu): a job on several nodes repeats indices
         self.steps = Steps()
         self.training = Training(self.limits)
         self.evals = EvalPhases()
@@ -28,12 +28,17 @@ class Run:
         self.last_log_t: float | None = None
 
     def feed_memory(
-        self, gpu: int, t: Sequence[float], used: Sequence[float], total: Sequence[float | None] | None = None
+        self,
+        gpu: int,
+        t: Sequence[float],
+        used: Sequence[float],
+        total: Sequence[float | None] | None = None,
+        node: str = "",
     ) -> None:
         """One device's samples, in time order; OutOfOrder when older than what it has."""
-        state = self.gpus.get(gpu)
+        state = self.gpus.get((node, gpu))
         if state is None:
-            state = self.gpus[gpu] = Gpu(gpu, self.limits)
+            state = self.gpus[(node, gpu)] = Gpu(gpu, self.limits)
         tot = np.zeros(len(t)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
         state.feed(np.asarray(t, dtype=np.float64), np.asarray(used, dtype=np.float64), tot)
 
@@ -55,23 +60,29 @@ class Run:
         return max((x for x in ends if x is not None), default=0.0)
 
     def findings(self, *, running: bool, now: float | None = None) -> list[Finding]:
-        """Every condition the series show so far, one finding per (kind, gpu)."""
+        """Every condition the series show so far, one finding per (kind, node, gpu)."""
         now = self.end() if now is None else now
         out: list[Finding] = []
         evals = (self.evals.spans(), self.evals.step_s())
-        for gpu in sorted(self.gpus):
-            out += self.gpus[gpu].findings(self.meta, self.steps, self.limits, now, running, evals)
+        named = len({node for node, _ in self.gpus}) > 1  # one node: no node in the messages, as before
+        for node, gpu in sorted(self.gpus):
+            for f in self.gpus[(node, gpu)].findings(self.meta, self.steps, self.limits, now, running, evals):
+                f.node = node
+                if named and node:
+                    f.message = f"{node} {f.message}"  # "node-b GPU 0: ..."
+                out.append(f)
         alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
-        host = bool(self.gpus.get(-1) and self.gpus[-1].n)
+        host = any(g.n for (_, gpu), g in self.gpus.items() if gpu == -1)
         return out + self.training.findings(self.meta, self.steps, self.limits, now, running, alive, host)
 
 
 def feed_series(run: Run, s: Series) -> Run:
     """All of a Series into a Run, as one chunk per stream."""
-    for gpu, xs in s.memory.items():
+    for key, xs in s.memory.items():
+        node, gpu = key if isinstance(key, tuple) else ("", key)
         if xs:
             xs = sorted(xs, key=lambda x: x[0])
-            run.feed_memory(gpu, [x[0] for x in xs], [x[1] for x in xs], [x[2] for x in xs])
+            run.feed_memory(gpu, [x[0] for x in xs], [x[1] for x in xs], [x[2] for x in xs], node)
     run.feed_points(s.points)
     run.feed_logs(s.logs)
     return run

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
+from tunedeck.protocol import NODE_PATTERN
 from tunedeck.schemas import MemoryPage, MemorySampleOut
 from tunedeck.services import memory_charts as service
 
@@ -22,6 +23,12 @@ def get_memory(
     session: SessionDep,
     settings: SettingsDep,
     gpu: Annotated[int | None, Query(ge=-1, le=1_000_000, description="one device; -1 = host memory")] = None,
+    node: Annotated[
+        str | None,
+        Query(
+            max_length=253, pattern=NODE_PATTERN, description="one node's devices (a job on several nodes)"
+        ),
+    ] = None,
     after: Annotated[
         int | None, Query(ge=0, le=2**62, description="cursor from the previous page's `next`")
     ] = None,
@@ -35,10 +42,11 @@ def get_memory(
     t1: Annotated[float | None, Query(description="window end, unix seconds")] = None,
     limit: Annotated[int | None, Query(ge=1, le=2**62)] = None,
 ) -> MemoryPage:
-    """Memory samples after a cursor, optionally in a window and downsampled per GPU."""
+    """Memory samples after a cursor, optionally of one node, in a window and downsampled per device."""
     rows, nxt, reduced = service.memory_page(
         session,
         job_id=job_id,
+        node=node,
         gpu=gpu,
         after=after,
         max_points=max_points,
@@ -50,5 +58,5 @@ def get_memory(
         samples=[MemorySampleOut.model_validate(r, from_attributes=True) for r in rows],
         next=nxt,
         downsampled=reduced,
-        gpus=service.gpus_of(session, job_id),
+        gpus=service.gpus_of(session, job_id, node),
     )

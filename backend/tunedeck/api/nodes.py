@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 
-from tunedeck.api.responses import Node
+from tunedeck.api.responses import Node, errors
 
 router = APIRouter(prefix="/api", tags=["nodes"])
 
 
-@router.get("/nodes", response_model=list[Node])
+@router.get("/nodes", response_model=list[Node], responses=errors(503))
 def list_nodes(request: Request) -> list[dict]:
-    """GPUs of this node (name, VRAM, utilisation, holder); `reason` says why GPU backends are absent."""
-    return request.app.state.nodes.nodes()
+    """Each node's GPUs (name, VRAM, utilisation, holder): this host, or every Ray node, dead ones too."""
+    cluster = request.app.state.cluster
+    if cluster is None:
+        return request.app.state.nodes.nodes()
+    try:
+        return cluster.nodes()
+    except Exception as e:  # the cluster is away: say where and why, not a 500
+        raise HTTPException(
+            status_code=503, detail=f"Ray cluster at {cluster.address!r} unreachable: {type(e).__name__}: {e}"
+        ) from e

@@ -188,3 +188,8 @@ class Node(BaseModel):
     backend: str
     reason: str | None = Field(description="why GPU backends are absent")
     gpus: list[NodeGpu]
+    id: str | None = Field(None, description="the Ray node id (executor `ray`); null on the local executor")
+    address: str | None = Field(None, description="the node's IP (executor `ray`)")
+    alive: bool = Field(True, description="false: Ray lost the node (its GPUs are not read)")
+    head: bool = Field(False, description="the Ray head node")
+    gpu_slots: int | None = Field(None, description="GPUs the node offers Ray (logical; executor `ray`)")

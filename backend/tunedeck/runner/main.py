@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import re
 import resource
 import signal
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from tunedeck import procs, runfiles
 from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
-from tunedeck.protocol import RunnerConfig
+from tunedeck.protocol import RunnerConfig, node_name
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.runner.watch import FileWatch
@@ -80,6 +81,7 @@ class Runner:
             retry_max_s=self.cfg.retry_max_s,
             merge_items=self.cfg.batch_max,
             say=self.note,
+            node=node_name(self.cfg.node or platform.node()),
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.extra_tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.EXTRA_LOG)

@@ -47,6 +47,8 @@ def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
     if len(batches) == 1:
         return batches[0]
     out: dict[str, Any] = {"seq": batches[-1]["seq"], "metrics": [], "logs": [], "states": []}
+    if batches[-1].get("node"):  # one runner's batches: one node
+        out["node"] = batches[-1]["node"]
     for b in batches:
         for k in ("metrics", "logs", "states"):
             out[k] += b.get(k, [])
@@ -135,7 +137,9 @@ class Reporter:
         retry_max_s: float,
         merge_items: int = 2000,
         say: Callable[[str], None] = _say,
+        node: str = "",
     ):
+        self.node = node  # named once per batch: the server keys this runner's samples by it
         self.say = say  # where a dropped item is told (the runner: a line in the job's log)
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
         self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
@@ -155,6 +159,8 @@ class Reporter:
         if not (metrics or logs or states or memory):
             return
         batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
+        if self.node:
+            batch["node"] = self.node
         if memory:  # the sampler's VRAM / host-memory samples
             batch["memory"] = columns(list(memory))
         batch = checked(batch, self.say)

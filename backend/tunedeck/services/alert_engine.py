@@ -1,5 +1,5 @@
 """Alerts in the database: each followed job's detector state, fed only the rows stored since the
-last pass (read by id); one open alert per (job, kind, gpu) kept up to date; and the background
+last pass (read by id); one open alert per (job, kind, node, gpu) kept up to date; and the background
 evaluator fed by the ingest writer."""
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def meta_of(job: Job) -> Series:
 
 
 def _memory_rows(q: Select) -> Select:
-    return q.add_columns(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, MEMORY.c.total_bytes, MEMORY.c.name)
+    return q.add_columns(
+        MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, MEMORY.c.total_bytes, MEMORY.c.name, MEMORY.c.node
+    )
 
 
 def _metric_rows(q: Select) -> Select:
@@ -157,13 +159,13 @@ class Tracker:
             return self._rows(conn, f"new {name}", lambda: query(new(name)), lo=lo[name], hi=hi[name])
 
         for part in fetch("memory", _memory_rows):
-            by: dict[tuple[int, int], list] = {}
+            by: dict[tuple[int, str, int], list] = {}
             for r in part:
                 st = self.jobs.get(r[1])
                 if st is not None and r[0] > st.upto["memory"]:
-                    by.setdefault((r[1], r[2]), []).append(r)
-            for (job_id, gpu), rows in by.items():
-                self._memory(job_id, gpu, rows)
+                    by.setdefault((r[1], r[7], r[2]), []).append(r)
+            for (job_id, node, gpu), rows in by.items():
+                self._memory(job_id, gpu, rows, node)
         for part in fetch("metrics", _metric_rows):
             for job_id, rows in _by_job(part, self.jobs, "metrics").items():
                 self._points(job_id, rows)
@@ -173,13 +175,13 @@ class Tracker:
         for st in self.jobs.values():
             st.upto = dict(hi)
 
-    def _memory(self, job_id: int, gpu: int, rows: list) -> None:
+    def _memory(self, job_id: int, gpu: int, rows: list, node: str = "") -> None:
         st = self.jobs.get(job_id)
         if st is None:
             return
         st.fresh = True
         try:
-            st.run.feed_memory(gpu, [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows])
+            st.run.feed_memory(gpu, [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows], node)
         except OutOfOrder:  # a replayed batch stored late: built again from the stored series
             log.info("alerts: job %s got memory samples out of order; rebuilding its state", job_id)
             del self.jobs[job_id]
@@ -221,14 +223,16 @@ class Tracker:
             def fetch(name: str, query: Callable[[], Select]):
                 return self._rows(conn, f"all {name}", query, job=job.id, top=top[name])
 
-            q = lambda: _memory_rows(of("memory")).order_by(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id)
-            for part in fetch("memory", q):
+            q = lambda: _memory_rows(of("memory")).order_by(
+                MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id
+            )
+            for part in fetch("memory", q):  # rows: id, gpu, t, used, total, name, node
                 i = 0
                 while i < len(part):
                     j = i
-                    while j < len(part) and part[j][1] == part[i][1]:
+                    while j < len(part) and part[j][1] == part[i][1] and part[j][6] == part[i][6]:
                         j += 1
-                    self._memory(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]])
+                    self._memory(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]], part[i][6])
                     i = j
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
@@ -291,15 +295,15 @@ def reconcile(
     a closed condition recurs, close what no longer holds. Returns the alerts opened now; those closed
     now are appended to `closed`, open ones whose count, message or severity changed to `changed`."""
     was_open = {}
-    latest: dict[tuple[str, int | None], Alert] = {}
+    latest: dict[tuple[str, str, int | None], Alert] = {}
     for a in session.exec(select(Alert).where(Alert.job_id == job_id).order_by(col(Alert.id))):
-        latest[(a.kind, a.gpu)] = a
+        latest[(a.kind, a.node, a.gpu)] = a
         was_open[a.id] = a.open
     new: list[Alert] = []
     touched: list[Alert] = []
     seen = set()
     for f in findings:
-        key = (f.kind, f.gpu)
+        key = (f.kind, f.node, f.gpu)
         row = latest.get(key)
         if row is not None and f.kind in SPIKES and f.t < row.first_t:
             # Every occurrence of this episode was withdrawn (a spike alerted as it rose that stayed up:
@@ -321,7 +325,9 @@ def reconcile(
             # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
             times = f.times if row is None else [t for t in f.times if t > row.last_t]
             first, count = (f.first, f.count) if row is None else (times[0], len(times))
-            row = Alert(job_id=job_id, kind=f.kind, gpu=f.gpu, first_t=first, count=count, **fields)
+            row = Alert(
+                job_id=job_id, kind=f.kind, node=f.node, gpu=f.gpu, first_t=first, count=count, **fields
+            )
             new.append(row)
         elif row.open or f.t > row.last_t or (is_open and f.t == row.last_t):
             # (The last: an episode whose finding went away and came back, as a spike alerted on its

@@ -62,8 +62,21 @@ def import_run(
                 (run_dir / fname).write_text(text)
         job.run_dir, job.output_dir = str(run_dir), str(output)
         s.flush()
-        samples = ((g, t, u, tot) for g, xs in sorted(series.memory.items()) for t, u, tot in xs)
+        by_node: dict[str, list] = {}  # one batch per node, as its runner would have sent
+        for key, xs in series.memory.items():
+            node, gpu = key if isinstance(key, tuple) else ("", key)
+            by_node.setdefault(node, []).extend((gpu, t, u, tot) for t, u, tot in xs)
+        for node, samples in sorted(by_node.items())[1:]:
+            samples.sort(key=lambda x: x[:2])
+            memory = [
+                {"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
+                for i, (gpu, t, used, total) in enumerate(samples)
+            ]
+            apply_batch(conn, job.id, {"seq": 0, "node": node, "memory": memory})
+        node, samples = min(by_node.items()) if by_node else ("", [])
+        samples.sort(key=lambda x: x[:2])
         batch = {
+            "node": node,
             "seq": 0,
             "metrics": [{"line": i, "t": x["t"], "raw": x["raw"]} for i, x in enumerate(lines)],
             "logs": [

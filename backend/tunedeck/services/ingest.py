@@ -66,19 +66,20 @@ def samples(memory: Any) -> int:
 def _memory_sql(names: tuple[str, ...]) -> str:
     # Column names come from MEMORY_KEYS only, never from a request.
     return (
-        f"INSERT INTO {MEMORY.name} (job_id, {', '.join(names)}) VALUES (?{', ?' * len(names)}) "
-        "ON CONFLICT (job_id, line) DO NOTHING"
+        f"INSERT INTO {MEMORY.name} (job_id, node, {', '.join(names)}) VALUES (?, ?{', ?' * len(names)}) "
+        "ON CONFLICT (job_id, node, line) DO NOTHING"
     )
 
 
-def insert_memory(conn: Connection, job_id: int, cols: dict[str, list]) -> None:
-    """The sampler's per-interval maxima, keyed by sample number: one executemany of plain tuples
-    (no object per sample; a third of the cost of a Core insert of dicts)."""
+def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: str = "") -> None:
+    """The sampler's per-interval maxima, keyed by node and sample number: one executemany of plain
+    tuples (no object per sample; a third of the cost of a Core insert of dicts)."""
     n = len(cols.get("line") or ())
     if not n:
         return
     names = tuple(k for k in MEMORY_KEYS if k in cols)
-    conn.exec_driver_sql(_memory_sql(names), list(zip(repeat(job_id, n), *(cols[k] for k in names))))
+    rows = list(zip(repeat(job_id, n), repeat(node, n), *(cols[k] for k in names)))
+    conn.exec_driver_sql(_memory_sql(names), rows)
 
 
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
@@ -115,7 +116,7 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     ]
     if logs:
         conn.execute(insert(LOGS).on_conflict_do_nothing(index_elements=["job_id", "line"]), logs)
-    insert_memory(conn, job_id, memory_columns(batch.get("memory")))
+    insert_memory(conn, job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
         conn.execute(
             update(JOBS)

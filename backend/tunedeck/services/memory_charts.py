@@ -14,31 +14,43 @@ from tunedeck.services.jobs import get_job
 from tunedeck.services.pyramid import Reader, Series
 from tunedeck.tables import MemorySample
 
-# One step per GPU of the job: the next gpu index, then that GPU's newest sample (both on ix_memory_job_gpu_t).
-GPUS = """
-WITH RECURSIVE g(gpu) AS (
-  SELECT min(gpu) FROM memory_samples WHERE job_id = :job
+# The job's devices, (node, gpu) in order, one index seek each on ix_memory_job_node_gpu_t: the queries
+# that go on from `g` add their own SELECT.
+DEVICES = """
+WITH RECURSIVE g(node, gpu) AS (
+  SELECT * FROM (SELECT node, gpu FROM memory_samples WHERE job_id = :job ORDER BY node, gpu LIMIT 1)
   UNION ALL
-  SELECT (SELECT min(gpu) FROM memory_samples WHERE job_id = :job AND gpu > g.gpu) FROM g WHERE g.gpu IS NOT NULL
+  SELECT m.node, m.gpu FROM g JOIN memory_samples m ON m.id = coalesce(
+    (SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu > g.gpu ORDER BY gpu LIMIT 1),
+    (SELECT id FROM memory_samples WHERE job_id = :job AND node > g.node ORDER BY node, gpu LIMIT 1))
 )
-SELECT m.gpu, m.name, m.total_bytes FROM g JOIN memory_samples m ON m.id = (
-  SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
 """
-RAW = (
-    "SELECT t, used_bytes, id FROM memory_samples WHERE job_id = ? AND gpu = ? AND t >= ? AND t <= ? "
-    "ORDER BY t, id"
+# Each device's newest sample.
+GPUS = (
+    DEVICES
+    + """SELECT m.node, m.gpu, m.name, m.total_bytes FROM g JOIN memory_samples m ON m.id = (
+  SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
+"""
 )
-COLUMNS = ("id", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c")
+RAW = (
+    "SELECT t, used_bytes, id FROM memory_samples WHERE job_id = ? AND node = ? AND gpu = ? AND t >= ? "
+    "AND t <= ? ORDER BY t, id"
+)
+COLUMNS = ("id", "t", "node", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c")
 
 
 def _gpus(cur, job_id: int) -> list[tuple]:
     return cur.execute(GPUS, {"job": job_id}).fetchall()
 
 
-def gpus_of(session: Session, job_id: int) -> list[MemoryGpu]:
+def gpus_of(session: Session, job_id: int, node: str | None = None) -> list[MemoryGpu]:
     cur = session.connection().connection.cursor()
     try:
-        return [MemoryGpu(gpu=g, name=n, total_bytes=tb) for g, n, tb in _gpus(cur, job_id)]
+        return [
+            MemoryGpu(node=nd, gpu=g, name=n, total_bytes=tb)
+            for nd, g, n, tb in _gpus(cur, job_id)
+            if node is None or nd == node
+        ]
     finally:
         cur.close()
 
@@ -54,7 +66,14 @@ def _rows(cur, ids: list[int]) -> dict[int, SimpleNamespace]:
 
 
 def chart(
-    engine, *, job_id: int, gpu: int | None, max_points: int, t0: float | None, t1: float | None
+    engine,
+    *,
+    job_id: int,
+    node: str | None = None,
+    gpu: int | None,
+    max_points: int,
+    t0: float | None,
+    t1: float | None,
 ) -> tuple[list[Any], int | None, bool]:
     """Each GPU's series in the window from the tiles: every sample when they fit in `max_points`,
     else each bucket's lowest and highest sample (its id, time and bytes; util, power and temperature
@@ -66,17 +85,21 @@ def chart(
         cur.execute("BEGIN")  # one snapshot
         reader = Reader(cur, job_id)
         pruned = cur.execute("SELECT level FROM chart_pruned WHERE job_id = ?", (job_id,)).fetchone()
-        gpus = {g: tb for g, _, tb in _gpus(cur, job_id) if gpu is None or g == gpu}
+        gpus = {
+            (nd, g): tb
+            for nd, g, _, tb in _gpus(cur, job_id)
+            if (gpu is None or g == gpu) and (node is None or nd == node)
+        }
         rows, reduced = [], False
-        for g, total in gpus.items():
-            s = Series(pyramid.memory_key(g), RAW, (job_id, g), floor=pruned[0] if pruned else 0)
+        for (nd, g), total in gpus.items():
+            s = Series(pyramid.memory_key(nd, g), RAW, (job_id, nd, g), floor=pruned[0] if pruned else 0)
             ans = reader.window(s, t0, t1, max_points)
             reduced |= ans.reduced
             if ans.level == 0 and ans.n:  # every sample of the window: the rows themselves
                 found = cur.execute(
-                    f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE job_id = ? AND gpu = ? "
-                    "AND t >= ? AND t <= ?",
-                    (job_id, g, ans.x[0], ans.x[-1]),
+                    f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE job_id = ? AND node = ? "
+                    "AND gpu = ? AND t >= ? AND t <= ?",
+                    (job_id, nd, g, ans.x[0], ans.x[-1]),
                 ).fetchall()
                 rows += [SimpleNamespace(**dict(zip(COLUMNS, r))) for r in found]
                 continue
@@ -84,6 +107,7 @@ def chart(
                 SimpleNamespace(
                     id=int(a),
                     t=t,
+                    node=nd,
                     gpu=g,
                     used_bytes=int(y),
                     total_bytes=total,
@@ -105,6 +129,7 @@ def memory_page(
     session: Session,
     *,
     job_id: int,
+    node: str | None = None,
     gpu: int | None,
     after: int | None,
     max_points: int | None,
@@ -116,12 +141,14 @@ def memory_page(
     get_job(session, job_id)
     if max_points is not None and after is None:
         rows, nxt, reduced = chart(
-            session.get_bind(), job_id=job_id, gpu=gpu, max_points=max_points, t0=t0, t1=t1
+            session.get_bind(), job_id=job_id, node=node, gpu=gpu, max_points=max_points, t0=t0, t1=t1
         )
         return rows, (after if nxt is None else nxt), reduced
     q = select(MemorySample).where(MemorySample.job_id == job_id).order_by(col(MemorySample.id))
     if gpu is not None:
         q = q.where(MemorySample.gpu == gpu)
+    if node is not None:
+        q = q.where(MemorySample.node == node)
     if after is not None:
         q = q.where(col(MemorySample.id) > after)
     if t0 is not None:
@@ -133,10 +160,14 @@ def memory_page(
         return rows, (rows[-1].id if rows else after), False
     # After a cursor the tiles cannot help (they hold no ids' order): the same buckets, in memory.
     cols = q.with_only_columns(MemorySample.id, MemorySample.gpu, MemorySample.t, MemorySample.used_bytes)
-    data = session.connection().execute(cols).all()
+    data = session.connection().execute(cols.add_columns(MemorySample.node)).all()
     if not data:
         return [], after, False
-    arr = np.array([tuple(r) for r in data], dtype=np.float64)  # id, gpu, t, used (exact below 2**53)
+    arr = np.array([tuple(r)[:4] for r in data], dtype=np.float64)  # id, gpu, t, used (exact below 2**53)
+    code = {n: i for i, n in enumerate(sorted({r[4] for r in data}))}
+    arr[:, 1] += (
+        np.fromiter((code[r[4]] for r in data), np.float64, len(data)) * pyramid.NODE_CODE
+    )  # a series per (node, gpu)
     keep, reduced = [], False
     for g in np.unique(arr[:, 1]):
         series = arr[arr[:, 1] == g]

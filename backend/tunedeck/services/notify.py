@@ -129,10 +129,12 @@ class Notifier(Worker):
         for a in alerts:
             if not at_least(a.severity, self.min_severity):
                 continue
+            where = "" if a.gpu is None else f" on {device(a.gpu)}"
+            if a.gpu is not None and a.node and a.message.startswith(f"{a.node} "):  # named: several nodes
+                where = f" on {a.node} {device(a.gpu)}"
             text = (
                 f"{ICON.get(a.severity, '')} tunedeck {a.severity}: job {job.id} ({job.name}) {a.kind}"
-                f"{'' if a.gpu is None else f' on {device(a.gpu)}'}: {a.message}"
-                + (f"\nSuggestion: {a.suggestion}" if a.suggestion else "")
+                f"{where}: {a.message}" + (f"\nSuggestion: {a.suggestion}" if a.suggestion else "")
             )
             self.put(
                 {
@@ -142,6 +144,7 @@ class Notifier(Worker):
                     "alert_id": a.id,
                     "kind": a.kind,
                     "severity": a.severity,
+                    "node": a.node or None,
                     "gpu": a.gpu,
                     "message": a.message,
                     "suggestion": a.suggestion,

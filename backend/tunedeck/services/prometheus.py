@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from sqlalchemy import Connection, Engine, text
 
 from tunedeck.alerts import KINDS, SEVERITIES
+from tunedeck.services.memory_charts import DEVICES
 
 RECENT_S = 600.0
 TAIL_LINES = 1000  # how far back a job's latest loss, eval loss and tokens/s are looked for
@@ -44,16 +45,13 @@ NEWEST = text(
     "WITH last(n) AS (SELECT max(line) FROM metric_points WHERE job_id = :job) "
     f"SELECT {', '.join(map(_newest, METRIC_KEYS))} FROM last"
 )
-# One step per GPU of the job: the next gpu index, then that GPU's newest sample (both on ix_memory_job_gpu_t).
-GPUS = text("""
-WITH RECURSIVE g(gpu) AS (
-  SELECT min(gpu) FROM memory_samples WHERE job_id = :job
-  UNION ALL
-  SELECT (SELECT min(gpu) FROM memory_samples WHERE job_id = :job AND gpu > g.gpu) FROM g WHERE g.gpu IS NOT NULL
+# Each device's newest sample, (node, gpu) in order.
+GPUS = text(
+    DEVICES
+    + """SELECT m.node, m.gpu, m.used_bytes, m.total_bytes, m.name FROM g JOIN memory_samples m ON m.id = (
+  SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
+"""
 )
-SELECT m.gpu, m.used_bytes, m.total_bytes, m.name FROM g JOIN memory_samples m ON m.id = (
-  SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
-""")
 JOBS = text(
     "SELECT id, name, owner, status, current_steps, total_steps FROM jobs "
     "WHERE status = 'running' OR finished_at >= :cutoff"
@@ -142,8 +140,9 @@ class Collector:
             ):
                 if value is not None:
                     fams[key].add_metric(values, value)
-            for gpu, used_bytes, total_bytes, gpu_name in conn.execute(GPUS, {"job": job_id}):
-                device = [*values, "host" if gpu < 0 else str(gpu), gpu_name or ""]
+            for node, gpu, used_bytes, total_bytes, gpu_name in conn.execute(GPUS, {"job": job_id}):
+                # the node that sampled it (a job on several nodes has devices on each)
+                device = [*values[:2], node or self.node, "host" if gpu < 0 else str(gpu), gpu_name or ""]
                 used.add_metric(device, used_bytes)
                 if total_bytes is not None:
                     total.add_metric(device, total_bytes)

@@ -13,6 +13,7 @@ the coarse ones, so old runs are still drawn from them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,46 +129,70 @@ def tiles_of(x: np.ndarray, level: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ ingest
-@dataclass(frozen=True)
-class Source:
-    """A raw table the pyramid follows: its rows after a watermark id, as (job, series, x, y, a)."""
-
-    name: str
-    table: str
-    columns: str
-
-    def series(self, arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        ids, job = arr[:, 0], arr[:, 1]
-        if self.name == "memory":  # id, job_id, gpu, t, used_bytes
-            return job, arr[:, 2], arr[:, 3], arr[:, 4], ids
-        # id, job_id, step, t, metric columns...: series 0 is the rows themselves (y = id)
-        parts = []
-        for i, y in enumerate((ids, *arr[:, 4:].T)):
-            keep = ~np.isnan(arr[:, 2]) & ~np.isnan(y)
-            parts.append((job[keep], np.full(keep.sum(), i), arr[keep, 2], y[keep], arr[keep, 3]))
-        return tuple(np.concatenate(c) for c in zip(*parts))  # type: ignore[return-value]
-
-    def key(self, sid: float) -> str:
-        if self.name == "memory":
-            return f"memory.{int(sid)}"
-        return ROWS if sid == 0 else f"metric.{METRIC_COLUMNS[int(sid) - 1]}"
+NODE_CODE = 2_000_000  # a memory series' number: node code * NODE_CODE + gpu + 1 (gpu -1 is host memory)
 
 
-SOURCES = (
-    Source("memory", "memory_samples", "id, job_id, gpu, t, used_bytes"),
-    Source("metrics", "metric_points", f"id, job_id, step, t, {', '.join(METRIC_COLUMNS)}"),
-)
-
-
-def memory_key(gpu: int) -> str:
-    return SOURCES[0].key(gpu)
+def memory_key(node: str, gpu: int) -> str:
+    """A memory series' tiles: `memory.<gpu>` on a job's one unnamed node (rows from before nodes were
+    named keep their tiles), `memory.<node>/<gpu>` otherwise."""
+    return f"memory.{node}/{gpu}" if node else f"memory.{gpu}"
 
 
 def metric_key(name: str) -> str:
     return f"metric.{name}"
 
 
-def add(cur, source: Source, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
+Key = Callable[[float], str]
+
+
+def _metric_name(sid: float) -> str:
+    return ROWS if sid == 0 else metric_key(METRIC_COLUMNS[int(sid) - 1])
+
+
+@dataclass(frozen=True)
+class Source:
+    """A raw table the pyramid follows: its rows after a watermark id, as (job, series, x, y, a) and
+    the series' keys by number."""
+
+    name: str
+    table: str
+    columns: str
+
+    def series(
+        self, rows: list[tuple]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Key]:
+        if self.name == "memory":  # id, job_id, gpu, t, used_bytes, node
+            ids, job, gpu, t, used, nodes = zip(*rows)
+            names = sorted(set(nodes))  # few per chunk: the job's nodes
+            if len(names) == 1:
+                code = np.zeros(len(rows))
+            else:
+                code = np.fromiter(map({n: i for i, n in enumerate(names)}.__getitem__, nodes), np.float64)
+            sid = code * NODE_CODE + np.array(gpu, dtype=np.float64) + 1
+
+            def key(v: float) -> str:
+                c, g = divmod(int(v), NODE_CODE)
+                return memory_key(names[c], g - 1)
+
+            f = np.float64
+            return np.array(job, f), sid, np.array(t, f), np.array(used, f), np.array(ids, f), key
+        arr = np.array(rows, dtype=np.float64)  # NULL -> NaN
+        ids, job = arr[:, 0], arr[:, 1]
+        # id, job_id, step, t, metric columns...: series 0 is the rows themselves (y = id)
+        parts = []
+        for i, y in enumerate((ids, *arr[:, 4:].T)):
+            keep = ~np.isnan(arr[:, 2]) & ~np.isnan(y)
+            parts.append((job[keep], np.full(keep.sum(), i), arr[keep, 2], y[keep], arr[keep, 3]))
+        return (*(np.concatenate(c) for c in zip(*parts)), _metric_name)  # type: ignore[return-value]
+
+
+SOURCES = (
+    Source("memory", "memory_samples", "id, job_id, gpu, t, used_bytes, node"),
+    Source("metrics", "metric_points", f"id, job_id, step, t, {', '.join(METRIC_COLUMNS)}"),
+)
+
+
+def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     """Fold points into every level's tiles: one upsert per touched tile."""
     (job, sid, tile), s = reduce([job, sid, tiles_of(x, FINEST)], points(x, y, a), single=True)
     # Every coarser level from the finest tiles at once: one merge, whatever the batch's size.
@@ -182,7 +207,7 @@ def add(cur, source: Source, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
         UPSERT,
         zip(
             job.astype(np.int64).tolist(),
-            [source.key(v) for v in sid.tolist()],
+            [key(v) for v in sid.tolist()],
             level.astype(np.int64).tolist(),
             tile.astype(np.int64).tolist(),
             s[:, N].astype(np.int64).tolist(),
@@ -247,9 +272,9 @@ def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
             while rows := cur.execute(
                 f"SELECT {src.columns} FROM {src.table} WHERE id > ? ORDER BY id LIMIT {CHUNK}", (through,)
             ).fetchall():
-                arr = np.array(rows, dtype=np.float64)  # NULL -> NaN
-                add(cur, src, *src.series(arr))
-                through, seen = int(arr[-1, 0]), seen + len(rows)
+                *cols, key = src.series(rows)
+                add(cur, key, *cols)
+                through, seen = int(rows[-1][0]), seen + len(rows)
             cur.execute("UPDATE chart_state SET through_id = ? WHERE source = ?", (through, src.name))
         return seen
     finally:

@@ -154,20 +154,23 @@ def _chart_data(session: Session, job: Job) -> dict[str, Any]:
     rows, _, _ = memory_charts.memory_page(
         session, job_id=job.id, gpu=None, after=None, max_points=MAX_POINTS, t0=None, t1=None, limit=10**9
     )
-    gpus = {g.gpu: g for g in memory_charts.gpus_of(session, job.id)}
-    memory: dict[int, dict[str, Any]] = {}
+    gpus = {(g.node, g.gpu): g for g in memory_charts.gpus_of(session, job.id)}
+    memory: dict[tuple[str, int], dict[str, Any]] = {}  # per node and GPU
     for r in rows:
-        g = memory.setdefault(r.gpu, {"t": [], "gib": []})
+        g = memory.setdefault((r.node, r.gpu), {"t": [], "gib": []})
         g["t"].append(r.t)
         g["gib"].append(r.used_bytes / GiB)
+    several = len({node for node, _ in memory}) > 1  # one node: no node in the labels
     mem = []
-    for gpu, g in sorted(memory.items()):
-        info = gpus.get(gpu)
+    for (node, gpu), g in sorted(memory.items()):
+        info = gpus.get((node, gpu))
         label = (
             "host memory (CPU job)"
             if gpu == -1
             else f"GPU {gpu}" + (f" {info.name}" if info and info.name else "")
         )
+        if several and node:
+            label = f"{node} · {label}"
         total = info.total_bytes / GiB if info and info.total_bytes and gpu != -1 else None
         mem.append({"label": label, "total_gib": total, **g})
     pick = ("loss", "eval_loss", "lr", "throughput")

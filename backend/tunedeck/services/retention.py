@@ -16,21 +16,21 @@ from sqlalchemy import Engine, text
 
 from tunedeck.config import Settings
 from tunedeck.services import pyramid
+from tunedeck.services.memory_charts import DEVICES
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.retention")
 
-# Per GPU of the job (one index step each): its highest sample and its newest.
-KEEP = """
-WITH RECURSIVE g(gpu) AS (
-  SELECT min(gpu) FROM memory_samples WHERE job_id = :job
-  UNION ALL
-  SELECT (SELECT min(gpu) FROM memory_samples WHERE job_id = :job AND gpu > g.gpu) FROM g WHERE g.gpu IS NOT NULL
-)
-SELECT (SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY used_bytes DESC, t LIMIT 1),
-       (SELECT id FROM memory_samples WHERE job_id = :job AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
-FROM g WHERE g.gpu IS NOT NULL
+# Per device of the job (one index step each): its highest sample and its newest.
+KEEP = (
+    DEVICES
+    + """SELECT
+  (SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu
+   ORDER BY used_bytes DESC, t LIMIT 1),
+  (SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
+FROM g
 """
+)
 
 
 def keep_level(interval_s: float) -> int:

@@ -31,10 +31,17 @@ function rerun(jobId, change) {
     ...Object.entries(change).map(([k, v]) => h("code", { text: `${k}: ${value(v)}` })), " ", button, note);
 }
 
+// The node is named where the message names it (a job on several nodes), as "node-b · GPU 0".
+function where(a) {
+  if (a.gpu === null || a.gpu === undefined) return "";
+  const named = a.node && (a.message || "").startsWith(`${a.node} `);
+  return ` · ${named ? `${a.node} · ` : ""}${deviceLabel(a.gpu)}`;
+}
+
 export function alertItem(a, jobId) {
   return h("div", { class: `alert-item${a.open ? "" : " closed"}`, "data-kind": a.kind, "data-severity": a.severity, "data-id": a.id, "data-open": a.open ? "1" : "0" },
     h("span", { class: `badge sev-${a.severity}`, text: a.severity }), " ",
-    h("b", { text: a.kind }), a.gpu !== null && a.gpu !== undefined ? ` · ${deviceLabel(a.gpu)}` : "",
+    h("b", { text: a.kind }), where(a),
     a.step !== null && a.step !== undefined ? ` · step ${a.step}` : "", a.count > 1 ? ` · ×${a.count}` : "",
     h("span", { class: "state", text: a.open ? " · open" : " · resolved" }),
     h("div", { text: a.message }),

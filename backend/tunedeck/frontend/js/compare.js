@@ -101,14 +101,17 @@ function drawMemory(all) {
   all.forEach(([id, d], k) => {
     if (!d.memory || !d.memory.samples.length) return;
     const t0 = d.memory.samples[0].t;
-    const byGpu = new Map();
+    const byGpu = new Map(); // per node and GPU: a job on several nodes repeats GPU indices
     for (const s of d.memory.samples) {
-      const g = byGpu.get(s.gpu) || { x: [], y: [] };
+      const key = `${s.node || ""}/${s.gpu}`;
+      const g = byGpu.get(key) || { x: [], y: [], node: s.node || "", gpu: s.gpu };
       g.x.push(s.t - t0); g.y.push(s.used_bytes / GiB);
-      byGpu.set(s.gpu, g);
+      byGpu.set(key, g);
     }
+    const several = new Set([...byGpu.values()].map((g) => g.node)).size > 1;
+    const label = (g) => `${several && g.node ? `${g.node} · ` : ""}${g.gpu === -1 ? "host memory" : `GPU ${g.gpu}`}`;
     const dashes = ["solid", "dot", "dash", "longdash", "dashdot"];
-    [...byGpu].forEach(([gpu, g], i) => traces.push({ name: plain(`#${id} ${names.get(id) || ""} ${gpu === -1 ? "host memory" : `GPU ${gpu}`}`),
+    [...byGpu.values()].forEach(({ node, gpu, ...g }, i) => traces.push({ name: plain(`#${id} ${names.get(id) || ""} ${label({ node, gpu })}`),
       ...g, mode: mode(g.y), line: { color: COLORS[k % COLORS.length], dash: dashes[i % dashes.length] },
       hovertemplate: "%{y:.4~g} GiB", hoverlabel: { namelength: -1 } }));
   });

@@ -21,8 +21,8 @@ const state = {
   seriesNames: [],
   metricsLast: 0, // newest metric id held (history or stream)
   lossZoom: null,
-  mem: new Map(), // gpu -> {t: [], y: [], name}
-  memTotal: new Map(), // gpu -> total bytes
+  mem: new Map(), // device key ("node/gpu", devKey) -> {t: [], y: [], name}
+  memTotal: new Map(), // device key -> total bytes
   memLast: 0,
   memZoom: null,
   memAvailable: true,
@@ -352,6 +352,16 @@ $("#logy").addEventListener("change", drawMetrics);
 
 // ------------------------------------------------------------------ memory chart
 const sampleSeries = () => ({ t: [], y: [], ids: [], util: [], temp: [] });
+// A job on several nodes has one series per node and GPU: the same GPU index on two nodes is two devices.
+const devKey = (s) => `${s.node || ""}/${s.gpu}`;
+function devOf(key) {
+  const i = key.lastIndexOf("/");
+  return { node: key.slice(0, i), gpu: Number(key.slice(i + 1)) };
+}
+function byDevice(map) {
+  return [...map.entries()].map(([k, g]) => [k, g, devOf(k)])
+    .sort((a, b) => (a[2].node < b[2].node ? -1 : a[2].node > b[2].node ? 1 : a[2].gpu - b[2].gpu));
+}
 function push(g, s) {
   g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id); g.util.push(s.util ?? null); g.temp.push(s.temp_c ?? null);
 }
@@ -375,12 +385,12 @@ async function loadMemory(range) {
   const byGpu = new Map();
   for (const s of page.samples) {
     if (!range && state.memCursor !== undefined && s.id > state.memCursor) continue; // the stream sends those
-    const g = byGpu.get(s.gpu) || sampleSeries();
+    const g = byGpu.get(devKey(s)) || sampleSeries();
     push(g, s);
-    byGpu.set(s.gpu, g);
-    if (s.total_bytes) state.memTotal.set(s.gpu, s.total_bytes);
+    byGpu.set(devKey(s), g);
+    if (s.total_bytes) state.memTotal.set(devKey(s), s.total_bytes);
   }
-  for (const g of page.gpus || []) if (g.total_bytes) state.memTotal.set(g.gpu, g.total_bytes);
+  for (const g of page.gpus || []) if (g.total_bytes) state.memTotal.set(devKey(g), g.total_bytes);
   if (!range) {
     // Samples the stream delivered while this history was loading come after it.
     for (const [gpu, old] of state.mem) {
@@ -392,7 +402,7 @@ async function loadMemory(range) {
     }
   }
   state.mem = byGpu;
-  state.gpuNames = new Map((page.gpus || []).map((g) => [g.gpu, g.name]));
+  state.gpuNames = new Map((page.gpus || []).map((g) => [devKey(g), g.name]));
   state.memDownsampled = page.downsampled;
   state.memLoaded = true;
   drawMemory();
@@ -402,18 +412,21 @@ function addMemory(rows) {
   for (const s of rows) {
     if (s.id <= state.memLast) continue;
     state.memLast = s.id;
-    const g = state.mem.get(s.gpu) || sampleSeries();
+    const g = state.mem.get(devKey(s)) || sampleSeries();
     push(g, s);
-    state.mem.set(s.gpu, g);
-    if (s.total_bytes) state.memTotal.set(s.gpu, s.total_bytes);
+    state.mem.set(devKey(s), g);
+    if (s.total_bytes) state.memTotal.set(devKey(s), s.total_bytes);
   }
   if (!state.memZoom) redrawMemory();
 }
 
-function gpuLabel(gpu) {
-  if (gpu === -1) return "host memory (CPU job)";
-  const name = state.gpuNames && state.gpuNames.get(gpu);
-  return `${deviceLabel(gpu)}${name ? ` ${name}` : ""}`;
+// "GPU 0 MI300X"; on a job of several nodes "node-b · GPU 0 MI300X" (one node: no node named).
+function gpuLabel(key) {
+  const { node, gpu } = devOf(key);
+  const name = state.gpuNames && state.gpuNames.get(key);
+  const label = gpu === -1 ? "host memory (CPU job)" : `${deviceLabel(gpu)}${name ? ` ${name}` : ""}`;
+  const nodes = new Set([...state.mem.keys()].map((k) => devOf(k).node));
+  return nodes.size > 1 && node ? `${node} · ${label}` : label;
 }
 
 function drawMemory() {
@@ -422,7 +435,7 @@ function drawMemory() {
   const colors = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555"];
   const hover = "%{y:.4~g} GiB";
   let i = 0, maxTotal = 0, maxUsed = 0;
-  for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
+  for (const [gpu, g] of byDevice(state.mem)) {
     const color = colors[i++ % colors.length];
     for (const b of g.y) if (b > maxUsed) maxUsed = b;
     traces.push({ name: plain(`${gpuLabel(gpu)} used`), x: g.t.map((t) => new Date(t * 1000)), y: g.y.map((b) => b / GiB),
@@ -471,12 +484,12 @@ function drawMemory() {
 function drawGpu() {
   const traces = [];
   const utils = [], temps = [];
-  for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
+  for (const [gpu, g, dev] of byDevice(state.mem)) {
     const x = g.t.map((t) => new Date(t * 1000));
     if (g.util.some((v) => v !== null)) {
       utils.push(g.util);
       // A CPU job's sampler reports its processes' CPU percent (over 100 with several cores busy).
-      const who = gpu === -1 ? "CPU (the job's processes)" : gpuLabel(gpu);
+      const who = dev.gpu === -1 ? "CPU (the job's processes)" : gpuLabel(gpu);
       traces.push({ name: plain(`${who} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3~g} %" });
     }
     if (g.temp.some((v) => v !== null)) {
@@ -594,11 +607,11 @@ function summary() {
   const tp = last(state.metrics.throughput);
   add("tokens/s", tp ? `${num(tp[1])} (last)` : "–");
   const est = state.estimate && state.estimate.estimate;
-  for (const [gpu, g] of [...state.mem.entries()].sort((a, b) => a[0] - b[0])) {
+  for (const [gpu, g, dev] of byDevice(state.mem)) {
     const peak = g.y.reduce((m, y) => (y > m ? y : m), 0); // a long live run holds too many for Math.max(...)
     const total = state.memTotal.get(gpu);
     let text = `${bytes(peak)}${total ? ` of ${bytes(total)}` : ""}`;
-    if (est && gpu >= 0) text += ` · estimate ${bytes(est.per_gpu_bytes)} (measured ${num(peak / est.per_gpu_bytes, 3)}×)`;
+    if (est && dev.gpu >= 0) text += ` · estimate ${bytes(est.per_gpu_bytes)} (measured ${num(peak / est.per_gpu_bytes, 3)}×)`;
     add(`peak ${gpuLabel(gpu)}`, text);
   }
   if (!state.mem.size) add("peak memory", est ? `no samples · estimate ${bytes(est.per_gpu_bytes)} per GPU` : "no samples");

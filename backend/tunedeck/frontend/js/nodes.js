@@ -12,6 +12,20 @@ function gpuRow(g) {
     h("td", {}, g.job_id ? h("a", { href: `/jobs/${g.job_id}`, text: `#${g.job_id}` }) : h("span", { class: "muted", text: "free" })));
 }
 
+// One card per node; on a Ray cluster each names its Ray node id, and a node Ray lost is marked dead.
+function nodeCard(n) {
+  const dead = n.alive === false;
+  const none = dead ? "Not read: the node is gone." : n.backend === "cpu" ? "No GPUs on this node: jobs run on the CPU." : "No GPU readings from this node.";
+  return h("div", { class: `card${dead ? " dead" : ""}`, "data-node": n.id || n.name, "data-alive": dead ? "0" : "1" },
+    h("h2", {}, `${n.name} `, n.id ? h("code", { class: "muted", text: n.id.slice(0, 8), title: n.id }) : "", " ",
+      dead ? "" : h("span", { class: "badge", text: n.backend }), n.head ? h("span", { class: "badge", text: "head" }) : "",
+      dead ? h("span", { class: "badge sev-critical", text: "dead" }) : "",
+      n.gpu_slots ? h("span", { class: "muted", text: ` ${n.gpu_slots} GPU slot(s) in Ray` }) : ""),
+    n.reason ? h("div", { class: "notice", text: n.reason }) : null,
+    n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "job"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: none }));
+}
+
 const RECENT = 20; // closed warning/critical alerts listed under "Recent problems"
 
 function alertItem(a) {
@@ -30,11 +44,7 @@ async function refreshNodes() {
   try {
     const nodes = await optional("/api/nodes");
     if (nodes === null) { $("#nodes").replaceChildren(h("div", { class: "notice", text: "The node inventory is not available on this server yet." })); return; }
-    $("#nodes").replaceChildren(...nodes.map((n) => h("div", { class: "card", "data-node": n.name },
-      h("h2", {}, `${n.name} `, h("span", { class: "badge", text: n.backend })),
-      n.reason ? h("div", { class: "notice", text: n.reason }) : null,
-      n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "job"].map((t) => h("th", { text: t })))),
-        h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: "No GPUs on this node: jobs run on the CPU." }))));
+    $("#nodes").replaceChildren(...nodes.map(nodeCard));
   } catch (e) {
     $("#nodes").replaceChildren(h("div", { class: "error", text: describe(e) }));
   }
