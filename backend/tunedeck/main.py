@@ -79,7 +79,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # every status change, and who hears of it
         writer = IngestWriter(engine, state=jobstate)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
-        executor = LocalExecutor(settings, app.state.nodes)
+        if settings.executor == "ray":  # Ray is imported only here, when chosen
+            from tunedeck.executors.ray_exec import RayExecutor
+
+            executor = RayExecutor(settings)
+        else:
+            executor = LocalExecutor(settings, app.state.nodes)
         scheduler = Scheduler(
             settings=settings,
             engine=engine,

@@ -1,0 +1,22 @@
+"""How many nodes a job spans (the ray executor places one runner on each).
+
+Revision ID: 0014_h30
+Revises: 0013
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0014_h30"
+down_revision = "0013"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("nodes", sa.Integer, nullable=False, server_default="1"))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("nodes")

@@ -1,0 +1,83 @@
+"""Jobs on a two-node Ray cluster: placement, the queue, multi-node ZeRO-3, restart, cancel, a lost node.
+
+Real LLaMA-Factory runs of the tiny model; the scenarios share runs where they can (the suite's time).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CONFIGS, demo_config, job_processes
+from tests.utils.wait import until
+
+pytestmark = pytest.mark.slow
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+def placed(job: dict) -> list[dict]:
+    """Where each rank ran, as the executor wrote it in the run folder."""
+    path = Path(job["run_dir"]) / "placement.json"
+    return until(lambda: path.exists() and json.loads(path.read_text()), f"placement of job {job['id']}")
+
+
+def zero3() -> dict:
+    ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
+    ds["fp16"]["enabled"] = False  # the CPU
+    return ds
+
+
+def keys(job: dict) -> list[str]:
+    """Every rank's job key (procs.JOB_KEY_ENV): rank 0 the run folder, rank r its own."""
+    return [job["run_dir"]] + [f"{job['run_dir']}#rank{r}" for r in range(1, job["nodes"])]
+
+
+def left(job: dict) -> list:
+    return [p for k in keys(job) for p in job_processes(k)]
+
+
+def test_a_job_that_can_never_fit_is_refused_naming_the_largest_node(ray_server, assets):
+    config = demo_config(assets, max_steps=2)
+    r = ray_server.api.post("/api/jobs", json={"name": "too wide", "config": config, "gpus": 2})
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["gpus"] and "the largest node" in err["msg"] and "has 1" in err["msg"], err
+    r = ray_server.api.post("/api/jobs", json={"name": "too many", "config": config, "gpus": 1, "nodes": 3})
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["nodes"] and "has 2 such node(s)" in err["msg"] and "largest node" in err["msg"], err
+
+
+def test_one_node_jobs_spread_then_a_two_node_job_waits_for_them(ray_server, assets):
+    first = ray_server.submit({"name": "one", "config": demo_config(assets, max_steps=8), "gpus": 1})
+    second = ray_server.submit({"name": "two", "config": demo_config(assets, max_steps=8), "gpus": 1})
+    wide = ray_server.submit(
+        {
+            "name": "wide",
+            "config": demo_config(assets, max_steps=8, eval_steps=4, save_steps=8),
+            "deepspeed": zero3(),
+            "gpus": 1,
+            "nodes": 2,
+        }
+    )
+    a, b = placed(first), placed(second)
+    assert a[0]["node_id"] != b[0]["node_id"]  # the second 1-GPU job runs on the other node
+    queued = ray_server.api.get(f"/api/jobs/{wide['id']}").json()
+    assert queued["status"] == "queued" and "Ray cluster" in queued["waiting_for"], queued
+    for job in (first, second):
+        done = ray_server.wait(job["id"], ENDED, timeout=300)
+        assert done["status"] == "succeeded", done
+        assert (Path(done["output_dir"]) / "adapter_model.safetensors").exists()
+    job = ray_server.wait(wide["id"], ENDED, timeout=400)
+    assert job["status"] == "succeeded", job
+    ranks = placed(job)
+    assert len({r["node_id"] for r in ranks}) == 2
+    points = ray_server.all(job["id"], "metrics")
+    lines = [json.loads(x) for x in (Path(job["output_dir"]) / "trainer_log.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in points] == [x["current_steps"] for x in lines] and points
+    assert [p["loss"] for p in points] == [x.get("loss") for x in lines]
+    logs = " ".join(g["text"] for g in ray_server.all(job["id"], "logs"))
+    assert "[rank 1]" in logs
+    assert until(lambda: not left(job), "no process of the job left", timeout=120)
