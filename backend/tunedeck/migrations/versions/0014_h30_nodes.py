@@ -18,5 +18,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("nodes")
+    op.drop_column("jobs", "nodes")  # SQLite >= 3.35 drops a column in place
