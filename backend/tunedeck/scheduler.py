@@ -87,8 +87,9 @@ class Scheduler(Worker):
                 self._watch(session, job)
             if not self.settings.launch_paused:
                 self._start_queued(session)
-            active = select(Job.id).where(Job.status.in_([JobStatus.running, JobStatus.queued]))
-            self.executor.sweep(set(session.exec(active)))
+            if not self.executor.plans_devices:  # placements and actors of jobs that ended
+                active = select(Job.id).where(Job.status.in_([JobStatus.running, JobStatus.queued]))
+                self.executor.sweep(set(session.exec(active)))
 
     def _watch(self, session: Session, job: Job) -> None:
         if self.executor.alive(job):
@@ -107,7 +108,8 @@ class Scheduler(Worker):
     def _recover(self, session: Session, job: Job) -> None:
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
         run_dir = Path(job.run_dir)
-        self._replay(job.id, _jsonl(run_dir / runfiles.OUTBOX))
+        for rank in range(job.nodes):  # every node's runner keeps an outbox of its own
+            self._replay(job.id, _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank)))
         session.refresh(job)
         if job.status != JobStatus.running:
             return

@@ -154,8 +154,10 @@ class RayExecutor:
     def _group(self, job: Job, *, create: bool) -> PlacementGroup | None:
         pg = self._groups.get(job.id)
         if pg is None:
-            try:  # a group made before a restart
+            try:  # a group made before a restart (one given back does not count)
                 pg = ray.util.get_placement_group(group_name(job.id))
+                if placement_group_table(pg).get("state") == "REMOVED":
+                    pg = None
             except ValueError:
                 pg = None
             if pg is None and create:
