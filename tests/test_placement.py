@@ -96,11 +96,12 @@ def test_each_rank_has_files_of_its_own():
 
 
 RUNNER = """
-import signal, subprocess, sys, threading
+import os, signal, subprocess, sys, threading
 from tunedeck.runner.main import watch_parent
+parent = os.getppid()
 trainer = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], start_new_session=True)
 print(trainer.pid, flush=True)
-watch_parent(sys.argv[1], threading.Event(), every_s=0.1)
+watch_parent(sys.argv[1], parent, threading.Event(), every_s=0.1)
 """
 ACTOR = """
 import subprocess, sys

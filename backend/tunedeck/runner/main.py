@@ -99,9 +99,8 @@ class Runner:
         self._lock = threading.Lock()
         self._log_line = rank * RANK_LINE_BASE
         self._recent: deque[str] = deque(maxlen=200)
-        self._raw = open(
-            run_dir / self._file(runfiles.TRAIN_LOG), "ab"
-        )  # the human log, raw bytes; open for the run
+        # The human log, raw bytes; open for the run.
+        self._raw = open(run_dir / self._file(runfiles.TRAIN_LOG), "ab")
         self.sampler: Sampler | None = None  # memory of the job's own devices
 
     def _file(self, name: str) -> str:
@@ -132,10 +131,11 @@ class Runner:
         when `flush`. True when something was sent."""
         now = time.time()
         # The extra line is written before its trainer_log line: read first, it is there when that is.
-        base = self.extra_tail.line
-        self._extras.update((base + i, raw) for i, raw in enumerate(self.extra_tail.read()))
-        first = self.tail.line
         # Rank 0's trainer alone writes trainer_log.jsonl: the job's metrics come from rank 0 only.
+        base = self.extra_tail.line
+        extras = self.extra_tail.read() if self.rank == 0 else []
+        self._extras.update((base + i, raw) for i, raw in enumerate(extras))
+        first = self.tail.line
         lines = self.tail.read() if self.rank == 0 else []
         metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(lines)]
         for m in metrics:
@@ -332,10 +332,9 @@ class Runner:
         return 0
 
 
-def watch_parent(job_key: str, stop: threading.Event, every_s: float = 1.0) -> None:
+def watch_parent(job_key: str, parent: int, stop: threading.Event, every_s: float = 1.0) -> None:
     """A runner started by a Ray actor dies with it: a node whose raylet was killed must not keep
     training (the runner leads a session of its own, so nothing else would stop it)."""
-    parent = os.getppid()
     while not stop.wait(every_s):
         if os.getppid() != parent:
             print(
@@ -349,12 +348,16 @@ def watch_parent(job_key: str, stop: threading.Event, every_s: float = 1.0) -> N
 def cli() -> None:
     if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and not sys.argv[2].isdigit()):
         sys.exit("usage: python -m tunedeck.runner RUN_DIR [RANK]")
+    parent = os.getppid()  # before anything: the actor may go while the runner starts
     os.umask(0o077)  # outbox, logs and the trainer's output stay private, whoever started the runner
     rank = int(sys.argv[2]) if len(sys.argv) == 3 else 0
     runner = Runner(Path(sys.argv[1]).resolve(), read_token(), rank)
     if runner.cfg.watch_parent:
         threading.Thread(
-            target=watch_parent, args=(runner.cfg.job_key, threading.Event()), name="parent", daemon=True
+            target=watch_parent,
+            args=(runner.cfg.job_key, parent, threading.Event()),
+            name="parent",
+            daemon=True,
         ).start()
 
     def on_signal(signum, _frame) -> None:
