@@ -83,6 +83,7 @@ def submit(
     deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
     server: ServerOpt = None,
     kind: Annotated[str, typer.Option(help="train | eval | predict | export | chat")] = "train",
+    nodes: Annotated[int, typer.Option(help="nodes the job spans, --gpus on each (ray executor)")] = 1,
 ) -> None:
     """Submit a fine-tune (or an eval, predict, export or chat job) from a YAML file or a preset."""
     from tunedeck.spec import load_yaml
@@ -104,7 +105,14 @@ def submit(
         server,
         "POST",
         "/api/jobs",
-        json={"name": name or default_name, "kind": kind, "config": config, "deepspeed": ds, "gpus": gpus},
+        json={
+            "name": name or default_name,
+            "kind": kind,
+            "config": config,
+            "deepspeed": ds,
+            "gpus": gpus,
+            "nodes": nodes,
+        },
     )
     for w in job.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)

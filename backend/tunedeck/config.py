@@ -54,6 +54,16 @@ class Settings(BaseSettings):
         ge=0,
         description="Number of GPUs to schedule on; default: what the SMI libraries detect.",
     )
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="Where jobs run: `local` starts runners on this host; `ray` places them on a Ray "
+        "cluster (the `.[ray]` extra), one runner per node of the job.",
+    )
+    ray_address: str = Field(
+        "auto",
+        description="Address of the Ray cluster the `ray` executor joins (`ray.init(address=...)`); "
+        "`auto` finds the one started on this host.",
+    )
     train_python: Path = Field(
         Path(sys.executable),
         description="Python of the training environment; runners and `llamafactory-cli` come from it.",

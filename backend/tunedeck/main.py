@@ -85,7 +85,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.executor == "ray"
             else None
         )
-        executor = LocalExecutor(settings, app.state.nodes)
+        if settings.executor == "ray":  # Ray is imported only here, when chosen
+            from tunedeck.executors.ray_exec import RayExecutor
+
+            executor = RayExecutor(settings)
+        else:
+            executor = LocalExecutor(settings, app.state.nodes)
         scheduler = Scheduler(
             settings=settings,
             engine=engine,

@@ -51,15 +51,28 @@ class RunnerConfig(BaseModel):
         "sampler finds them by bus id (its library may number them otherwise); empty: by index",
     )
 
+    rank: int = Field(
+        0,
+        ge=0,
+        description="the node's rank in a multi-node job: rank 0 reports metrics and the end; the others "
+        "their output and memory only, from files of their own (runfiles.ranked)",
+    )
+    watch_parent: bool = Field(
+        False,
+        description="end the job's processes here and exit when the process that started the runner is "
+        "gone (a Ray actor whose node was lost)",
+    )
+
     def write(self, run_dir: Path) -> None:
-        """runner.json in the run folder, readable by its owner only."""
-        fd = os.open(run_dir / runfiles.RUNNER_CONFIG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        """runner.json (runner.rank<r>.json) in the run folder, readable by its owner only."""
+        path = run_dir / runfiles.ranked(runfiles.RUNNER_CONFIG, self.rank)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.model_dump_json(indent=2))
 
     @classmethod
-    def read(cls, run_dir: Path) -> RunnerConfig:
-        return cls.model_validate_json((run_dir / runfiles.RUNNER_CONFIG).read_text())
+    def read(cls, run_dir: Path, rank: int = 0) -> RunnerConfig:
+        return cls.model_validate_json((run_dir / runfiles.ranked(runfiles.RUNNER_CONFIG, rank)).read_text())
 
 
 class Strict(BaseModel):

@@ -5,6 +5,7 @@
         runner.json, runner.log       the executor's: the runner's configuration and its own output
         train.log, trainer.pid        the runner's: the trainer's raw output, its pid
         outbox.jsonl, result.json     the runner's: every batch it sent, and how the trainer ended
+        *.rank<r>.*                   the same files of node r's runner in a multi-node job (ranked())
         output/trainer_log.jsonl      LLaMA-Factory's (output_dir), one line per logging step
         output/tunedeck_log.jsonl     tunedeck_train/lf_train.py's: the other numbers of each such line
 
@@ -26,7 +27,17 @@ RESULT = "result.json"
 OUTPUT = "output"
 TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factory
 EXTRA_LOG = "tunedeck_log.jsonl"  # beside it: what trainer_log leaves out (grad_norm...), line for line
+PLACEMENT = "placement.json"  # the ray executor's: where each rank of the job runs
 MEMORY_CSV = "memory.csv"  # an imported run's memory samples, kept beside its other files
+
+
+def ranked(name: str, rank: int) -> str:
+    """A per-node runner's own file: rank 0 keeps the plain name, rank r gets `.rank<r>` before the
+    suffix (runner.rank1.json), so the runners of one job never write each other's files."""
+    if not rank:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}.rank{rank}.{suffix}" if dot else f"{name}.rank{rank}"
 
 
 # What a graceful stop leaves in the output root: a LoRA/freeze adapter, or a full model's weights.

@@ -15,6 +15,10 @@ while they fit on devices it cannot use now; only what it is sure to need is kep
 - CPU slots are all alike: CPU jobs start in order, and never wait for GPU jobs (nor these for them).
 Priority is absolute: a job waits while a job of higher priority that is ahead of it cannot start
 and keeps what it needs.
+
+An executor that places jobs itself (Ray: `plans_devices` False) gets the same order and rules on
+its cluster (placement.order): the queue stays here, in SQLite, and a job starts only once all of
+its placement is reserved.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
-from tunedeck import queueplan, runfiles
+from tunedeck import placement, queueplan, runfiles
 from tunedeck.config import Settings
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.jobstate import JobState, move
@@ -70,6 +74,7 @@ class Scheduler(Worker):
             paused=settings.launch_paused,
             backfill_max_wait_s=settings.backfill_max_wait_s,
         )
+        self._spots: dict[int, queueplan.Spot] = {}  # the last pass's, when the executor places
 
     def run_once(self) -> None:
         self.tick()
@@ -82,6 +87,9 @@ class Scheduler(Worker):
                 self._watch(session, job)
             if not self.settings.launch_paused:
                 self._start_queued(session)
+            if not self.executor.plans_devices:  # placements and actors of jobs that ended
+                active = select(Job.id).where(Job.status.in_([JobStatus.running, JobStatus.queued]))
+                self.executor.sweep(set(session.exec(active)))
 
     def _watch(self, session: Session, job: Job) -> None:
         if self.executor.alive(job):
@@ -100,12 +108,14 @@ class Scheduler(Worker):
     def _recover(self, session: Session, job: Job) -> None:
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
         run_dir = Path(job.run_dir)
-        self._replay(job.id, _jsonl(run_dir / runfiles.OUTBOX))
+        for rank in range(job.nodes):  # every node's runner keeps an outbox of its own
+            self._replay(job.id, _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank)))
         session.refresh(job)
         if job.status != JobStatus.running:
             return
         # The runner died without telling the result (SIGKILL): no process of the job may stay,
         # and what the trainer logged after the runner died is read from its file.
+        reason = self.executor.lost(job)  # before the kill, which ends what tells it
         killed = self.executor.kill(job)
         log_path = Path(job.output_dir) / runfiles.TRAINER_LOG
         if log_path.exists():
@@ -120,9 +130,9 @@ class Scheduler(Worker):
                 conn,
                 job.id,
                 JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
-                error=f"runner lost (killed {killed} leftover process(es))",
+                error=reason or f"runner lost (killed {killed} leftover process(es))",
             )
-        log.warning("job %s: runner lost", job.id)
+        log.warning("job %s: %s", job.id, reason or "runner lost")
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
         for fut in [self.writer.submit(job_id, b) for b in batches]:
@@ -130,11 +140,24 @@ class Scheduler(Worker):
 
     def queue(self, session: Session) -> dict[int, queueplan.Spot]:
         """Every queued job's place in line and what it waits for, as the next pass sees them."""
+        if not self.executor.plans_devices and not self.settings.launch_paused:
+            return dict(self._spots)  # placing asks the cluster: the last pass's answer
         return queueplan.read(session, self.capacity).spots
 
     def _start_queued(self, session: Session) -> None:
-        for job, devices in queueplan.read(session, self.capacity).starts:
-            self._launch(session, job, devices)
+        if self.executor.plans_devices:
+            for job, devices in queueplan.read(session, self.capacity).starts:
+                self._launch(session, job, devices)
+            return
+        queued = list(session.exec(select(Job).where(Job.status == JobStatus.queued)))
+        starts, self._spots = placement.order(
+            queued,
+            place=self.executor.place,
+            release=self.executor.release,
+            backfill_max_wait_s=self.settings.backfill_max_wait_s,
+        )
+        for job in starts:
+            self._launch(session, job, [])
 
     def _launch(self, session: Session, job: Job, devices: list[int]) -> None:
         token = secrets.token_urlsafe(32)
@@ -153,7 +176,8 @@ class Scheduler(Worker):
             pid, started_at = self.executor.launch(
                 job, devices=devices, token=token, server_url=self.settings.url
             )
-        except OSError as e:
+        except Exception as e:  # OSError here; on Ray, an actor that could not start
+            self.executor.kill(job)
             with self.state.begin() as conn:
                 move(conn, job.id, JobStatus.failed, error=f"cannot start runner: {e}")
             return

@@ -47,6 +47,9 @@ class JobSpec(Strict):
     gpus: int | None = PField(
         None, ge=0, le=64, description="GPUs for the job; 0 = CPU; default 1 on a GPU node"
     )
+    nodes: int = PField(
+        1, ge=1, le=64, description="nodes the job spans, `gpus` on each (the ray executor; local: 1)"
+    )
     devices: list[Annotated[int, PField(ge=0, le=1023)]] | None = PField(
         None,
         min_length=1,
@@ -111,6 +114,7 @@ class JobOut(BaseModel):
     owner: str | None
     status: JobStatus
     gpus: int
+    nodes: int = 1
     devices: list[int] | None
     exit_code: int | None
     error: str | None
@@ -147,6 +151,7 @@ class JobOut(BaseModel):
             owner=job.owner,
             status=job.status,
             gpus=job.gpus,
+            nodes=job.nodes,
             devices=[int(d) for d in job.devices.split(",")] if job.devices else None,
             exit_code=job.exit_code,
             error=job.error,

@@ -81,15 +81,26 @@ def load_yaml(text: str, *, max_items: int | None = None) -> dict[str, Any]:
 
 
 def spec_from_yaml(
-    text: str, *, name: str, gpus: int | None = None, max_items: int | None = None, kind: str = "train"
+    text: str,
+    *,
+    name: str,
+    gpus: int | None = None,
+    max_items: int | None = None,
+    kind: str = "train",
+    nodes: int = 1,
 ) -> JobSpec:
     """A LLaMA-Factory YAML as-is: its `deepspeed:` path becomes the job's DeepSpeed config."""
     config = load_yaml(text, max_items=max_items)
     ds = config.pop("deepspeed", None)
     try:
-        return JobSpec(name=name, kind=kind, config=config, deepspeed=ds, gpus=gpus)
+        return JobSpec(name=name, kind=kind, config=config, deepspeed=ds, gpus=gpus, nodes=nodes)
     except ValidationError as e:  # e.g. `deepspeed: 5`: located at the YAML key, like every other error
-        where = {"deepspeed": ("config", "deepspeed"), "name": ("query", "name"), "gpus": ("query", "gpus")}
+        where = {
+            "deepspeed": ("config", "deepspeed"),
+            "name": ("query", "name"),
+            "gpus": ("query", "gpus"),
+            "nodes": ("query", "nodes"),
+        }
         msgs: dict[tuple, list[str]] = {}
         for x in e.errors():  # a union's alternatives fail one by one: one message per key
             msgs.setdefault(where.get(str(x["loc"][0]) if x["loc"] else "", ("config",)), []).append(x["msg"])

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
 
-from tunedeck import catalog, hubcache, jobenv, kinds, lint, reach, runfiles, tree
+from tunedeck import catalog, hubcache, jobenv, kinds, lint, placement, reach, runfiles, tree
 from tunedeck import estimate as est
 from tunedeck.config import Settings
 from tunedeck.presets import deepspeed_presets
@@ -38,6 +39,10 @@ class Node:
     gpus: int = 0
     preflight: dict[str, Any] | None = None
     device_total_bytes: int | None = None
+    # On a Ray cluster: its nodes (`gpus` is then the largest node's), and the check that the nodes
+    # that may run a job (gpus, nodes) see the workspace (422 items).
+    cluster: tuple[placement.ClusterNode, ...] | None = None
+    probe: Callable[[int, int], list[dict[str, Any]]] | None = None
 
 
 class Reader:
@@ -236,6 +241,22 @@ def _devices(spec: JobSpec, node: Node, errors: list[dict[str, Any]]) -> int:
     return len(devices)
 
 
+def _nodes(spec: JobSpec, gpus: int, node: Node) -> list[dict[str, Any]]:
+    """Where a job may run: one node here; on a Ray cluster, nodes that fit it and see the workspace."""
+    if node.cluster is None:
+        if spec.nodes > 1:
+            return [detail(["nodes"], f"{spec.nodes} nodes need the ray executor (TUNEDECK_EXECUTOR=ray)")]
+        return []
+    if spec.devices is not None:
+        return [detail(["devices"], "GPU ids are the ray executor's to choose; ask for `gpus` per node")]
+    if spec.kind == "chat":  # its proxy reaches the chat server on this host only
+        return [detail(["kind"], "chat jobs need the local executor")]
+    refused = placement.refusal(gpus, spec.nodes, list(node.cluster))
+    if refused or node.probe is None:
+        return refused
+    return node.probe(gpus, spec.nodes)
+
+
 def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     """Read, check and estimate a spec once. Raises SpecError only for a spec too large to check;
     every other problem is in the result's `errors` (`checked()` raises them)."""
@@ -262,8 +283,9 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     gpus = spec.gpus if spec.gpus is not None else (1 if node.gpus > 0 else 0)
     if spec.devices is not None:
         gpus = _devices(spec, node, errors)
-    elif gpus > node.gpus:
+    elif node.cluster is None and gpus > node.gpus:
         errors.append(detail(["gpus"], f"asks for {gpus} GPUs; this node has {node.gpus}"))
+    errors += _nodes(spec, gpus, node)
     errors += [detail(loc, why) for loc, why in jobenv.problems(spec.env)]
 
     ds_config = _deepspeed(ds_value, settings, read, errors, warnings)

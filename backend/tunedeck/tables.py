@@ -40,7 +40,8 @@ class Job(SQLModel, table=True):
     name: str
     owner: str | None = None
     status: JobStatus = Field(default=JobStatus.queued)
-    gpus: int = 0
+    gpus: int = 0  # on each node
+    nodes: int = Field(default=1, sa_column_kwargs={"server_default": "1"})  # one runner on each
     spec: str = Field(sa_column=Column(Text, nullable=False))  # the submitted spec, JSON
     train_yaml: str = Field(sa_column=Column(Text, nullable=False))  # exactly what runs
     ds_config: str | None = Field(default=None, sa_column=Column(Text))

@@ -22,6 +22,14 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 def get_node(request: Request) -> Node:
     """This node as a submission is checked against, from the cached inventory and preflight."""
     state = request.app.state
+    cluster = getattr(state.executor, "cluster", None)
+    if cluster is not None:  # Ray: the cluster's nodes; this host's hardware says nothing of them
+        nodes = tuple(cluster())
+        return Node(
+            gpus=max((n.gpus for n in nodes if n.alive), default=0),
+            cluster=nodes,
+            probe=state.executor.workspace_problems,
+        )
     return Node(
         gpus=state.node_gpus,
         preflight=node_preflight(state.settings),

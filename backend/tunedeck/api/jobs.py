@@ -73,6 +73,7 @@ def submit_yaml(
     body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
     gpus: Annotated[int | None, Query(ge=0, le=64)] = None,
     kind: JobKind = "train",
+    nodes: Annotated[int, Query(ge=1, le=64, description="nodes the job spans (ray executor)")] = 1,
 ) -> JobCreated:
     """Submit a LLaMA-Factory YAML as-is (train, or another job kind)."""
     return _created(
@@ -80,7 +81,9 @@ def submit_yaml(
         session,
         settings,
         node,
-        specs.spec_from_yaml(body, name=name, gpus=gpus, max_items=settings.spec_max_keys, kind=kind),
+        specs.spec_from_yaml(
+            body, name=name, gpus=gpus, max_items=settings.spec_max_keys, kind=kind, nodes=nodes
+        ),
     )
 
 

@@ -27,13 +27,54 @@ def cpu_threads(cpu_slots: int) -> int:
     return max(1, cores // cpu_slots)
 
 
+def runner_config(
+    s: Settings, job: Job, *, server_url: str, env: dict[str, str], bus_ids: list[str], **more
+) -> RunnerConfig:
+    """A runner's configuration from the settings; `more`: a rank's own (rank, job_key, ...)."""
+    return RunnerConfig(
+        job_id=job.id,
+        job_key=more.pop("job_key", job.run_dir),
+        server_url=server_url,
+        output_dir=job.output_dir,
+        train_python=str(s.train_python),
+        command=kinds.of(job.kind).command,
+        env=env,
+        abort_grace_s=s.cancel_abort_grace_s,
+        term_grace_s=s.cancel_term_grace_s,
+        flush_s=s.telemetry_flush_s,
+        batch_max=s.telemetry_batch_max,
+        poll_s=s.runner_poll_s,
+        watch=s.runner_watch,
+        retry_max_s=s.runner_retry_max_s,
+        give_up_s=s.runner_give_up_s,
+        memory_sample_s=s.memory_sample_s,
+        memory_polls=s.memory_polls,
+        rlimit_as_bytes=s.trainer_rlimit_as_bytes,
+        bus_ids=bus_ids,
+        **more,
+    )
+
+
 class LocalExecutor:
     name = "local"
+    plans_devices = True
 
     def __init__(self, settings: Settings, inventory: NodeInventory | None = None):
         self.settings = settings
         self.inventory = inventory  # the devices' PCI bus ids, for the runner's memory sampler
         self._children: dict[int, subprocess.Popen] = {}
+
+    def place(self, job: Job) -> bool:
+        return True  # queueplan chose free devices of this host
+
+    def release(self, job: Job) -> None:
+        pass
+
+    def lost(self, job: Job) -> str | None:
+        return None
+
+    def sweep(self, active: set[int]) -> None:
+        pass
 
     def launch(
         self, job: Job, *, devices: list[int], token: str, server_url: str
@@ -49,25 +90,11 @@ class LocalExecutor:
             cpu_threads=cpu_threads(s.cpu_slots),
         )
         env.update(kinds.launch_env(job))  # a chat job's port and key, set on `job` for the proxy
-        RunnerConfig(
-            job_id=job.id,
-            job_key=job.run_dir,
+        runner_config(
+            s,
+            job,
             server_url=server_url,
-            output_dir=job.output_dir,
-            train_python=str(s.train_python),
-            command=kinds.of(job.kind).command,
             env=env,
-            abort_grace_s=s.cancel_abort_grace_s,
-            term_grace_s=s.cancel_term_grace_s,
-            flush_s=s.telemetry_flush_s,
-            batch_max=s.telemetry_batch_max,
-            poll_s=s.runner_poll_s,
-            watch=s.runner_watch,
-            retry_max_s=s.runner_retry_max_s,
-            give_up_s=s.runner_give_up_s,
-            memory_sample_s=s.memory_sample_s,
-            memory_polls=s.memory_polls,
-            rlimit_as_bytes=s.trainer_rlimit_as_bytes,
             bus_ids=self.inventory.bus_ids(devices) if self.inventory is not None and devices else [],
         ).write(run_dir)
         env = {k: v for k, v in os.environ.items() if k not in procs.SECRET_ENV}

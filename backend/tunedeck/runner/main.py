@@ -6,6 +6,9 @@ everything to the server in batches: a trainer_log line or a memory sample as so
 (runner/watch.py), output lines every `flush_s` (or sooner, with either). SIGTERM or SIGINT to the
 runner means "cancel": SIGABRT to the trainer tree (LLaMA-Factory stops after the step and saves),
 then SIGTERM, then SIGKILL, each after a grace period.
+
+In a multi-node job each node has a runner (`python -m tunedeck.runner RUN_DIR RANK`): rank 0 is the
+one above; the others send their output and memory only, from files of their own.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from tunedeck.telemetry.sampler import Sampler
 # LLaMA-Factory's train command with our callbacks (full checkpoint on stop, grad_norm); run by path.
 # Found, not imported: the runner, like the server, never loads the training packages.
 TRAIN_SCRIPT = Path(importlib.util.find_spec("tunedeck_train.lf_train").origin)
+RANK_LINE_BASE = 1 << 40  # rank r numbers its log lines and memory samples from r << 40: never rank 0's
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
 
@@ -70,9 +74,10 @@ def read_token() -> str:
 
 
 class Runner:
-    def __init__(self, run_dir: Path, token: str):
+    def __init__(self, run_dir: Path, token: str, rank: int = 0):
         self.run_dir = run_dir
-        self.cfg = RunnerConfig.read(run_dir)
+        self.cfg = RunnerConfig.read(run_dir, rank)
+        self.rank = rank
         self.reporter = Reporter(
             url=self.cfg.server_url,
             job_id=self.cfg.job_id,
@@ -82,6 +87,7 @@ class Runner:
             merge_items=self.cfg.batch_max,
             say=self.note,
             node=node_name(self.cfg.node or platform.node()),
+            outbox=self._file(runfiles.OUTBOX),
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.extra_tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.EXTRA_LOG)
@@ -94,10 +100,14 @@ class Runner:
         self.cancelled = False
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
         self._lock = threading.Lock()
-        self._log_line = 0
+        self._log_line = rank * RANK_LINE_BASE
         self._recent: deque[str] = deque(maxlen=200)
-        self._raw = open(run_dir / runfiles.TRAIN_LOG, "ab")  # the human log, raw bytes; open for the run
+        # The human log, raw bytes; open for the run.
+        self._raw = open(run_dir / self._file(runfiles.TRAIN_LOG), "ab")
         self.sampler: Sampler | None = None  # memory of the job's own devices
+
+    def _file(self, name: str) -> str:
+        return runfiles.ranked(name, self.rank)
 
     # ---------------------------------------------------------------- output readers
     def _reader(self, stream: str, fd) -> None:
@@ -124,10 +134,13 @@ class Runner:
         when `flush`. True when something was sent."""
         now = time.time()
         # The extra line is written before its trainer_log line: read first, it is there when that is.
+        # Rank 0's trainer alone writes trainer_log.jsonl: the job's metrics come from rank 0 only.
         base = self.extra_tail.line
-        self._extras.update((base + i, raw) for i, raw in enumerate(self.extra_tail.read()))
+        extras = self.extra_tail.read() if self.rank == 0 else []
+        self._extras.update((base + i, raw) for i, raw in enumerate(extras))
         first = self.tail.line
-        metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(self.tail.read())]
+        lines = self.tail.read() if self.rank == 0 else []
+        metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(lines)]
         for m in metrics:
             if (extra := self._extras.pop(m["line"], None)) is not None:
                 m["extra"] = extra[:65536]
@@ -138,6 +151,8 @@ class Runner:
         with self._lock:
             while self._lines:
                 stream, t, text = self._lines.popleft()
+                if self.rank:
+                    text = f"[rank {self.rank}] {text}"
                 logs.append({"line": self._log_line, "t": t, "stream": stream, "text": text[:65536]})
                 self._log_line += 1
                 if stream != "runner":
@@ -202,10 +217,11 @@ class Runner:
             )
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
-        (self.run_dir / runfiles.TRAINER_PID).write_text(str(trainer.pid))
+        (self.run_dir / self._file(runfiles.TRAINER_PID)).write_text(str(trainer.pid))
         self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
         self.sampler = self._start_sampler(trainer.pid)
-        self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
+        if self.rank == 0:  # the job's trainer pid and its end are rank 0's to tell
+            self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
         readers = [
             threading.Thread(target=self._reader, args=(name, fd), daemon=True)
             for name, fd in (("stdout", trainer.stdout), ("stderr", trainer.stderr))
@@ -269,7 +285,11 @@ class Runner:
                 f"memory sampler: {what}, every {s.interval_s:g}s (max of {s.polls} polls)"
                 + (f"; no GPU telemetry: {s.reason}" if s.gpus and s.backend_name == "cpu" else "")
             )
-        return s.drain()
+        samples = s.drain()
+        if self.rank:
+            for m in samples:
+                m["line"] += self.rank * RANK_LINE_BASE
+        return samples
 
     def _start_sampler(self, trainer_pid: int) -> Sampler | None:
         env = self.cfg.env
@@ -300,8 +320,9 @@ class Runner:
         self._collect()
         state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
         # result.json first: a server that never hears from us reads it from the run folder.
-        (self.run_dir / runfiles.RESULT).write_text(json.dumps(state))
-        self.reporter.add(states=[state])
+        (self.run_dir / self._file(runfiles.RESULT)).write_text(json.dumps(state))
+        if self.rank == 0:
+            self.reporter.add(states=[state])
         self.tail.close()
         self.extra_tail.close()
         self._raw.close()
@@ -314,11 +335,33 @@ class Runner:
         return 0
 
 
+def watch_parent(job_key: str, parent: int, stop: threading.Event, every_s: float = 1.0) -> None:
+    """A runner started by a Ray actor dies with it: a node whose raylet was killed must not keep
+    training (the runner leads a session of its own, so nothing else would stop it)."""
+    while not stop.wait(every_s):
+        if os.getppid() != parent:
+            print(
+                "[tunedeck runner] the actor that started this runner is gone: ending the job here",
+                file=sys.stderr,
+            )
+            procs.kill_job(job_key, exclude={os.getpid()})
+            os._exit(70)
+
+
 def cli() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m tunedeck.runner RUN_DIR")
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and not sys.argv[2].isdigit()):
+        sys.exit("usage: python -m tunedeck.runner RUN_DIR [RANK]")
+    parent = os.getppid()  # before anything: the actor may go while the runner starts
     os.umask(0o077)  # outbox, logs and the trainer's output stay private, whoever started the runner
-    runner = Runner(Path(sys.argv[1]).resolve(), read_token())
+    rank = int(sys.argv[2]) if len(sys.argv) == 3 else 0
+    runner = Runner(Path(sys.argv[1]).resolve(), read_token(), rank)
+    if runner.cfg.watch_parent:
+        threading.Thread(
+            target=watch_parent,
+            args=(runner.cfg.job_key, parent, threading.Event()),
+            name="parent",
+            daemon=True,
+        ).start()
 
     def on_signal(signum, _frame) -> None:
         runner.cancel.set()

@@ -138,12 +138,13 @@ class Reporter:
         merge_items: int = 2000,
         say: Callable[[str], None] = _say,
         node: str = "",
+        outbox: str = runfiles.OUTBOX,
     ):
         self.node = node  # named once per batch: the server keys this runner's samples by it
         self.say = say  # where a dropped item is told (the runner: a line in the job's log)
         self.endpoint = f"{url}/api/jobs/{job_id}/telemetry"
         self.headers = {"Authorization": f"Bearer {token}", "X-Tunedeck": "1"}
-        self.outbox = run_dir / runfiles.OUTBOX
+        self.outbox = run_dir / outbox
         self.retry_max_s = retry_max_s
         self.seq = 0
         self.merge_items = min(merge_items, LIST_MAX)

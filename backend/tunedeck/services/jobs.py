@@ -31,6 +31,7 @@ def create_job(
         kind=spec.kind,
         owner=owner,
         gpus=checked.gpus,
+        nodes=spec.nodes,
         spec=spec.model_dump_json(),
         train_yaml="",
         estimate=json.dumps(checked.estimate) if checked.estimate else None,

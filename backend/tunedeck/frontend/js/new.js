@@ -22,6 +22,7 @@ function input(key, kind, hint) {
 $("#g-job").append(
   h("div", { class: "field", "data-field": "name" }, h("label", { for: "f-name", text: "job name" }), h("input", { id: "f-name", name: "name", required: true, placeholder: "qwen2-lora-sft" })),
   h("div", { class: "field", "data-field": "gpus" }, h("label", { for: "f-gpus", text: "GPUs (0 = CPU)" }), h("input", { id: "f-gpus", name: "gpus", type: "number", min: "0", step: "1" })),
+  h("div", { class: "field", "data-field": "nodes" }, h("label", { for: "f-nodes", text: "Nodes (GPUs on each; Ray)" }), h("input", { id: "f-nodes", name: "nodes", type: "number", min: "1", step: "1", value: "1" })),
   h("div", { class: "field", "data-field": "kind" }, h("label", { for: "f-kind", text: "kind" }),
     h("select", { id: "f-kind", name: "kind" }, ...["train", "eval", "predict", "export", "chat"].map((k) => h("option", { value: k, text: k })))),
 );
@@ -79,7 +80,8 @@ async function collect() {
   } else if (mode.startsWith("preset:")) deepspeed = mode.slice(7);
   else if (mode.startsWith("path:")) deepspeed = mode.slice(5);
   const gpus = $("#f-gpus").value.trim();
-  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus) };
+  const nodes = $("#f-nodes").value.trim();
+  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus), nodes: nodes === "" ? 1 : Number(nodes) };
 }
 
 // ------------------------------------------------------------------ errors at their fields
@@ -98,7 +100,7 @@ function fieldFor(loc) {
     return document.querySelector(`[data-field="config.${CSS.escape(String(path[1]))}"]`) || document.querySelector('[data-field="extra"]');
   }
   if (path[0] === "deepspeed") return document.querySelector('[data-field="deepspeed"]');
-  if (["gpus", "name", "kind", "extra"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
+  if (["gpus", "nodes", "name", "kind", "extra"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
   return null;
 }
 

@@ -4,15 +4,15 @@ per node); alerts name the node of their GPU; jobs may record where they were pl
 Rows from before this step get node '' (the job's single node): their chart tiles keep their keys.
 A step down keeps one sample per (job, line), the first stored, since the old key cannot hold more.
 
-Revision ID: 0014_h31
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014_h31"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

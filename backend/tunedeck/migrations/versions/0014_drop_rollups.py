@@ -3,14 +3,14 @@
 Its rows summed up raw samples that older releases pruned; no page or route shows them, so they go
 with the table. A step down makes the table again, empty.
 
-Revision ID: 0014_h32
+Revision ID: 0014
 Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014_h32"
+revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None

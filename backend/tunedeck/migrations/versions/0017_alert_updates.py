@@ -4,14 +4,14 @@
 the excursion evolves (its peak, its width, a second spike in the same episode): the job's row goes
 into `job_changes` then too, so live streams send the job, and its open page reads the alerts again.
 
-Revision ID: 0014_h33
-Revises: 0013
+Revision ID: 0017
+Revises: 0016
 """
 
 from alembic import op
 
-revision = "0014_h33"
-down_revision = "0013"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

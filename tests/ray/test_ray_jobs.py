@@ -1,0 +1,130 @@
+"""Jobs on a two-node Ray cluster: placement, the queue, multi-node ZeRO-3, restart, cancel, a lost node.
+
+Real LLaMA-Factory runs of the tiny model; the scenarios share runs where they can (the suite's time).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CONFIGS, demo_config, job_processes
+from tests.utils.wait import until
+
+pytestmark = pytest.mark.slow
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+def placed(job: dict) -> list[dict]:
+    """Where each rank ran, as the executor wrote it in the run folder."""
+    path = Path(job["run_dir"]) / "placement.json"
+    return until(lambda: path.exists() and json.loads(path.read_text()), f"placement of job {job['id']}")
+
+
+def zero3() -> dict:
+    ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
+    ds["fp16"]["enabled"] = False  # the CPU
+    return ds
+
+
+def keys(job: dict) -> list[str]:
+    """Every rank's job key (procs.JOB_KEY_ENV): rank 0 the run folder, rank r its own."""
+    return [job["run_dir"]] + [f"{job['run_dir']}#rank{r}" for r in range(1, job["nodes"])]
+
+
+def left(job: dict) -> list:
+    return [p for k in keys(job) for p in job_processes(k)]
+
+
+def test_a_job_that_can_never_fit_is_refused_naming_the_largest_node(ray_server, assets):
+    config = demo_config(assets, max_steps=2)
+    r = ray_server.api.post("/api/jobs", json={"name": "too wide", "config": config, "gpus": 2})
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["gpus"] and "the largest node" in err["msg"] and "has 1" in err["msg"], err
+    r = ray_server.api.post("/api/jobs", json={"name": "too many", "config": config, "gpus": 1, "nodes": 3})
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["nodes"] and "has 2 such node(s)" in err["msg"] and "largest node" in err["msg"], (
+        err
+    )
+
+
+def first_point(server, job: dict, after: int = 0) -> list[dict]:
+    return until(
+        lambda: len(pts := server.all(job["id"], "metrics")) > after and pts,
+        f"metric points of job {job['id']} beyond {after}",
+        timeout=300,
+    )
+
+
+def assert_points_are_rank0s(server, job: dict) -> None:
+    """The stored points are exactly rank 0's trainer_log.jsonl lines, once each."""
+    points = server.all(job["id"], "metrics")
+    lines = [json.loads(x) for x in (Path(job["output_dir"]) / "trainer_log.jsonl").read_text().splitlines()]
+    assert points and [p["step"] for p in points] == [x["current_steps"] for x in lines]
+    assert [p["loss"] for p in points] == [x.get("loss") for x in lines]
+
+
+def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_server, assets):
+    """Two 1-node jobs land on different nodes; a 2-node ZeRO-3 job waits for both, then trains
+    across the nodes through a server kill -9 and restart, and a cancel stops both nodes gracefully."""
+    first = ray_server.submit({"name": "one", "config": demo_config(assets, max_steps=6), "gpus": 1})
+    second = ray_server.submit({"name": "two", "config": demo_config(assets, max_steps=6), "gpus": 1})
+    wide = ray_server.submit(
+        {
+            "name": "wide",
+            "config": demo_config(assets, max_steps=2000, save_steps=1000, eval_steps=1000),
+            "deepspeed": zero3(),
+            "gpus": 1,
+            "nodes": 2,
+        }
+    )
+    a, b = placed(first), placed(second)
+    assert a[0]["node_id"] != b[0]["node_id"]  # the second 1-GPU job runs on the other node
+    queued = ray_server.api.get(f"/api/jobs/{wide['id']}").json()
+    assert queued["status"] == "queued" and "Ray cluster" in queued["waiting_for"], queued
+    for job in (first, second):
+        done = ray_server.wait(job["id"], ENDED, timeout=300)
+        assert done["status"] == "succeeded", done
+        assert (Path(done["output_dir"]) / "adapter_model.safetensors").exists()
+        assert_points_are_rank0s(ray_server, done)
+
+    seen = len(first_point(ray_server, wide))
+    ranks = placed(wide)
+    assert len({r["node_id"] for r in ranks}) == 2 and all(r["gpu_ids"] == [0] for r in ranks)
+    ray_server.kill()  # the actors are detached: training goes on without the server
+    ray_server.start()
+    first_point(ray_server, wide, after=seen)  # reattached: the runner's batches arrive again
+    assert ray_server.api.get(f"/api/jobs/{wide['id']}").json()["status"] == "running"
+
+    assert ray_server.api.post(f"/api/jobs/{wide['id']}/cancel").status_code == 200
+    job = ray_server.wait(wide["id"], ENDED, timeout=300)
+    assert job["status"] == "cancelled" and job["exit_code"] == 0, job  # stopped after a step
+    assert (Path(job["output_dir"]) / "adapter_model.safetensors").exists()
+    assert_points_are_rank0s(ray_server, job)  # nothing lost across the restart
+    logs = " ".join(g["text"] for g in ray_server.all(job["id"], "logs"))
+    assert "[rank 1]" in logs and "SIGABRT" in logs
+    assert until(lambda: not left(job), "no process of the job left", timeout=120)
+
+
+def test_a_lost_node_fails_the_job_naming_it_and_ends_the_other_node(ray_cluster, ray_server, assets):
+    """Last in this module: it takes a node away from the shared cluster."""
+    created = ray_server.submit(
+        {
+            "name": "lost",
+            "config": demo_config(assets, max_steps=2000, save_steps=1000),
+            "gpus": 1,
+            "nodes": 2,
+        }
+    )
+    first_point(ray_server, created)
+    rank1 = placed(created)[1]
+    (node,) = [n for n in ray_cluster.list_all_nodes() if n.node_id == rank1["node_id"]]
+    ray_cluster.remove_node(node, allow_graceful=False)  # its raylet and workers are killed
+    job = ray_server.wait(created["id"], ENDED, timeout=300)
+    assert job["status"] == "failed", job
+    assert f"node {rank1['host']} ({rank1['ip']}, node {rank1['node_id'][:8]}) lost" in job["error"], job
+    assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)
