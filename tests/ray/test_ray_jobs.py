@@ -105,6 +105,9 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_server, asset
     assert job["status"] == "cancelled" and job["exit_code"] == 0, job  # stopped after a step
     assert (Path(job["output_dir"]) / "adapter_model.safetensors").exists()
     assert_points_are_rank0s(ray_server, job)  # nothing lost across the restart
+    # Each node's runner sampled its own memory: one series per node, named apart though one host runs both.
+    devices = ray_server.api.get(f"/api/jobs/{wide['id']}/memory").json()["gpus"]
+    assert len({d["node"] for d in devices}) == 2 and all(d["node"] for d in devices), devices
     logs = " ".join(g["text"] for g in ray_server.all(job["id"], "logs"))
     assert "[rank 1]" in logs and "SIGABRT" in logs
     assert until(lambda: not left(job), "no process of the job left", timeout=120)
