@@ -118,10 +118,21 @@ def _torchrun(yaml_path: str) -> int:
     return subprocess.run(argv, env=env).returncode
 
 
+def _without_ray() -> None:
+    """LLaMA-Factory (and transformers) import Ray whenever it is installed, to offer USE_RAY. tunedeck
+    places jobs itself (torchrun across nodes, even on a Ray cluster), so outside USE_RAY the trainer
+    is kept from it: Ray's import costs seconds and hundreds of MB of address space, and fails outright
+    under a tight memory limit or next to a PyPI amdsmi without ROCm. A None in sys.modules is
+    Python's way to block an import: find_spec answers None and `import ray` raises ImportError."""
+    if not _enabled("USE_RAY"):
+        sys.modules.setdefault("ray", None)
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print("usage: python lf_train.py TRAIN_YAML", file=sys.stderr)
         return 2
+    _without_ray()
     if "LOCAL_RANK" not in os.environ:  # not a torchrun worker: decide like LLaMA-Factory's launcher
         from llamafactory.extras.misc import get_device_count
 

@@ -10,7 +10,7 @@ import signal
 import sqlite3
 
 from tests.conftest import demo_config
-from tests.runner.test_live import wait_for
+from tests.utils.wait import until
 from tunedeck.runner.report import Reporter, merge
 
 
@@ -89,7 +89,7 @@ def test_queued_batches_go_together_and_a_refused_one_alone(server_factory, asse
     mem = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 1000}).json()["samples"]
     assert [m["used_bytes"] for m in mem] == [2**30 + n for n in good]  # the refused batch alone is left out
     # Far fewer requests stored than batches made: the 39 good ones went in a handful.
-    stored = wait_for(lambda: scrape(server, "tunedeck_ingest_batches_total"), "ingest counter")
+    stored = until(lambda: scrape(server, "tunedeck_ingest_batches_total"), "ingest counter")
     assert stored <= 12, stored
     assert len((tmp_path / "outbox.jsonl").read_text().splitlines()) == 40  # each batch on disk first
 
