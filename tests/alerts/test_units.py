@@ -141,7 +141,9 @@ def test_allocator_flushes_stay_open_only_while_they_keep_coming():
     s.running = True
     (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
     assert f.open
-    s.now = T0 + 2 + 301  # no flush for longer than the 300 s hold
+    s.now = T0 + 2 + 300  # the 300 s hold, to the second
+    assert [f.open for f in analyze(s) if f.kind == "alloc_flush"] == [True]
+    s.now = T0 + 2 + 301  # no flush for longer than the hold
     (f,) = [f for f in analyze(s) if f.kind == "alloc_flush"]
     assert not f.open
 
@@ -187,3 +189,25 @@ def test_a_plateau_is_told_with_its_own_span():
     start, end = f.times
     m = re.search(r"stayed within [\d.]+ [GM]iB for (\d+) s", f.message)
     assert m and int(m[1]) == round(end - start) and end == T0 + len(y) - 1, f.message
+
+
+def test_divergence_needs_half_the_smoothed_values_since_the_minimum_rising():
+    # As in the test above (two rises in four), then a fifth value that stays over the bar without
+    # rising (the mean drops from 2.9 to 2.86): two rises in five is not a divergence.
+    raw = [2.0] * 10 + [1.0, 3.0, 1.5, 12.5, 1.0, 1.6]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(raw)])
+    assert "loss_divergence" not in {f.kind for f in analyze(s)}
+
+
+def test_a_divergence_from_a_negative_loss_is_told_without_a_ratio():
+    y = [-1.0] * 10 + [0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
+    (f,) = [f for f in analyze(s) if f.kind == "loss_divergence"]
+    assert "×" not in f.message and f.message.endswith("from -1"), f.message
+
+
+def test_a_stall_after_the_usual_steps_settled_is_dated_one_bar_after_the_last_step():
+    ts = [float(k) for k in range(21)] + [521.0, 522.0, 523.0]  # 1 s steps, then 500 s without one
+    s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0 + 0.01 * (k % 3)) for k, t in enumerate(ts)])
+    (f,) = [f for f in analyze(s) if f.kind == "stall"]
+    assert f.times == [T0 + 20.0 + 120.0] and f.step == 21

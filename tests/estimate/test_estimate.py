@@ -136,6 +136,31 @@ def test_zero3_breakdown_by_hand():
     assert no_ckpt["breakdown"]["activations"] == 2 * 1024 and no_ckpt["gradient_checkpointing"] is False
 
 
+def test_zero_stage_0_is_plain_training_and_warned_about_on_several_gpus():
+    stage0 = {"zero_optimization": {"stage": 0}}
+    plain = est.estimate(model_config=TOY, config=TOY_LORA, ds=None, gpus=2)
+    zero0 = est.estimate(model_config=TOY, config=TOY_LORA, ds=stage0, gpus=2)
+    assert zero0["breakdown"] == plain["breakdown"]
+    # LoRA in fp16: the 1736 - 512 frozen weights in 2 bytes, the adapters fp32 with grads and Adam.
+    assert plain["breakdown"]["weights_frozen"] == 2 * (1736 - 512)
+    assert plain["breakdown"]["optimizer"] == 8 * 512 and plain["warnings"] == []
+    assert any("every GPU holds the whole model" in w for w in zero0["warnings"])
+
+
+def test_zero2_buckets_are_reduce_plus_allgather():
+    ds = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 100, "allgather_bucket_size": 50}}
+    b = est.estimate(model_config=TOY, config=TOY_LORA, ds=ds, gpus=2)["breakdown"]["buckets"]
+    assert b == (100 + 50) * 2  # 16-bit elements; overlap_comm is off by default below ZeRO-3
+
+
+@pytest.mark.parametrize("key", ["fp16", "bf16", "pure_bf16"])
+def test_any_half_precision_switch_halves_the_frozen_weights(key):
+    config = {k: v for k, v in TOY_LORA.items() if k != "fp16"}
+    e = est.estimate(model_config=TOY, config={**config, key: True}, ds=None, gpus=1)
+    assert e["dtype_bytes"] == 2
+    assert est.estimate(model_config=TOY, config=config, ds=None, gpus=1)["dtype_bytes"] == 4
+
+
 def test_plain_training_keeps_fp32_adam_states():
     full = {**TOY_LORA, "finetuning_type": "full"}
     plain = est.estimate(model_config=TOY, config=full, ds=None, gpus=1)["breakdown"]
@@ -159,7 +184,7 @@ def test_seed_qwen2_7b_lora_zero3_near_14_gb():
 
 def test_warns_when_it_exceeds_the_device():
     e = est.estimate(model_config=QWEN2_7B, config=SEED_YAML, ds=SEED_DS, gpus=4, device_total_bytes=10 * GiB)
-    assert e["fits"] is False and "exceeds" in e["warnings"][0]
+    assert e["fits"] is False and "exceeds the device's 10.0 GiB" in e["warnings"][0]
     e = est.estimate(model_config=QWEN2_7B, config=SEED_YAML, ds=SEED_DS, gpus=4, device_total_bytes=64 * GiB)
     assert e["fits"] is True and e["warnings"] == []
 
