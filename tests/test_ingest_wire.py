@@ -54,13 +54,13 @@ def brute_tiles(engine, job_id: int) -> dict[tuple, tuple]:
     last by (x, y), each as (x, y, row id)."""
     with engine.connect() as c:
         rows = c.execute(
-            text("SELECT gpu, t, used_bytes, id FROM memory_samples WHERE job_id = :j"), {"j": job_id}
+            text("SELECT node, gpu, t, used_bytes, id FROM memory_samples WHERE job_id = :j"), {"j": job_id}
         ).all()
     out = {}
     for level in range(pyramid.FINEST, pyramid.LEVELS + 1):
         groups = defaultdict(list)
-        for gpu, t, used, rid in rows:
-            groups[(pyramid.memory_key(gpu), level, math.floor(t / 4**level))].append((t, used, rid))
+        for node, gpu, t, used, rid in rows:
+            groups[(pyramid.memory_key(node, gpu), level, math.floor(t / 4**level))].append((t, used, rid))
         for key, pts in groups.items():
             lo = min(pts, key=lambda p: (p[1], p[0]))
             hi = max(pts, key=lambda p: (p[1], p[0]))

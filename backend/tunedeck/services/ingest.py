@@ -212,7 +212,7 @@ class IngestWriter(Worker):
                 fresh = pyramid.Fresh(pyramid.newest_sample(conn))
                 for job_id, batch, _ in group:
                     apply_batch(conn, job_id, batch)
-                    fresh.add(job_id, memory_columns(batch.get("memory")))
+                    fresh.add(job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
                 # The chart tiles of what this group stored, in its transaction, from its columns.
                 pyramid.catch_up(conn, fresh)
             for *_, fut in group:

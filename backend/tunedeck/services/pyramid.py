@@ -229,27 +229,46 @@ class Fresh:
     id before them: tiled from memory when the table shows every one of them stored (no resend)."""
 
     before: int
-    batches: list[tuple[int, dict[str, list]]] = field(default_factory=list)  # (job id, columns)
+    # (job id, node, columns) of each batch
+    batches: list[tuple[int, str, dict[str, list]]] = field(default_factory=list)
 
-    def add(self, job_id: int, columns: dict[str, list]) -> None:
+    def add(self, job_id: int, columns: dict[str, list], node: str = "") -> None:
         if columns.get("line"):
-            self.batches.append((job_id, columns))
+            self.batches.append((job_id, node, columns))
 
     def points(self, cur, through: int) -> tuple | None:
-        """(job, gpu, t, used, id) of the rows after `through`, or None when they are not exactly
-        these samples (rows before `before` untiled, or a resent sample skipped by the insert)."""
-        n = sum(len(c["line"]) for _, c in self.batches)
+        """(key, job, series, t, used, id) of the rows after `through`, as `Source.series` gives them,
+        or None when they are not exactly these samples (rows before `before` untiled, or a resent
+        sample skipped by the insert)."""
+        n = sum(len(c["line"]) for _, _, c in self.batches)
         (top,) = cur.execute("SELECT coalesce(max(id), 0) FROM memory_samples").fetchone()
         if through != self.before or top - through != n or not n:
             return None
         # SQLite gives a new row the largest id + 1, and this transaction is the only writer: the
         # samples hold ids before + 1 ... before + n, in insert order.
-        job = np.concatenate([np.full(len(c["line"]), j, dtype=np.float64) for j, c in self.batches])
-        gpu, t, used = (
-            np.concatenate([np.asarray(c[k], dtype=np.float64) for _, c in self.batches])
-            for k in ("gpu", "t", "used_bytes")
+        f = np.float64
+        names = sorted({node for _, node, _ in self.batches})
+        code = {name: i for i, name in enumerate(names)}
+        job, sid, t, used = (
+            np.concatenate(parts)
+            for parts in zip(
+                *(
+                    (
+                        np.full(len(c["line"]), j, dtype=f),
+                        code[node] * NODE_CODE + np.asarray(c["gpu"], dtype=f) + 1,
+                        np.asarray(c["t"], dtype=f),
+                        np.asarray(c["used_bytes"], dtype=f),
+                    )
+                    for j, node, c in self.batches
+                )
+            )
         )
-        return job, gpu, t, used, np.arange(through + 1.0, top + 1.0)
+
+        def key(v: float) -> str:
+            c, g = divmod(int(v), NODE_CODE)
+            return memory_key(names[c], g - 1)
+
+        return key, job, sid, t, used, np.arange(through + 1.0, top + 1.0)
 
 
 def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
@@ -267,8 +286,8 @@ def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
             ).fetchone()
             known = fresh.points(cur, through) if fresh is not None and src.name == "memory" else None
             if known is not None:
-                add(cur, src, *known)
-                through, seen = int(known[4][-1]), seen + len(known[4])
+                add(cur, *known)
+                through, seen = int(known[5][-1]), seen + len(known[5])
             while rows := cur.execute(
                 f"SELECT {src.columns} FROM {src.table} WHERE id > ? ORDER BY id LIMIT {CHUNK}", (through,)
             ).fetchall():
