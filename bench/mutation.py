@@ -9,9 +9,10 @@ checkout: cosmic-ray mutates files in place.
     python bench/mutation.py memory --sample 25 --seed 7 --tests-from 7f908fc  # same mutants, older tests
     python bench/mutation.py ... --record bench/mutation_scores.md        # append the scores there
 
-Each module runs only the tests that cover it, without servers, subprocesses or real fine-tunes,
-and pytest without its auto-loaded plugins (schemathesis and hypothesis's cost ~5 s a start, most
-of a run): a sample of 25 mutants takes a few minutes. Survivors are printed with their diff. A
+Each module runs only the tests that cover it, fast ones first (a run stops at its first failure),
+never a real fine-tune (auth keeps its in-process app and loopback server tests, estimate its CLI
+test), and pytest without its auto-loaded plugins (schemathesis and hypothesis cost ~5 s a start,
+most of a run): a sample of 25 mutants takes 5-20 minutes on a loaded 2-core machine. Survivors are printed with their diff. A
 mutant that cannot change behaviour (an annotation never evaluated, a line marked
 `# pragma: no mutate` with the reason above it) is not drawn.
 """
