@@ -64,7 +64,15 @@ def test_nodes_of_the_cluster_alive_then_one_dead(cluster, server_factory, asset
     )
     job = server.submit({"name": "placed", "config": demo_config(assets), "gpus": 0})["id"]
     server.wait(job, ("running",))
-    # Where the ray executor records a job's placement (one entry per node): GPU 1 of node A.
+
+    def recorded():
+        with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db:
+            return db.execute("SELECT placement FROM jobs WHERE id = ?", (job,)).fetchone()[0]
+
+    # The ray executor records where the job runs once its actors started (this CPU job holds no
+    # GPU there). Moved by hand to GPU 1 of node A, whose stand-in GPUs the page reads.
+    placed = json.loads(until(recorded, "the job's placement recorded"))
+    assert len(placed) == 1 and placed[0]["node"] in {a.node_id, b.node_id}, placed
     with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
         placement = json.dumps([{"node": a.node_id, "devices": [1]}])
         db.execute("UPDATE jobs SET placement = ? WHERE id = ?", (placement, job))
