@@ -23,7 +23,7 @@ def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     top = "SELECT max(y_max) FROM chart_tiles WHERE job_id = :j AND series = :s AND level = :top"
     at = {"j": job.id, "top": pyramid.LEVELS}
     peaks = [
-        (session.execute(text(top), {**at, "s": pyramid.memory_key(g.gpu)}).scalar(), g)
+        (session.execute(text(top), {**at, "s": pyramid.memory_key(g.node, g.gpu)}).scalar(), g)
         for g in memory_charts.gpus_of(session, job.id)
     ]
     peak, g = max(((p, g) for p, g in peaks if p is not None), key=lambda x: x[0], default=(None, None))
