@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -56,7 +57,10 @@ def request(method: str, path: str, *, query: str = "", authorization: str | Non
 
 
 def who(req: Request, settings: Settings, engine) -> Principal | None:  # noqa: ANN001
-    return asyncio.run(auth.principal_for(req, settings, engine))
+    # On a thread of its own: the suite's Playwright session keeps an event loop on the main thread,
+    # where asyncio.run refuses to start another.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, auth.principal_for(req, settings, engine)).result()
 
 
 def refused(req: Request, settings: Settings, engine) -> tuple[int, str]:  # noqa: ANN001
