@@ -29,7 +29,7 @@ def wait_done(server, job_id: int) -> dict:
 
 def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, assets):
     server = server_factory(TUNEDECK_MEMORY_SAMPLE_S="0.2")
-    job = server.submit({"name": "healthy", "config": demo_config(assets, max_steps=60), "gpus": 0})
+    job = server.submit({"name": "healthy", "config": demo_config(assets, max_steps=24), "gpus": 0})
     job = wait_done(server, job["id"])
     assert job["status"] == "succeeded", job
     full = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 20000}).json()
