@@ -71,7 +71,8 @@ def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
         if p < LEVEL:
             base[p - h] = float(np.median(full[:p])) if p else math.nan
             spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
-        if p < SMOOTH - 1:
+        # Up to SMOOTH - 1 itself, where the padding is empty and the window whole (as below, same value).
+        if p < SMOOTH:
             smooth[p - h] = float(
                 np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[: p + 1]]))
             )
@@ -131,7 +132,7 @@ def periodic(times: list[float]) -> float | None:
         return None
     d = np.diff(times)
     mid = float(np.median(d))
-    if mid <= 0:
+    if not mid:  # the times are sorted: a median gap is never negative
         return None
     p = float(np.mean(d[(d >= mid / 1.6) & (d <= mid * 1.6)]))
     regular = (d >= p / PERIOD_SPREAD) & (d <= p * PERIOD_SPREAD)

@@ -79,7 +79,8 @@ def swings(y: np.ndarray) -> tuple[float, float, int] | None:
     x = 2 * np.pi * top * np.arange(n)
     sine = np.column_stack([np.cos(x), np.sin(x)])
     fit = sine @ np.linalg.lstsq(sine, r, rcond=None)[0]
-    share = 1 - float(np.dot(r - fit, r - fit)) / float(np.dot(r, r))
+    # The fit is r's projection on the sine: the share of r's power it carries is its own power's.
+    share = float(np.dot(fit, fit)) / float(np.dot(r, r))
     return (rel, level, round(1 / top)) if share >= SWING_SHARE else None
 
 
