@@ -14,6 +14,7 @@ from tunedeck.alerts import Point, Series, analyze
 from tunedeck.alerts.memory import BLOCKS, HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
 from tunedeck.alerts.rundir import BadInput, parse_config, parse_memory_csv, parse_trainer_log
 from tunedeck.alerts.series import gib
+from tunedeck.alerts.training import swings
 
 GiB = 1024**3
 T0 = 1_900_000_000.0
@@ -280,8 +281,20 @@ def test_a_plateau_covers_half_the_run_after_warm_up_not_half_the_whole_run():
         y = [20.0] * c + [40.0] * (400 - c)
         return [f for f in analyze(memory(y)) if f.kind == "vram_plateau"]
 
-    assert len(plateau(205)) == 1  # 190 s
+    (f,) = plateau(205)  # 190 s
+    assert f"settled at {gib(40 * GiB)} (21% of {gib(192 * GiB)})" in f.message, f.message
+    assert f.suggestion.startswith(f"{gib(152 * GiB)} headroom"), f.suggestion
     assert plateau(225) == []  # 170 s
+
+
+def test_a_long_plateau_covers_half_the_run_after_warm_up_too():
+    # 1000 samples, summarised in blocks of two: warm-up ends at 100 s, so the stretch must last 450 s.
+    def plateau(c):
+        y = [20.0] * c + [40.0] * (1000 - c)
+        return [f for f in analyze(memory(y)) if f.kind == "vram_plateau"]
+
+    assert len(plateau(540)) == 1  # 455 s
+    assert plateau(560) == []  # 435 s
 
 
 def test_memory_that_moves_less_than_32_mib_is_flat_however_small_its_level():
@@ -301,9 +314,30 @@ def test_a_plateau_tells_the_spread_of_its_own_stretch(before):
 
 def test_a_divergence_from_the_first_points_is_measured_from_the_mean_of_the_first_four():
     y = [1.0, 1.0, 1.0, 2.0] + [float(k) for k in range(3, 16)]
-    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])
-    f = only(analyze(s), "loss_divergence")
+    points = [Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)]
+    f = only(analyze(Series(points=points, config={"learning_rate": 1e-3})), "loss_divergence")
     assert "against a minimum of 1.25 at step 4" in f.message, f.message
+    assert f.change == {"learning_rate": 2.5e-4}  # a quarter of it
+    # With no learning rate to lower, the change is a warm-up over the first tenth.
+    assert only(analyze(Series(points=points)), "loss_divergence").change == {"warmup_ratio": 0.1}
+
+
+def test_an_early_excursion_peaks_at_its_highest_sample_before_it_came_back_down():
+    # Up to 20 GiB, 12.5 (over half the 3.84 GiB floor above the 10 GiB level: still up), 30, then back.
+    y = [10.0, 20.0, 12.5, 30.0] + [10.0] * 200
+    f = only(analyze(memory(y)), "vram_spike")
+    assert f.times == [T0 + 1] and f"the largest reached {gib(30 * GiB)}" in f.message, f.message
+
+
+def test_a_peak_at_the_fifth_sample_is_a_spike():
+    y = [10.0] * 4 + [30.0] + [10.0] * 200
+    assert only(analyze(memory(y)), "vram_spike").times == [T0 + 4]
+
+
+def test_swings_need_a_whole_window_and_a_longest_swing_beyond_it():
+    y = np.array([2.0, 2.5, 2.0, 1.5] * 6)
+    assert swings(y[:23]) is None
+    assert swings(y) == (pytest.approx(0.5 / math.sqrt(2) / 2), 2.0, 4)
 
 
 @pytest.mark.parametrize("size", [17.45, 17.55])

@@ -67,7 +67,7 @@ def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     d = np.diff(full)  # d[r] = full[r + 1] - full[r]
     # Windows cut short by the start of the run (only ever in its first WINDOW + 1 samples).
     for p in range(h, min(h + m, WINDOW + 1)):
-        noise[p - h] = _mad(d[max(0, p - 1 - WINDOW) : max(0, p - 1)])
+        noise[p - h] = _mad(d[: max(0, p - 1)])  # p <= WINDOW: the window starts at the run's start
         if p < LEVEL:
             base[p - h] = float(np.median(full[:p])) if p else math.nan
             spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
