@@ -297,6 +297,12 @@ def test_a_long_plateau_covers_half_the_run_after_warm_up_too():
     assert plateau(560) == []  # 435 s
 
 
+def test_a_plateau_past_the_summary_s_first_coarsening_tells_its_level():
+    # 600 samples: the first 512 were merged into blocks of two, which hold most of the run.
+    f = only(analyze(memory([40.0] * 600)), "vram_plateau")
+    assert f"settled at {gib(40 * GiB)}" in f.message, f.message
+
+
 def test_memory_that_moves_less_than_32_mib_is_flat_however_small_its_level():
     # 0.5 GiB (3 % of it is 15 MiB), no capacity known, a step of 20 MiB at 3/4 of the run.
     y = [0.5] * 300 + [0.5 + 20 / 1024] * 100
@@ -316,15 +322,16 @@ def test_a_divergence_from_the_first_points_is_measured_from_the_mean_of_the_fir
     y = [1.0, 1.0, 1.0, 2.0] + [float(k) for k in range(3, 16)]
     points = [Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)]
     f = only(analyze(Series(points=points, config={"learning_rate": 1e-3})), "loss_divergence")
-    assert "against a minimum of 1.25 at step 4" in f.message, f.message
+    assert "smoothed 10.5 against a minimum of 1.25 at step 4 (×8.4)" in f.message, f.message  # 10.5 / 1.25
     assert f.change == {"learning_rate": 2.5e-4}  # a quarter of it
     # With no learning rate to lower, the change is a warm-up over the first tenth.
     assert only(analyze(Series(points=points)), "loss_divergence").change == {"warmup_ratio": 0.1}
 
 
-def test_an_early_excursion_peaks_at_its_highest_sample_before_it_came_back_down():
-    # Up to 20 GiB, 12.5 (over half the 3.84 GiB floor above the 10 GiB level: still up), 30, then back.
-    y = [10.0, 20.0, 12.5, 30.0] + [10.0] * 200
+@pytest.mark.parametrize("rise", [[20.0, 12.5, 30.0], [20.0, 30.0]])
+def test_an_early_excursion_peaks_at_its_highest_sample_before_it_came_back_down(rise):
+    # From 10 GiB up to 20, maybe 12.5 (over half the 3.84 GiB floor above the level: still up), 30, back.
+    y = [10.0, *rise] + [10.0] * 200
     f = only(analyze(memory(y)), "vram_spike")
     assert f.times == [T0 + 1] and f"the largest reached {gib(30 * GiB)}" in f.message, f.message
 
@@ -370,3 +377,15 @@ def test_a_stall_is_open_only_while_the_run_lives_without_progress():
     assert not only(analyze(s), "stall").open  # the steps came back
     s.now = T0 + 523 + 200
     assert only(analyze(s), "stall").open
+
+
+def test_a_gap_among_the_first_steps_is_judged_against_the_usual_step_once_known():
+    # 1 s, 1 s, then 150 s: over the 120 s bar of the first two, but steps then take 20 s (bar 200 s).
+    ts = [0.0, 1.0, 2.0, 152.0] + [152.0 + 20 * k for k in range(1, 12)]
+    s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0 + 0.01 * (k % 3)) for k, t in enumerate(ts)])
+    assert "stall" not in {f.kind for f in analyze(s)}
+
+
+def test_a_stuck_loss_counts_each_point_it_stood_stuck_at_once():
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=2.0) for k in range(30)])
+    assert only(analyze(s), "loss_stuck").count == 30 - 20 + 1  # from the 20th point on
