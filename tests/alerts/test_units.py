@@ -212,6 +212,7 @@ def test_a_stall_after_the_usual_steps_settled_is_dated_one_bar_after_the_last_s
     s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0 + 0.01 * (k % 3)) for k, t in enumerate(ts)])
     (f,) = [f for f in analyze(s) if f.kind == "stall"]
     assert f.times == [T0 + 20.0 + 120.0] and f.step == 21
+    assert f.message.startswith("no step progress for 501 s after step 21"), f.message
 
 
 def memory(y, total: float | None = 192 * GiB, points=()) -> Series:
@@ -389,3 +390,11 @@ def test_a_gap_among_the_first_steps_is_judged_against_the_usual_step_once_known
 def test_a_stuck_loss_counts_each_point_it_stood_stuck_at_once():
     s = Series(points=[Point(t=T0 + k, step=k + 1, loss=2.0) for k in range(30)])
     assert only(analyze(s), "loss_stuck").count == 30 - 20 + 1  # from the 20th point on
+
+
+def test_a_near_oom_is_open_only_while_a_live_run_stays_near_capacity():
+    y = [40.0] * 100 + [190.0] * 10  # the last 10 samples over 95 % of 192 GiB
+    assert not only(analyze(memory(y)), "vram_near_oom").open  # the run has ended
+    s = memory(y)
+    s.running = True
+    assert only(analyze(s), "vram_near_oom").open
