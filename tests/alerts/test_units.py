@@ -11,9 +11,10 @@ import pytest
 
 from tests.alerts import realistic
 from tunedeck.alerts import Point, Series, analyze
-from tunedeck.alerts.memory import HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
+from tunedeck.alerts.memory import BLOCKS, HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
 from tunedeck.alerts.rundir import BadInput, parse_config, parse_memory_csv, parse_trainer_log
 from tunedeck.alerts.series import gib
+from tunedeck.alerts.training import swings
 
 GiB = 1024**3
 T0 = 1_900_000_000.0
@@ -211,3 +212,189 @@ def test_a_stall_after_the_usual_steps_settled_is_dated_one_bar_after_the_last_s
     s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0 + 0.01 * (k % 3)) for k, t in enumerate(ts)])
     (f,) = [f for f in analyze(s) if f.kind == "stall"]
     assert f.times == [T0 + 20.0 + 120.0] and f.step == 21
+    assert f.message.startswith("no step progress for 501 s after step 21"), f.message
+
+
+def memory(y, total: float | None = 192 * GiB, points=()) -> Series:
+    """A run sampled once a second, `y` in GiB."""
+    mem = {0: [(T0 + i, int(v * GiB), int(total) if total else None) for i, v in enumerate(y)]}
+    return Series(memory=mem, devices=[0], points=list(points))
+
+
+def only(findings, kind):
+    (f,) = [f for f in findings if f.kind == kind]
+    return f
+
+
+def test_a_loading_peak_is_judged_against_the_level_right_after_it():
+    # A peak to 30 GiB at the second sample, 10 GiB for the AFTER samples that follow it, then the run
+    # climbs to 40 GiB: the peak stood +20 GiB over the level it fell back to, not over a later one.
+    y = [10.0, 30.0] + [10.0] * 5 + [40.0] * 200
+    f = only(analyze(memory(y)), "vram_spike")
+    assert f.times == [T0 + 1] and f"+{gib(20 * GiB)} above the {gib(10 * GiB)} baseline" in f.message, (
+        f.message
+    )
+
+
+def test_a_rise_under_64_mib_is_no_spike_even_on_a_small_level():
+    # 0.5 GiB with no capacity known: 5 % of the level is 26 MiB, under the 64 MiB floor.
+    def spikes(mib):
+        y = [0.5] * 100 + [0.5 + mib / 1024] + [0.5] * 100
+        return [f for f in analyze(memory(y, total=None)) if f.kind == "vram_spike"]
+
+    assert spikes(40) == []
+    assert len(spikes(80)) == 1
+
+
+def test_the_largest_spike_told_is_the_largest_outside_eval_phases():
+    # Spikes of +10 GiB and +20 GiB while training, +30 GiB during the eval phase from step 290 to T0 + 305.
+    y = [40.0] * 400
+    y[100], y[200], y[300] = 50.0, 60.0, 70.0
+    points = [Point(t=T0 + k, step=k, loss=1.0) for k in range(1, 291)]
+    points.append(Point(t=T0 + 305, step=290, eval_loss=1.0))
+    points += [Point(t=T0 + 5 + k, step=k, loss=1.0) for k in range(291, 395)]
+    f = only(analyze(memory(y, points=points)), "vram_spike")
+    assert f.count == 2 and f.times == [T0 + 100, T0 + 200]
+    assert f"the largest reached {gib(60 * GiB)}, +{gib(20 * GiB)} above" in f.message, f.message
+
+
+def test_a_periodic_spike_finding_is_placed_at_the_step_of_the_newest_spike():
+    y = [40.0] * 300
+    for t in (100, 150, 200, 250):
+        y[t] = 50.0
+    points = [Point(t=T0 + k, step=k, loss=1.0) for k in range(1, 300)]
+    f = only(analyze(memory(y, points=points)), "vram_periodic_spikes")
+    assert f.times[-1] == T0 + 250 and f.step == 250
+
+
+@pytest.mark.parametrize("c", [520, 521, 522])
+def test_a_long_plateau_starts_within_one_summary_block_of_where_memory_settled(c):
+    # 1000 samples: the plateau's summary holds blocks of two samples after the first 512. The start is
+    # late by the smoothing (SMOOTH // 2 samples) and at most one block (the run's length / BLOCKS).
+    y = [20.0] * c + [40.0] * (1000 - c)
+    f = only(analyze(memory(y)), "vram_plateau")
+    assert 0 <= f.times[0] - (T0 + c + SMOOTH // 2) <= len(y) / BLOCKS, f.times
+
+
+def test_a_plateau_covers_half_the_run_after_warm_up_not_half_the_whole_run():
+    # 400 samples: warm-up is the first tenth (40 s), so the flat stretch must last 180 s of the 359 after.
+    def plateau(c):  # memory settles at 40 GiB from sample c (4 samples later, smoothed)
+        y = [20.0] * c + [40.0] * (400 - c)
+        return [f for f in analyze(memory(y)) if f.kind == "vram_plateau"]
+
+    (f,) = plateau(205)  # 190 s
+    assert f"settled at {gib(40 * GiB)} (21% of {gib(192 * GiB)})" in f.message, f.message
+    assert f.suggestion.startswith(f"{gib(152 * GiB)} headroom"), f.suggestion
+    assert plateau(225) == []  # 170 s
+
+
+def test_a_long_plateau_covers_half_the_run_after_warm_up_too():
+    # 1000 samples, summarised in blocks of two: warm-up ends at 100 s, so the stretch must last 450 s.
+    def plateau(c):
+        y = [20.0] * c + [40.0] * (1000 - c)
+        return [f for f in analyze(memory(y)) if f.kind == "vram_plateau"]
+
+    assert len(plateau(540)) == 1  # 455 s
+    assert plateau(560) == []  # 435 s
+
+
+def test_a_plateau_past_the_summary_s_first_coarsening_tells_its_level():
+    # 600 samples: the first 512 were merged into blocks of two, which hold most of the run.
+    f = only(analyze(memory([40.0] * 600)), "vram_plateau")
+    assert f"settled at {gib(40 * GiB)}" in f.message, f.message
+
+
+def test_memory_that_moves_less_than_32_mib_is_flat_however_small_its_level():
+    # 0.5 GiB (3 % of it is 15 MiB), no capacity known, a step of 20 MiB at 3/4 of the run.
+    y = [0.5] * 300 + [0.5 + 20 / 1024] * 100
+    f = only(analyze(memory(y, total=None)), "vram_plateau")
+    assert f.times == [T0 + 40, T0 + 399] and f"within {gib(20 * 1024**2)} for" in f.message, f.message
+
+
+@pytest.mark.parametrize("before", [20.0, 60.0])
+def test_a_plateau_tells_the_spread_of_its_own_stretch(before):
+    # A level change to exactly 40 GiB: the stretch after it has no spread, whatever came before.
+    y = [before] * 150 + [40.0] * 250
+    f = only(analyze(memory(y)), "vram_plateau")
+    assert f.times[0] > T0 + 150 and f"stayed within {gib(0)} for" in f.message, f.message
+
+
+def test_a_divergence_from_the_first_points_is_measured_from_the_mean_of_the_first_four():
+    y = [1.0, 1.0, 1.0, 2.0] + [float(k) for k in range(3, 16)]
+    points = [Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)]
+    f = only(analyze(Series(points=points, config={"learning_rate": 1e-3})), "loss_divergence")
+    assert "smoothed 10.5 against a minimum of 1.25 at step 4 (×8.4)" in f.message, f.message  # 10.5 / 1.25
+    assert f.change == {"learning_rate": 2.5e-4}  # a quarter of it
+    # With no learning rate to lower, the change is a warm-up over the first tenth.
+    assert only(analyze(Series(points=points)), "loss_divergence").change == {"warmup_ratio": 0.1}
+
+
+@pytest.mark.parametrize("rise", [[20.0, 12.5, 30.0], [20.0, 30.0]])
+def test_an_early_excursion_peaks_at_its_highest_sample_before_it_came_back_down(rise):
+    # From 10 GiB up to 20, maybe 12.5 (over half the 3.84 GiB floor above the level: still up), 30, back.
+    y = [10.0, *rise] + [10.0] * 200
+    f = only(analyze(memory(y)), "vram_spike")
+    assert f.times == [T0 + 1] and f"the largest reached {gib(30 * GiB)}" in f.message, f.message
+
+
+def test_a_peak_at_the_fifth_sample_is_a_spike():
+    y = [10.0] * 4 + [30.0] + [10.0] * 200
+    assert only(analyze(memory(y)), "vram_spike").times == [T0 + 4]
+
+
+def test_swings_need_a_whole_window_and_a_longest_swing_beyond_it():
+    y = np.array([2.0, 2.5, 2.0, 1.5] * 6)
+    assert swings(y[:23]) is None
+    assert swings(y) == (pytest.approx(0.5 / math.sqrt(2) / 2), 2.0, 4)
+
+
+@pytest.mark.parametrize("size", [17.45, 17.55])
+def test_an_oscillation_message_tells_the_swing_against_the_level(size):
+    # 2, 2 + a, 2, 2 - a, ...: the running median stays at 2, the residual's standard size is a / √2.
+    a = size / 100 * 2 * math.sqrt(2)
+    y = [2.0, 2.0 + a, 2.0, 2.0 - a] * 15
+    f = only(
+        analyze(Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(y)])),
+        "loss_oscillation",
+    )
+    assert f"swings of ±{size:.0f}% around 2, up and down about every 4 logged points" in f.message, f.message
+
+
+def test_noise_of_any_size_is_no_oscillation():
+    rng = np.random.default_rng(11)
+    for spread in (0.5, 1.0, 5.0):
+        y = 10.0 + rng.uniform(-spread, spread, 60)
+        s = Series(points=[Point(t=T0 + k, step=k + 1, loss=float(v)) for k, v in enumerate(y)])
+        assert "loss_oscillation" not in {f.kind for f in analyze(s)}, spread
+
+
+def test_a_stall_is_open_only_while_the_run_lives_without_progress():
+    ts = [float(k) for k in range(21)] + [521.0, 522.0, 523.0]  # 1 s steps, 500 s without one, then more
+    s = Series(
+        points=[Point(t=T0 + t, step=k + 1, loss=1.0 + 0.01 * (k % 3)) for k, t in enumerate(ts)],
+        running=True,
+        now=T0 + 523,
+    )
+    assert not only(analyze(s), "stall").open  # the steps came back
+    s.now = T0 + 523 + 200
+    assert only(analyze(s), "stall").open
+
+
+def test_a_gap_among_the_first_steps_is_judged_against_the_usual_step_once_known():
+    # 1 s, 1 s, then 150 s: over the 120 s bar of the first two, but steps then take 20 s (bar 200 s).
+    ts = [0.0, 1.0, 2.0, 152.0] + [152.0 + 20 * k for k in range(1, 12)]
+    s = Series(points=[Point(t=T0 + t, step=k + 1, loss=1.0 + 0.01 * (k % 3)) for k, t in enumerate(ts)])
+    assert "stall" not in {f.kind for f in analyze(s)}
+
+
+def test_a_stuck_loss_counts_each_point_it_stood_stuck_at_once():
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=2.0) for k in range(30)])
+    assert only(analyze(s), "loss_stuck").count == 30 - 20 + 1  # from the 20th point on
+
+
+def test_a_near_oom_is_open_only_while_a_live_run_stays_near_capacity():
+    y = [40.0] * 100 + [190.0] * 10  # the last 10 samples over 95 % of 192 GiB
+    assert not only(analyze(memory(y)), "vram_near_oom").open  # the run has ended
+    s = memory(y)
+    s.running = True
+    assert only(analyze(s), "vram_near_oom").open

@@ -67,11 +67,12 @@ def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     d = np.diff(full)  # d[r] = full[r + 1] - full[r]
     # Windows cut short by the start of the run (only ever in its first WINDOW + 1 samples).
     for p in range(h, min(h + m, WINDOW + 1)):
-        noise[p - h] = _mad(d[max(0, p - 1 - WINDOW) : max(0, p - 1)])
+        noise[p - h] = _mad(d[: max(0, p - 1)])  # p <= WINDOW: the window starts at the run's start
         if p < LEVEL:
             base[p - h] = float(np.median(full[:p])) if p else math.nan
             spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
-        if p < SMOOTH - 1:
+        # Up to SMOOTH - 1 itself, where the padding is empty and the window whole (as below, same value).
+        if p < SMOOTH:
             smooth[p - h] = float(
                 np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[: p + 1]]))
             )
@@ -131,7 +132,7 @@ def periodic(times: list[float]) -> float | None:
         return None
     d = np.diff(times)
     mid = float(np.median(d))
-    if mid <= 0:
+    if not mid:  # the times are sorted: a median gap is never negative
         return None
     p = float(np.mean(d[(d >= mid / 1.6) & (d <= mid * 1.6)]))
     regular = (d >= p / PERIOD_SPREAD) & (d <= p * PERIOD_SPREAD)

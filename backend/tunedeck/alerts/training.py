@@ -66,20 +66,21 @@ def swings(y: np.ndarray) -> tuple[float, float, int] | None:
         return None
     resid = y[h:-h] - np.median(sliding_window_view(y, 2 * h + 1), axis=1)
     level = float(np.median(np.abs(y)))
-    rel = float(np.std(resid) / level) if level > 0 else 0.0
+    rel = float(np.std(resid) / level) if level else 0.0  # a median of magnitudes: never negative
     if rel < SWING_MIN:
         return None
     r = resid - resid.mean()
     n = len(r)
     # The strongest period on a fine grid (the spectrum of r padded to 8 times its length).
     f = np.fft.rfftfreq(8 * n)
-    power = np.abs(np.fft.rfft(r, 8 * n)) ** 2
+    amp = np.abs(np.fft.rfft(r, 8 * n))  # its peak is the power's
     band = f >= 1 / SWING_PERIOD
-    top = float(f[band][int(np.argmax(power[band]))])
+    top = float(f[band][int(np.argmax(amp[band]))])
     x = 2 * np.pi * top * np.arange(n)
     sine = np.column_stack([np.cos(x), np.sin(x)])
     fit = sine @ np.linalg.lstsq(sine, r, rcond=None)[0]
-    share = 1 - float(np.dot(r - fit, r - fit)) / float(np.dot(r, r))
+    # The fit is r's projection on the sine: the share of r's power it carries is its own power's.
+    share = float(np.dot(fit, fit)) / float(np.dot(r, r))
     return (rel, level, round(1 / top)) if share >= SWING_SHARE else None
 
 
