@@ -97,7 +97,7 @@ def test_an_open_job_page_shows_a_new_alert_from_the_stream_alone(server_factory
     post(0, columns(0, base[:100]))
     page.goto(f"{server.url}/jobs/{job}")
     page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
-    page.wait_for_function("window.tunedeck.mem.get(0)?.y.length >= 100", timeout=120_000)
+    page.wait_for_function("window.tunedeck.mem.get('/0')?.y.length >= 100", timeout=120_000)
     assert page.locator('#alerts .alert-item[data-kind="vram_spike"]').count() == 0
     page.route("**/api/jobs/*/alerts*", lambda route: route.abort())
     base[100] += 30 * GiB  # one sample up, the next back down (the job is queued: not alerted as it rises)

@@ -114,10 +114,16 @@ export function framed(fn) {
 }
 
 // Calls back with the zoomed x range, or null when the user resets the zoom.
+// A chart not drawn yet (its data still loading, or nothing to draw) is hooked on its first draw.
 export function onZoom(el, fn) {
-  el.on("plotly_relayout", (ev) => {
+  const hook = () => el.on("plotly_relayout", (ev) => {
     if (ev["xaxis.autorange"]) fn(null);
     else if (ev["xaxis.range[0]"] !== undefined) fn([ev["xaxis.range[0]"], ev["xaxis.range[1]"]]);
     else if (ev["xaxis.range"]) fn(ev["xaxis.range"]);
   });
+  if (typeof el.on === "function") { hook(); return; }
+  const drawn = new MutationObserver(() => {
+    if (typeof el.on === "function") { drawn.disconnect(); hook(); }
+  });
+  drawn.observe(el, { childList: true });
 }
