@@ -82,7 +82,11 @@ def main() -> None:
             assets,
             # BENCH_BACKEND: another checkout's code (an A/B run), with this one's stand-ins.
             PYTHONPATH=os.pathsep.join(
-                [str(ROOT / "tests" / "fakes"), os.environ.get("BENCH_BACKEND", str(ROOT / "backend"))]
+                [
+                    str(ROOT / "tests" / "fakes"),
+                    os.environ.get("BENCH_BACKEND", str(ROOT / "backend")),
+                    str(ROOT / "trainer"),
+                ]
             ),
             TUNEDECK_FAKE_SMI_TRACE=str(trace),
             TUNEDECK_FAKE_SMI_READS=str(read_log),

@@ -147,7 +147,7 @@ def scratch_copy(tree: str | None, tests_from: str | None) -> Path:
     # cosmic-ray runs the tests with PYTHONDONTWRITEBYTECODE, so without these every run compiles the
     # whole tree again. Checked-hash .pyc files are re-validated against the source at each import: a
     # mutant (same size, same second) is never served from a stale one.
-    for folder in ("backend", "tests"):
+    for folder in ("backend", "trainer", "tests"):
         compileall.compile_dir(
             dest / folder, quiet=1, invalidation_mode=compileall.py_compile.PycInvalidationMode.CHECKED_HASH
         )
@@ -246,7 +246,7 @@ def run(name: str, work: Path, args: argparse.Namespace) -> dict:
     env = {
         **os.environ,
         # The scratch copy's code must win over the editable install of the checkout.
-        "PYTHONPATH": os.pathsep.join([str(work / "backend"), str(work)]),
+        "PYTHONPATH": os.pathsep.join([str(work / "backend"), str(work / "trainer"), str(work)]),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     # The demo model and datasets, built once for every mutant's run rather than once each.

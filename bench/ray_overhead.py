@@ -4,7 +4,7 @@ Paired runs (local then Ray, PAIRS times) of the same CPU fine-tune: a local ser
 one-node Ray cluster (`ray.cluster_utils.Cluster`, a logical GPU) on this machine. Prints each run and
 the medians, with the load average (this machine is shared: say so with the figures).
 
-    PYTHONPATH=backend TUNEDECK_TEST_ASSETS=/work/assets python bench/ray_overhead.py [PAIRS]
+    PYTHONPATH=backend:trainer TUNEDECK_TEST_ASSETS=/work/assets python bench/ray_overhead.py [PAIRS]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ STEPS = 30
 
 
 def assets() -> Path:
-    return Path(os.environ["TUNEDECK_TEST_ASSETS"])  # built by `python -m tunedeck.demo build`
+    return Path(os.environ["TUNEDECK_TEST_ASSETS"])  # built by `python -m tunedeck_train.demo build`
 
 
 def run(server: Server, gpus: int) -> tuple[float, float]:

@@ -158,7 +158,7 @@ def test_the_metric_columns_are_listed_once():
 
 
 TRAINING = {"torch", "transformers", "llamafactory", "deepspeed", "peft", "trl", "accelerate"}
-TRAINER = ROOT / "backend" / "tunedeck_train"
+TRAINER = ROOT / "trainer" / "tunedeck_train"
 
 
 def training_imports(path: Path) -> list[str]:

@@ -18,7 +18,7 @@ from tests.conftest import PYTHON, ROOT, Server
 from tunedeck.db import make_engine, upgrade
 
 PACKAGE = ROOT / "backend" / "tunedeck"
-TRAINER = ROOT / "backend" / "tunedeck_train"
+TRAINER = ROOT / "trainer" / "tunedeck_train"
 SHIPPED = ("frontend", "configs", "migrations")
 
 
@@ -42,7 +42,9 @@ def installed(tmp_path_factory) -> dict:
     # Built from a copy: the checkout gets no build/ or egg-info, and stray caches stay out.
     src = tmp / "src"
     for package in (PACKAGE, TRAINER):
-        shutil.copytree(package, src / "backend" / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            package, src / package.parent.name / package.name, ignore=shutil.ignore_patterns("__pycache__")
+        )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     _run(

@@ -135,7 +135,7 @@ def test_server_never_imports_training_packages():
 
 def test_the_tree_is_linted_and_formatted():
     """The lint step: one formatter over the whole tree, and the checks of pyproject's [tool.ruff.lint]."""
-    paths = ["backend", "tests", "bench", "scripts"]
+    paths = ["backend", "trainer", "tests", "bench", "scripts"]
     lint = subprocess.run(
         [sys.executable, "-m", "ruff", "check", *paths], cwd=ROOT, capture_output=True, text=True, check=False
     )

@@ -1,4 +1,0 @@
-"""Code that runs only inside the trainer's Python, started by path; it imports nothing of tunedeck.
-
-A package of its own, next to tunedeck, so that nothing under tunedeck (server, runner, CLI) ever
-imports torch, transformers or LLaMA-Factory, while the runner can still find the script's file."""
