@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import demo_config, job_processes
-from tests.utils.standin import training_env
+from tests.utils.standin import release, training_env
 from tests.utils.wait import until
 
 
@@ -69,7 +69,7 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    (run_dir / "release").touch()
+    release(run_dir)
     out, err = follow.communicate(timeout=180)  # --follow returns once the job has ended
     assert follow.returncode == 0, err
     lines = out.splitlines()

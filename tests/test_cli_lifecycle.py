@@ -12,7 +12,7 @@ import yaml
 
 from tests.conftest import demo_config
 from tests.test_cli import cli, until
-from tests.utils.standin import training_env
+from tests.utils.standin import release, training_env
 
 ENDED = ("succeeded", "failed", "cancelled")
 
@@ -110,7 +110,7 @@ def test_cli_lifecycle_verbs(server_factory, assets, tmp_path):
     until(lambda: any(x["text"] == "first line" for x in server.all(held["id"], "logs")), "the held trainer")
     refused = cli("rm", str(held["id"]), env=env)
     assert refused.returncode == 1 and "409" in refused.stderr
-    (Path(held["run_dir"]) / "release").touch()
+    release(Path(held["run_dir"]))
     for job_id in (resumed, cloned, held["id"]):
         server.wait(job_id, ENDED)
     logged = [json.loads(x) for x in ok(cli("logs", str(held["id"]), "--json", env=env)).splitlines()]

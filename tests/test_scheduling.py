@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import demo_config
-from tests.utils.standin import training_env
+from tests.utils.standin import release, training_env
 from tests.utils.wait import until
 from tunedeck.queueplan import STARTING, Capacity, plan
 from tunedeck.tables import Job, JobStatus
@@ -188,8 +188,7 @@ class Node:
 
     def release(self, job_id: int) -> None:
         self.running(job_id)
-        self.trainer_env(job_id)  # the trainer is up and watching for the file
-        (Path(self.get(job_id)["run_dir"]) / "release").touch()
+        release(Path(self.get(job_id)["run_dir"]))
         self.server.wait(job_id, ("succeeded",), timeout=120)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import demo_config
 from tests.sseclient import events
-from tests.utils.standin import training_env
+from tests.utils.standin import release, training_env
 from tests.utils.wait import until
 from tunedeck.runner.report import columns
 from tunedeck.runner.watch import FileWatch
@@ -137,7 +137,7 @@ def test_runner_delivers_every_appended_line_once(server_factory, assets, tmp_pa
         (s, 1.0 + 1 / s) for s in range(1, n + 1)
     ]  # whole lines
 
-    (Path(job["run_dir"]) / "release").touch()
+    release(Path(job["run_dir"]))
     done = server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=120)
     assert done["status"] == "succeeded", done
     assert [p["step"] for p in server.all(job["id"], "metrics")] == list(range(1, n + 1))  # nothing twice

@@ -6,19 +6,23 @@ The runner starts `<TUNEDECK_TRAIN_PYTHON> <tunedeck_train>/lf_train.py train.ya
 tunedeck for real except the training. The stand-in writes the environment it was given to
 `trainer-env.json` in its run folder and then acts by the job's name (its run folder's name):
 - `stubborn`: ignores SIGABRT and SIGTERM, says so, and waits for a SIGKILL;
-- `held`: prints `first line`, waits until the file `release` appears in its run folder, prints
-  `last line` and exits 0;
+- `held`: makes the FIFO `release` in its run folder, prints `first line`, blocks until a writer
+  opens the FIFO (`release(run_dir)`), prints `last line` and exits 0;
 - anything else: prints `stand-in step 1..3` and exits 0.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
+from tests.utils.wait import until
+
 TRAINER = """#!{python}
-import json, os, signal, sys, time
+import json, os, signal, sys
 from pathlib import Path
 
 Path("trainer-env.json").write_text(json.dumps(dict(os.environ)))
@@ -30,9 +34,10 @@ if "stubborn" in name:
     while True:
         signal.pause()
 if "held" in name:
+    os.mkfifo("release")
     print("first line", flush=True)
-    while not Path("release").exists():  # pacing of the stand-in: it holds until the test releases it
-        time.sleep(0.1)
+    with open("release") as fifo:  # blocks until the test opens it for writing
+        fifo.read(1)
     print("last line", flush=True)
     sys.exit(0)
 for i in range(1, 4):
@@ -55,3 +60,23 @@ def training_env(folder: Path) -> Path:
     for f in (python, cli):
         f.chmod(0o755)
     return python
+
+
+def release(run_dir: Path) -> None:
+    """Lets the `held` stand-in in `run_dir` finish: opens its FIFO for writing once it is listening."""
+    fifo = run_dir / "release"
+
+    def opened() -> tuple[int] | None:
+        # Non-blocking: with no reader yet the open fails (ENXIO) instead of hanging the test.
+        try:
+            return (os.open(fifo, os.O_WRONLY | os.O_NONBLOCK),)  # a tuple: fd 0 would read as false
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENXIO):
+                return None
+            raise
+
+    (fd,) = until(opened, f"the held trainer listening on {fifo}")
+    try:
+        os.write(fd, b"1")
+    finally:
+        os.close(fd)
