@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+from pathlib import Path
 
 import psutil
 
@@ -20,6 +22,32 @@ SECRET_ENV = frozenset({"TUNEDECK_TOKEN", "TUNEDECK_WEBHOOK_URLS"})
 def trainer_env(base: dict[str, str]) -> dict[str, str]:
     """The environment a trainer may see: none of tunedeck's settings, only the job key."""
     return {k: v for k, v in base.items() if not k.startswith("TUNEDECK_") or k == JOB_KEY_ENV}
+
+
+def start_runner(
+    python: str, run_dir: str, args: list[str], job_key: str, token: str, log: Path
+) -> subprocess.Popen:
+    """`python -m tunedeck.runner RUN_DIR *args` (no shell) in a session of its own, logging to `log`."""
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env[JOB_KEY_ENV] = job_key
+    with open(log, "ab") as out:
+        p = subprocess.Popen(
+            [python, "-m", "tunedeck.runner", run_dir, *args],
+            cwd=run_dir,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # The token travels through a pipe the runner reads once: no file or environment the
+    # trainer (and any code a model brings) could read holds it.
+    try:
+        p.stdin.write(f"{token}\n".encode())
+        p.stdin.close()
+    except OSError:
+        pass  # the runner died at once: whoever started it sees it gone, as with any runner
+    return p
 
 
 def alive(pid: int | None, create_time: float | None) -> bool:

@@ -97,25 +97,8 @@ class LocalExecutor:
             env=env,
             bus_ids=self.inventory.bus_ids(devices) if self.inventory is not None and devices else [],
         ).write(run_dir)
-        env = {k: v for k, v in os.environ.items() if k not in procs.SECRET_ENV}
-        env[procs.JOB_KEY_ENV] = job.run_dir
-        with open(run_dir / runfiles.RUNNER_LOG, "ab") as log:
-            p = subprocess.Popen(
-                [str(s.train_python), "-m", "tunedeck.runner", str(run_dir)],
-                cwd=run_dir,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        # The token travels through a pipe the runner reads once: no file or environment the
-        # trainer (and any code a model brings) could read holds it.
-        try:
-            p.stdin.write(f"{token}\n".encode())
-            p.stdin.close()
-        except OSError:
-            pass  # the runner died at once: the scheduler sees it gone, as with any runner
+        log = run_dir / runfiles.RUNNER_LOG
+        p = procs.start_runner(str(s.train_python), str(run_dir), [], job.run_dir, token, log)
         self._children[job.id] = p
         return p.pid, procs.create_time(p.pid)
 

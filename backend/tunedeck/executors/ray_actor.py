@@ -47,23 +47,8 @@ class JobNode:
         """`python -m tunedeck.runner RUN_DIR RANK` (no shell); the token goes through its stdin."""
         if self.proc is not None:
             return self.proc.pid, procs.create_time(self.proc.pid)
-        env = {k: v for k, v in os.environ.items() if k not in procs.SECRET_ENV}
-        env[procs.JOB_KEY_ENV] = self.job_key
-        with open(Path(run_dir) / runfiles.ranked(runfiles.RUNNER_LOG, rank), "ab") as log:
-            self.proc = subprocess.Popen(
-                [python, "-m", "tunedeck.runner", run_dir, str(rank)],
-                cwd=run_dir,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        try:
-            self.proc.stdin.write(f"{token}\n".encode())
-            self.proc.stdin.close()
-        except OSError:
-            pass  # the runner died at once: `running` says so
+        log = Path(run_dir) / runfiles.ranked(runfiles.RUNNER_LOG, rank)
+        self.proc = procs.start_runner(python, run_dir, [str(rank)], self.job_key, token, log)
         return self.proc.pid, procs.create_time(self.proc.pid)
 
     def running(self) -> bool:

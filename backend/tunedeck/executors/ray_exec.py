@@ -31,11 +31,11 @@ from tunedeck.executors.local import runner_config
 from tunedeck.executors.ray_actor import JobNode, read_probe
 from tunedeck.placement import ClusterNode
 from tunedeck.protocol import node_name
+from tunedeck.services.cluster import NAMESPACE, join_ray
 from tunedeck.spec import detail
 from tunedeck.tables import Job
 
 log = logging.getLogger("tunedeck.ray")
-NAMESPACE = "tunedeck"
 START_TIMEOUT_S = 300.0  # an actor's first start on a node imports Ray and tunedeck there
 CALL_TIMEOUT_S = 10.0  # a node that answers no later is asked again at the next pass
 PROBE_TTL_S = 300.0  # a node that read the workspace probe is not asked again for this long
@@ -78,13 +78,7 @@ class RayExecutor:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        if not ray.is_initialized():
-            ray.init(
-                address=settings.ray_address,
-                namespace=NAMESPACE,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
+        join_ray(settings.ray_address)
         self._node = ray.remote(JobNode)
         self._probe = ray.remote(read_probe)
         self._groups: dict[int, PlacementGroup] = {}

@@ -23,6 +23,15 @@ ASK_S = 5.0  # how long a page waits for a new node's sampler (a silent one is s
 AGAIN_S = 0.5  # ... and for the others' fresh readings
 
 
+def join_ray(address: str) -> Any:
+    """The `ray` module, connected to the cluster at `address` in tunedeck's namespace (once a process)."""
+    import ray  # only here: the local executor never loads Ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+    return ray
+
+
 def holders(engine: Engine) -> dict[tuple[str, int], int]:
     """(node, device index) -> running job. From a job's `placement` (JSON list of {node, devices})
     where the executor recorded one; a job without it holds its `devices` on the node named ''."""
@@ -62,16 +71,7 @@ class RayNodes:
     def _connect(self) -> Any:
         with self._lock:
             if self._ray is None:
-                import ray  # only here: the local executor never loads Ray
-
-                if not ray.is_initialized():
-                    ray.init(
-                        address=self.address,
-                        namespace=NAMESPACE,
-                        log_to_driver=False,
-                        logging_level=logging.WARNING,
-                    )
-                self._ray = ray
+                self._ray = join_ray(self.address)
             return self._ray
 
     def members(self) -> list[dict[str, Any]]:
