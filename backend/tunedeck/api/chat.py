@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from tunedeck.api.deps import NodeDep, SettingsDep
+from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import JobCreated
@@ -46,12 +46,7 @@ class ChatStart(BaseModel):
     )
 
 
-@router.post(
-    "/{job_id}/chat",
-    status_code=status.HTTP_201_CREATED,
-    response_model=JobCreated,
-    responses=errors(404, 409),
-)
+@router.post("/{job_id}/chat", **CREATES, responses=errors(404, 409))
 def start_chat(
     job_id: int,
     request: Request,
@@ -64,12 +59,10 @@ def start_chat(
     body = body or ChatStart()
     generating = body.model_dump(exclude={"gpus"}, exclude_none=True)
     spec = service.chat_spec(session, job_id=job_id, gpus=body.gpus, generating=generating)
-    principal = getattr(request.state, "principal", None)
-    job, checked = create_job(
-        session, settings=settings, spec=spec, node=node, owner=principal.name if principal else None
+    owner = principal_name(request)
+    return job_created(
+        request, session, create_job(session, settings=settings, spec=spec, node=node, owner=owner)
     )
-    request.app.state.scheduler.wake()
-    return JobCreated.made(job, checked.warnings, checked.notes, request.app.state.scheduler.queue(session))
 
 
 async def _forward(request: Request, session, job_id: int, method: str, path: str, body: bytes | None):

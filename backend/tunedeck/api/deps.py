@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, status
 
 from tunedeck.config import Settings
+from tunedeck.schemas import JobCreated
 from tunedeck.services.nodes import node_preflight
 from tunedeck.spec import SpecError
 from tunedeck.submission import Node
@@ -38,6 +39,24 @@ def get_node(request: Request) -> Node:
 
 
 NodeDep = Annotated[Node, Depends(get_node)]
+
+
+def principal_name(request: Request) -> str | None:
+    """Who is asking, by token name; None where the server is open."""
+    principal = getattr(request.state, "principal", None)
+    return principal.name if principal else None
+
+
+# How every route that makes a job is declared: 201 and the new job.
+CREATES = {"status_code": status.HTTP_201_CREATED, "response_model": JobCreated}
+
+
+def job_created(request: Request, session, made: tuple) -> JobCreated:
+    """A route's answer for the (job, check) it just made; the scheduler is woken to place it now."""
+    job, checked = made
+    scheduler = request.app.state.scheduler
+    scheduler.wake()
+    return JobCreated.made(job, checked.warnings, checked.notes, scheduler.queue(session))
 
 
 def only_query(*names: str):

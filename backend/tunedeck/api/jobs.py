@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Body, HTTPException, Query, Request, status
+from fastapi import APIRouter, Body, HTTPException, Query, Request
 
 from tunedeck import auth
 from tunedeck import spec as specs
-from tunedeck.api.deps import NodeDep, SettingsDep, only_query
+from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.queueplan import asked
@@ -47,15 +47,13 @@ def _limit(settings, limit: int | None) -> int:
 
 
 def _created(request: Request, session, settings, node, spec: JobSpec) -> JobCreated:
-    principal = getattr(request.state, "principal", None)
-    job, checked = service.create_job(
-        session, settings=settings, spec=spec, node=node, owner=principal.name if principal else None
+    owner = principal_name(request)
+    return job_created(
+        request, session, service.create_job(session, settings=settings, spec=spec, node=node, owner=owner)
     )
-    request.app.state.scheduler.wake()
-    return JobCreated.made(job, checked.warnings, checked.notes, _queue(request, session))
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
+@router.post("", **CREATES, responses=errors(413))
 def submit_job(
     spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep
 ) -> JobCreated:
@@ -63,7 +61,7 @@ def submit_job(
     return _created(request, session, settings, node, spec)
 
 
-@router.post("/yaml", status_code=status.HTTP_201_CREATED, response_model=JobCreated, responses=errors(413))
+@router.post("/yaml", **CREATES, responses=errors(413))
 def submit_yaml(
     request: Request,
     session: SessionDep,

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, HTTPException, Query, Request, status
+from fastapi import APIRouter, Body, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict
 from pydantic import Field as PField
 
 from tunedeck import auth
-from tunedeck.api.deps import NodeDep, SettingsDep, only_query
+from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
 from tunedeck.api.responses import errors
 from tunedeck.db import SessionDep
 from tunedeck.schemas import NAME_RULES, JobCreated, JobOut
@@ -81,10 +81,13 @@ def _owned(request: Request, settings, job, verb: str) -> None:
         )
 
 
-def _created(request: Request, session, made) -> JobCreated:
-    job, checked = made
-    request.app.state.scheduler.wake()
-    return JobCreated.made(job, checked.warnings, checked.notes, request.app.state.scheduler.queue(session))
+def _from_parent(request: Request, session, settings, node, job_id: int, make, **args) -> JobCreated:
+    """The job `make` (resume or clone) builds from job `job_id`, owned by whoever asks."""
+    parent = service.get_job(session, job_id)
+    owner = principal_name(request)
+    return job_created(
+        request, session, make(session, settings=settings, node=node, parent=parent, owner=owner, **args)
+    )
 
 
 @router.get("/{job_id}/checkpoints", response_model=list[CheckpointOut], responses=errors(404))
@@ -93,12 +96,7 @@ def get_checkpoints(job_id: int, session: SessionDep) -> list[CheckpointOut]:
     return [CheckpointOut(**c) for c in checkpoints.listing(service.get_job(session, job_id))]
 
 
-@router.post(
-    "/{job_id}/resume",
-    status_code=status.HTTP_201_CREATED,
-    response_model=JobCreated,
-    responses=errors(404, 409),
-)
+@router.post("/{job_id}/resume", **CREATES, responses=errors(404, 409))
 def resume_job(
     job_id: int,
     request: Request,
@@ -108,47 +106,25 @@ def resume_job(
     body: Annotated[ResumeIn | None, Body()] = None,
 ) -> JobCreated:
     """A new job continuing this one from a checkpoint (the newest resumable by default)."""
-    parent = service.get_job(session, job_id)
-    principal = _principal(request)
-    return _created(
-        request,
-        session,
-        lifecycle.resume(
-            session,
-            settings=settings,
-            node=node,
-            parent=parent,
-            checkpoint=(body or ResumeIn()).checkpoint,
-            owner=principal.name if principal else None,
-        ),
-    )
+    checkpoint = (body or ResumeIn()).checkpoint
+    return _from_parent(request, session, settings, node, job_id, lifecycle.resume, checkpoint=checkpoint)
 
 
-@router.post(
-    "/{job_id}/clone",
-    status_code=status.HTTP_201_CREATED,
-    response_model=JobCreated,
-    responses=errors(404, 409, 413),
-)
+@router.post("/{job_id}/clone", **CREATES, responses=errors(404, 409, 413))
 def clone_job(
     job_id: int, body: CloneIn, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep
 ) -> JobCreated:
     """A new job of this one's spec with some keys changed, checked like any submission."""
-    parent = service.get_job(session, job_id)
-    principal = _principal(request)
-    return _created(
+    return _from_parent(
         request,
         session,
-        lifecycle.clone(
-            session,
-            settings=settings,
-            node=node,
-            parent=parent,
-            overrides=body.overrides,
-            name=body.name,
-            owner=principal.name if principal else None,
-            placing=body.model_dump(include={"env", "priority", "devices", "gpus"}, exclude_none=True),
-        ),
+        settings,
+        node,
+        job_id,
+        lifecycle.clone,
+        overrides=body.overrides,
+        name=body.name,
+        placing=body.model_dump(include={"env", "priority", "devices", "gpus"}, exclude_none=True),
     )
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Request, UploadFile, s
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.alerts.rundir import BadInput
-from tunedeck.api.deps import SettingsDep
+from tunedeck.api.deps import SettingsDep, principal_name
 from tunedeck.api.responses import errors
 from tunedeck.schemas import NAME_RULES, JobOut
 from tunedeck.services.alert_summary import stored_job_out
@@ -47,7 +47,6 @@ async def import_run_route(
         k: await _text(f, k)
         for k, f in (("trainer_log", trainer_log), ("memory", memory), ("config", config), ("log", log))
     }
-    principal = getattr(request.state, "principal", None)
     try:
         job = await run_in_threadpool(
             import_run,
@@ -58,7 +57,7 @@ async def import_run_route(
             memory_csv=texts["memory"],
             config=texts["config"],
             log_text=texts["log"],
-            owner=principal.name if principal else None,
+            owner=principal_name(request),
             state=request.app.state.jobstate,
         )
     except BadInput as e:
