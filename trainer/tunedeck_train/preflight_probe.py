@@ -129,32 +129,26 @@ def flash_attn_info():
         return {"installed": True, "importable": False, "error": _err(e)}
 
 
+# Each GPU binding a sampler may use: its module, how to start it, count devices and stop it.
+SMI = {
+    "amdsmi": ("amdsmi", "amdsmi_init", lambda m: len(m.amdsmi_get_processor_handles()), "amdsmi_shut_down"),
+    "pyrsmi": ("pyrsmi.rocml", "smi_initialize", lambda m: m.smi_get_device_count(), "smi_shutdown"),
+    "pynvml": ("pynvml", "nvmlInit", lambda m: m.nvmlDeviceGetCount(), "nvmlShutdown"),
+}
+
+
 def smi_info():
+    import importlib
+
     out = {}
-    try:
-        import amdsmi
-
-        amdsmi.amdsmi_init()
-        out["amdsmi"] = {"ok": True, "devices": len(amdsmi.amdsmi_get_processor_handles())}
-        amdsmi.amdsmi_shut_down()
-    except Exception as e:
-        out["amdsmi"] = {"ok": False, "error": _err(e)}
-    try:
-        from pyrsmi import rocml
-
-        rocml.smi_initialize()
-        out["pyrsmi"] = {"ok": True, "devices": int(rocml.smi_get_device_count())}
-        rocml.smi_shutdown()
-    except Exception as e:
-        out["pyrsmi"] = {"ok": False, "error": _err(e)}
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out["pynvml"] = {"ok": True, "devices": int(pynvml.nvmlDeviceGetCount())}
-        pynvml.nvmlShutdown()
-    except Exception as e:
-        out["pynvml"] = {"ok": False, "error": _err(e)}
+    for name, (module, start, count, stop) in SMI.items():
+        try:
+            m = importlib.import_module(module)
+            getattr(m, start)()
+            out[name] = {"ok": True, "devices": int(count(m))}
+            getattr(m, stop)()
+        except Exception as e:
+            out[name] = {"ok": False, "error": _err(e)}
     return out
 
 
