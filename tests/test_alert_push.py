@@ -30,11 +30,13 @@ def columns(first: int, used: list[float]) -> dict:
     }
 
 
-def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
+def paused_job(server_factory, assets, name: str):
+    """A server whose streams wake only when pushed (poll and keep-alive an hour apart), one job on it
+    that never launches, and `post(seq, memory)` sending that job's telemetry as its runner would."""
     server = server_factory(
         TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_STREAM_POLL_S="3600", TUNEDECK_STREAM_PING_S="3600"
     )
-    job = server.submit({"name": "push", "config": demo_config(assets), "gpus": 0})["id"]
+    job = server.submit({"name": name, "config": demo_config(assets), "gpus": 0})["id"]
     with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
         db.execute(
             "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
@@ -47,6 +49,11 @@ def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
         r = server.api.post(f"/api/jobs/{job}/telemetry", content=body, headers=headers)
         assert r.status_code == 200, r.text
 
+    return server, job, post
+
+
+def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
+    server, job, post = paused_job(server_factory, assets, "push")
     base = [50 * GiB + (i % 7) * 0.01 * GiB for i in range(102)]
     post(0, columns(0, base[:100]))
     seen: dict[str, list] = {"memory": [], "alerts": []}
@@ -77,22 +84,7 @@ def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
 def test_an_open_job_page_shows_a_new_alert_from_the_stream_alone(server_factory, assets, page):
     """The page draws the alert the stream sends: no request for the alert list on the way (here
     every such request fails once the page is ready)."""
-    server = server_factory(
-        TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_STREAM_POLL_S="3600", TUNEDECK_STREAM_PING_S="3600"
-    )
-    job = server.submit({"name": "push-page", "config": demo_config(assets), "gpus": 0})["id"]
-    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
-        db.execute(
-            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
-            (hashlib.sha256(TOKEN.encode()).hexdigest(), job),
-        )
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-
-    def post(seq: int, memory: dict) -> None:
-        body = json.dumps({"seq": seq, "memory": memory})
-        r = server.api.post(f"/api/jobs/{job}/telemetry", content=body, headers=headers)
-        assert r.status_code == 200, r.text
-
+    server, job, post = paused_job(server_factory, assets, "push-page")
     base = [50 * GiB + (i % 7) * 0.01 * GiB for i in range(102)]
     post(0, columns(0, base[:100]))
     page.goto(f"{server.url}/jobs/{job}")

@@ -16,12 +16,12 @@ from tests.conftest import ROOT, demo_config
 from tests.sseclient import events
 from tests.utils.app import App
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.runs import decaying, imported, memory_csv
 from tests.utils.wait import until
 from tunedeck.schemas import JobOut
 from tunedeck.services import feed
 
 GiB = 1024**3
-T0 = 1_800_000_000.0
 
 
 @pytest.fixture(scope="module")
@@ -31,39 +31,13 @@ def app(tmp_path_factory, assets):
     a.stop()
 
 
-def trainer_log(losses: list[float]) -> str:
-    return "".join(
-        json.dumps({"current_steps": k + 1, "total_steps": len(losses), "loss": v, "t": T0 + 4 * k}) + "\n"
-        for k, v in enumerate(losses)
-    )
-
-
-def imported(app: App, name: str, losses: list[float], config: str = "", memory: str | None = None) -> dict:
-    files = {"trainer_log": trainer_log(losses).encode(), "config": config.encode()}
-    if memory is not None:
-        files["memory"] = memory.encode()
-    r = app.api.post("/api/runs/import", files=files, data={"name": name})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def memory_csv(gpu: int, y: np.ndarray, total: int) -> str:
-    rows = [f"{T0 + i:.1f},{gpu},{int(v)},{total}" for i, v in enumerate(y)]
-    return "t,gpu,used_bytes,total_bytes\n" + "\n".join(rows) + "\n"
-
-
 def alerts(app: App, job_id: int) -> dict[str, dict]:
     return {a["kind"]: a for a in app.api.get(f"/api/jobs/{job_id}/alerts").json()}
 
 
-def decaying(n: int = 60) -> list[float]:
-    rng = np.random.default_rng(0)
-    return [float(2.5 * np.exp(-k / 15) + 1.0 + rng.normal(0, 0.03)) for k in range(n)]
-
-
 def test_a_run_whose_loss_went_nan_is_a_success_with_problems(app):
-    bad = imported(app, "went-nan", [2.5, 2.4, float("nan"), 18.0], "fp16: true\nlearning_rate: 1.0e-4\n")
-    good = imported(app, "healthy", decaying())
+    bad = imported(app.api, "went-nan", [2.5, 2.4, float("nan"), 18.0], "fp16: true\nlearning_rate: 1.0e-4\n")
+    good = imported(app.api, "healthy", decaying())
     assert bad["status"] == "succeeded" and bad["verdict"] == "succeeded_with_problems"
     summary = {"worst": "critical", "counts": {"critical": 1}, "open": 0, "problems": ["loss_nan"]}
     assert bad["alerts"] == summary  # closed, since the run is over, and still shown
@@ -77,7 +51,7 @@ def test_a_run_whose_loss_went_nan_is_a_success_with_problems(app):
 
 def test_the_stream_rows_add_only_columns_the_pages_read(app):
     """Beyond JobOut (the alert badge reads its `alerts`), each key of a row is read by a page script."""
-    job = imported(app, "columns", decaying())
+    job = imported(app.api, "columns", decaying())
     (row,) = feed.job_rows(app.engine, [job["id"]])
     extras = set(row) - set(JobOut.model_fields)
     scripts = "\n".join(p.read_text() for p in sorted((ROOT / "backend/tunedeck/frontend/js").glob("*.js")))
@@ -87,17 +61,17 @@ def test_the_stream_rows_add_only_columns_the_pages_read(app):
 def test_the_worst_alert_is_the_worst_ever_and_info_stays_info(app):
     rng = np.random.default_rng(1)
     y = 40 * GiB + rng.normal(0, 0.05 * GiB, 237)  # as long as the loss log: no stall
-    calm = imported(app, "calm", decaying(), memory=memory_csv(0, y, 192 * GiB))
+    calm = imported(app.api, "calm", decaying(), memory=memory_csv(0, y, 192 * GiB))
     assert calm["alerts"]["worst"] == "info" and calm["alerts"]["counts"] == {"info": 1}
     assert calm["verdict"] == "succeeded"  # a plateau says nothing against the result
     y[150] += 30 * GiB
-    spiky = imported(app, "spiky", decaying(), memory=memory_csv(0, y, 192 * GiB))
+    spiky = imported(app.api, "spiky", decaying(), memory=memory_csv(0, y, 192 * GiB))
     assert spiky["alerts"]["worst"] == "warning" and spiky["alerts"]["counts"]["warning"] == 1
 
 
 def test_past_problems_are_listed_team_wide_newest_first(app):
-    imported(app, "nan-a", [2.0, float("nan")])
-    last = imported(app, "nan-b", [2.0, float("inf")])
+    imported(app.api, "nan-a", [2.0, float("nan")])
+    last = imported(app.api, "nan-b", [2.0, float("inf")])
     got = app.api.get("/api/alerts", params={"open": "false", "min_severity": "critical", "order": "desc"})
     rows = got.json()
     assert got.status_code == 200 and rows[0]["job_id"] == last["id"]
@@ -123,7 +97,7 @@ def test_no_healthy_plateau_beside_spikes_and_host_memory_is_named_so(app, tmp_p
     rng = np.random.default_rng(2)
     y = 3 * GiB + rng.normal(0, 0.01 * GiB, 237)
     y[100] += 4 * GiB
-    cpu = imported(app, "cpu", decaying(), memory=memory_csv(-1, y, 64 * GiB))
+    cpu = imported(app.api, "cpu", decaying(), memory=memory_csv(-1, y, 64 * GiB))
     text = json.dumps(app.api.get(f"/api/jobs/{cpu['id']}/alerts").json())
     spike = alerts(app, cpu["id"])["vram_spike"]
     assert spike["message"].startswith("host memory: 1 transient memory spike") and "GPU -1" not in text
@@ -148,7 +122,7 @@ def test_advice_says_what_it_changes_and_carries_the_change(app, tmp_path):
     ):
         assert consequence in spikes["suggestion"], consequence
     assert spikes["change"] == {"gradient_accumulation_steps": 4}
-    nan = imported(app, "fp16-nan", [2.5, float("nan")], "fp16: true\nlearning_rate: 2.0e-4\n")
+    nan = imported(app.api, "fp16-nan", [2.5, float("nan")], "fp16: true\nlearning_rate: 2.0e-4\n")
     loss_nan = alerts(app, nan["id"])["loss_nan"]
     assert loss_nan["change"] == {"bf16": True, "fp16": False}
     assert "no overflow to inf" in loss_nan["suggestion"]
@@ -161,18 +135,18 @@ def test_advice_says_what_it_changes_and_carries_the_change(app, tmp_path):
 
 
 def test_a_loss_stuck_high_is_a_problem_with_a_lower_learning_rate(app):
-    job = imported(app, "lr200", [9.1, 7.4] + [6.1225] * 37, "learning_rate: 200\n")
+    job = imported(app.api, "lr200", [9.1, 7.4] + [6.1225] * 37, "learning_rate: 200\n")
     stuck = alerts(app, job["id"])["loss_stuck"]
     assert stuck["severity"] == "warning" and "loss stuck at 6.1225 for 37 logged points" in stuck["message"]
     assert "learning_rate is 200" in stuck["suggestion"] and stuck["change"] == {"learning_rate": 0.0001}
     assert job["verdict"] == "succeeded_with_problems" and job["alerts"]["problems"] == ["loss_stuck"]
     # A run that learned: its tail wobbles with the batches, or sits far below where it began.
-    converged = imported(app, "converged", [2.5, 2.0, 1.6, 1.3, 1.1] + [0.41, 0.415, 0.405] * 14)
+    converged = imported(app.api, "converged", [2.5, 2.0, 1.6, 1.3, 1.1] + [0.41, 0.415, 0.405] * 14)
     assert "loss_stuck" not in alerts(app, converged["id"])
-    near_zero = imported(app, "near zero", [2.5, 2.0, 1.6, 1.3, 1.1] + [0.2] * 40)
+    near_zero = imported(app.api, "near zero", [2.5, 2.0, 1.6, 1.3, 1.1] + [0.2] * 40)
     assert "loss_stuck" not in alerts(app, near_zero["id"])
     # Frozen to the digit after it came down part of the way: updates stopped, it is stuck.
-    frozen = imported(app, "frozen", [2.5, 2.0, 1.6, 1.3, 1.1] + [0.6] * 40)
+    frozen = imported(app.api, "frozen", [2.5, 2.0, 1.6, 1.3, 1.1] + [0.6] * 40)
     assert "loss_stuck" in alerts(app, frozen["id"])
 
 

@@ -8,6 +8,7 @@ import os
 import pytest
 import yaml
 
+from tests.utils.toy_model import TOY_QWEN2
 from tunedeck.config import Settings
 from tunedeck.lint import lf_table as lf_args
 from tunedeck.schemas import JobSpec
@@ -161,24 +162,13 @@ def test_yaml_keys_that_are_not_strings_are_named():
     assert all("not a name" in e["msg"] and e["type"] == "value_error" for e in errs)
 
 
-TINY_QWEN2 = {
-    "model_type": "qwen2",
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 32,
-}
-
-
 def test_the_model_config_is_read_only_inside_the_roots(settings, tmp_path):
-    (settings.workspace / "models" / "m" / "config.json").write_text(json.dumps(TINY_QWEN2))
+    (settings.workspace / "models" / "m" / "config.json").write_text(json.dumps(TOY_QWEN2))
     p = resolve(spec(), settings, Node())
-    assert p.model_config == TINY_QWEN2 and p.estimate["params"] > 0
+    assert p.model_config == TOY_QWEN2 and p.estimate["params"] > 0
     outside = tmp_path / "outside" / "m"
     outside.mkdir(parents=True)
-    (outside / "config.json").write_text(json.dumps(TINY_QWEN2))
+    (outside / "config.json").write_text(json.dumps(TOY_QWEN2))
     p = resolve(spec(model_name_or_path=str(outside)), settings, Node())
     assert p.model_config is None and p.estimate is None  # never read, however readable
     assert ["config", "model_name_or_path"] in [e["loc"] for e in p.errors]

@@ -11,23 +11,11 @@ import sys
 import pytest
 
 from tests.conftest import CONFIGS
+from tests.utils.toy_model import TOY_QWEN2 as TOY  # 1736 parameters, counted by hand there
 from tunedeck import estimate as est
 
 GiB = 2**30
 SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
-# A toy Qwen2 small enough to count by hand: h=8, i=16, 2 layers, 2 heads, 1 kv head (head_dim 4),
-# vocab 32, untied. Per layer: q 8·8+8, k 8·4+4, v 8·4+4, o 8·8 (=208), MLP 3·8·16 (=384), 2 norms (16)
-# = 608; embeddings 2·32·8 = 512; final norm 8 → 2·608 + 512 + 8 = 1736.
-TOY = {
-    "model_type": "qwen2",
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 32,
-    "tie_word_embeddings": False,
-}
 # LoRA r=2 on all 7 linears: q 2·(8+8), k 2·(8+4), v 2·(8+4), o 2·(8+8), gate/up/down 2·(8+16) = 256 a layer.
 TOY_LORA = {
     "finetuning_type": "lora",

@@ -14,13 +14,13 @@ from playwright.sync_api import expect
 from tests.conftest import Server, demo_config
 from tests.ui.conftest import shot
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.runs import decaying, imported, memory_csv
 from tunedeck.config import Settings
 from tunedeck.db import make_engine
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 WAIT = 120_000  # ms: a generous deadline on a shared machine, never a measure of speed
 GiB = 1024**3
-T0 = 1_800_000_000.0
 
 
 @pytest.fixture(scope="module")
@@ -28,35 +28,6 @@ def server(tmp_path_factory, assets):
     s = Server(tmp_path_factory.mktemp("alerts-ui") / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true").start()
     yield s
     s.stop()
-
-
-def trainer_log(losses: list[float]) -> bytes:
-    lines = [
-        {"current_steps": k + 1, "total_steps": len(losses), "loss": v, "t": T0 + 4 * k}
-        for k, v in enumerate(losses)
-    ]
-    return "".join(json.dumps(x) + "\n" for x in lines).encode()
-
-
-def memory_csv(gpu: int, y: np.ndarray, total: int) -> bytes:
-    rows = [f"{T0 + i:.1f},{gpu},{int(v)},{total}" for i, v in enumerate(y)]
-    return ("t,gpu,used_bytes,total_bytes\n" + "\n".join(rows) + "\n").encode()
-
-
-def decaying(n: int = 60) -> list[float]:
-    rng = np.random.default_rng(0)
-    return [float(2.5 * np.exp(-k / 15) + 1.0 + rng.normal(0, 0.03)) for k in range(n)]
-
-
-def imported(
-    server: Server, name: str, losses: list[float], config: str = "", memory: bytes | None = None
-) -> int:
-    files = {"trainer_log": trainer_log(losses), "config": config.encode()}
-    if memory is not None:
-        files["memory"] = memory
-    r = server.api.post("/api/runs/import", files=files, data={"name": name})
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +38,10 @@ def runs(server) -> dict[str, int]:
     host[80] += 6 * GiB
     return {
         "nan": imported(
-            server, "went-nan", [2.5, 2.4, float("nan"), 18.0], "fp16: true\nlearning_rate: 1.0e-4\n"
-        ),
-        "calm": imported(server, "calm", decaying(), memory=memory_csv(0, calm, 192 * GiB)),
-        "cpu": imported(server, "cpu-run", decaying(), memory=memory_csv(-1, host, 64 * GiB)),
+            server.api, "went-nan", [2.5, 2.4, float("nan"), 18.0], "fp16: true\nlearning_rate: 1.0e-4\n"
+        )["id"],
+        "calm": imported(server.api, "calm", decaying(), memory=memory_csv(0, calm, 192 * GiB))["id"],
+        "cpu": imported(server.api, "cpu-run", decaying(), memory=memory_csv(-1, host, 64 * GiB))["id"],
     }
 
 
