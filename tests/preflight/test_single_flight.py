@@ -6,22 +6,24 @@ file, holds until the test releases it, then answers as a ROCm node would."""
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from tests.preflight.test_preflight import ROCM_BOX
+from tests.utils.standin import release_fifo
 from tests.utils.wait import until
 from tunedeck.preflight import MARK
 
 
 def counting_python(tmp_path):
-    # The stand-in probe's loop paces the stand-in: it holds until the test releases it (or 120 s pass).
+    # The stand-in probe blocks reading the FIFO `release` until the test writes to it (120 s at most).
     starts, release, path = tmp_path / "starts", tmp_path / "release", tmp_path / "counting-python"
+    os.mkfifo(release)
     path.write_text(f"""#!/bin/sh
 echo "$$" >> {starts}
-i=0
-while [ ! -e {release} ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done
+timeout 120 head -c 1 {release} > /dev/null
 cat <<'EOF'
 {MARK}{json.dumps(ROCM_BOX)}
 EOF
@@ -45,7 +47,7 @@ def test_concurrent_refreshes_share_one_probe(server_factory, tmp_path):
     with ThreadPoolExecutor(4) as pool:
         asked = [pool.submit(refresh) for _ in range(4)]
         until(starts.exists, "a probe started", interval=0.05)
-        release.touch()
+        release_fifo(release)
         results = [f.result() for f in asked]
     assert len(starts.read_text().splitlines()) == 1
     assert (

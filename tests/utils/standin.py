@@ -63,8 +63,12 @@ def training_env(folder: Path) -> Path:
 
 
 def release(run_dir: Path) -> None:
-    """Lets the `held` stand-in in `run_dir` finish: opens its FIFO for writing once it is listening."""
-    fifo = run_dir / "release"
+    """Lets the `held` stand-in in `run_dir` finish."""
+    release_fifo(run_dir / "release")
+
+
+def release_fifo(fifo: Path) -> None:
+    """Opens `fifo` for writing once a stand-in blocks reading it, and writes a byte: that wakes it."""
 
     def opened() -> tuple[int] | None:
         # Non-blocking: with no reader yet the open fails (ENXIO) instead of hanging the test.
@@ -75,7 +79,7 @@ def release(run_dir: Path) -> None:
                 return None
             raise
 
-    (fd,) = until(opened, f"the held trainer listening on {fifo}")
+    (fd,) = until(opened, f"a stand-in reading {fifo}")
     try:
         os.write(fd, b"1")
     finally:
