@@ -107,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.workers, app.state.jobstate = workers, jobstate
         app.state.notifier, app.state.alerts = notifier, alerts
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
+        writer.stored.append(alerts.tracker.take)  # the detectors fed in the writer's thread, no read back
         writer.listeners += [events.notify, alerts.notify]
         alerts.on_closed.append(events.notify)
         events.start()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import yaml
 from sqlalchemy import Connection, Engine, Select, bindparam, func, or_
 from sqlmodel import Session, col, select
@@ -18,6 +19,7 @@ from sqlmodel import Session, col, select
 from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.config import Settings
 from tunedeck.services.errors import NotFound
+from tunedeck.services.pyramid import Fresh
 from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
 
@@ -109,6 +111,8 @@ class Tracker:
 
     def __init__(self, engine: Engine, limits: Limits):
         self.engine, self.limits = engine, limits
+        # The engine's thread judges; the ingest writer's thread feeds what it just stored (`take`).
+        self.lock = threading.RLock()
         self.jobs: dict[int, _Followed] = {}
         self.seen: dict[str, int] | None = None  # the last id of each table read
         self.rows = 0  # series rows read so far (for the scaling benchmark and tests)
@@ -125,12 +129,47 @@ class Tracker:
 
     def pull(self) -> None:
         """Feed the followed jobs the rows stored since the last pass."""
-        with self.engine.connect() as conn:
+        with self.lock, self.engine.connect() as conn:
             top = self._top(conn)
             if self.seen is not None and self.jobs:
                 self._feed(conn, self.seen, top)
-        # Never past the newest id: when the newest rows were deleted (retention) their ids are handed out again.
-        self.seen = top
+            # Never past the newest id: when the newest rows were deleted (retention) their ids are handed out again.
+            self.seen = top
+
+    def take(self, fresh: Fresh) -> bool:
+        """Feed the memory samples a commit just stored from the writer's own columns, in its thread:
+        no read back, and no second thread taking turns with the writer for each row. Only when they
+        are exactly the rows after the last one fed, and never waiting: False leaves them to `pull`."""
+        if fresh.top is None or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            if self.seen is None or self.seen["memory"] != fresh.before:
+                return False
+            first = fresh.before + 1  # the rows hold ids before + 1 ... top, in insert order
+            for job_id, node, cols in fresh.batches:
+                last = first + len(cols["line"]) - 1
+                st = self.jobs.get(job_id)
+                if st is not None and last > st.upto["memory"]:  # not already in a state built since
+                    self._columns(job_id, node, cols)
+                first = last + 1
+            self.seen["memory"] = fresh.top
+            for st in self.jobs.values():
+                st.upto["memory"] = max(st.upto["memory"], fresh.top)
+            return True
+        finally:
+            self.lock.release()
+
+    def _columns(self, job_id: int, node: str, cols: dict[str, Any]) -> None:
+        """One batch's samples, as stored, device by device in the order they came."""
+        gpu = np.asarray(cols["gpu"])
+        t = np.asarray(cols["t"], dtype=np.float64)
+        used = np.asarray(cols["used_bytes"], dtype=np.float64)
+        total, names = cols.get("total_bytes"), cols.get("name")
+        tot = None if total is None else np.array([x or 0 for x in total], dtype=np.float64)
+        for g in dict.fromkeys(gpu.tolist()):
+            at = np.flatnonzero(gpu == g)
+            name = names[at[-1]] if names is not None else None
+            self._memory(job_id, g, t[at], used[at], None if tot is None else tot[at], name, node)
 
     def _rows(self, conn: Connection, shape: str, query: Callable[[], Select], **values):
         """The rows of `query` (compiled once per `shape`, its bind parameters from `values`), straight
@@ -165,7 +204,7 @@ class Tracker:
                 if st is not None and r[0] > st.upto["memory"]:
                     by.setdefault((r[1], r[7], r[2]), []).append(r)
             for (job_id, node, gpu), rows in by.items():
-                self._memory(job_id, gpu, rows, node)
+                self._rows_of(job_id, gpu, rows, node)
         for part in fetch("metrics", _metric_rows):
             for job_id, rows in _by_job(part, self.jobs, "metrics").items():
                 self._points(job_id, rows)
@@ -175,18 +214,22 @@ class Tracker:
         for st in self.jobs.values():
             st.upto = dict(hi)
 
-    def _memory(self, job_id: int, gpu: int, rows: list, node: str = "") -> None:
+    def _rows_of(self, job_id: int, gpu: int, rows: list, node: str = "") -> None:
+        """Stored rows (id, job, gpu, t, used, total, name, node) of one device."""
+        total = [r[5] for r in rows]
+        self._memory(job_id, gpu, [r[3] for r in rows], [r[4] for r in rows], total, rows[-1][6], node)
+
+    def _memory(self, job_id: int, gpu: int, t, used, total, name: str | None, node: str = "") -> None:
         st = self.jobs.get(job_id)
         if st is None:
             return
         st.fresh = True
         try:
-            st.run.feed_memory(gpu, [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows], node)
+            st.run.feed_memory(gpu, t, used, total, node)
         except OutOfOrder:  # a replayed batch stored late: built again from the stored series
             log.info("alerts: job %s got memory samples out of order; rebuilding its state", job_id)
             del self.jobs[job_id]
             return
-        name = rows[-1][6]
         if name:
             st.run.meta.gpu_names[gpu] = name
 
@@ -232,7 +275,7 @@ class Tracker:
                     j = i
                     while j < len(part) and part[j][1] == part[i][1] and part[j][6] == part[i][6]:
                         j += 1
-                    self._memory(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]], part[i][6])
+                    self._rows_of(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]], part[i][6])
                     i = j
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
@@ -250,6 +293,17 @@ class Tracker:
     ) -> list[Alert]:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now.
         `on_closed` hears of the job when any of its alerts closed or changed (after the commit)."""
+        with self.lock:
+            return self._evaluate(job_id, now=now, on_new=on_new, on_closed=on_closed)
+
+    def _evaluate(
+        self,
+        job_id: int,
+        *,
+        now: float | None,
+        on_new: Callable[[Job, list[Alert]], None] | None,
+        on_closed: Callable[[set[int]], None] | None,
+    ) -> list[Alert]:
         self.pull()
         with Session(self.engine) as session:
             job = session.get(Job, job_id)

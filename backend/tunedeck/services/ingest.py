@@ -8,6 +8,7 @@ file, is stored once.
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 from collections import deque
@@ -34,6 +35,8 @@ JOBS = Job.__table__
 MEMORY = MemorySample.__table__
 MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c", "name")
 MEMORY_REQUIRED = MEMORY_KEYS[:4]
+
+log = logging.getLogger("tunedeck.ingest")
 
 
 def plain(batch: TelemetryBatch) -> dict[str, Any]:
@@ -173,6 +176,8 @@ class IngestWriter(Worker):
         self.state = state or JobState(engine)  # a runner's exit report moves its job
         self.group_max = group_max
         self.listeners: list[Callable[[set[int]], None]] = []  # called after each commit
+        # Called after each commit, before the listeners, with the memory samples just stored.
+        self.stored: list[Callable[[pyramid.Fresh], Any]] = []
         self._q: queue.Queue[tuple[int, dict[str, Any], Future]] = queue.Queue()
         # For /metrics: arrival times of batches not yet stored (FIFO, like the queue), and totals.
         self._arrived: deque[float] = deque()
@@ -213,10 +218,16 @@ class IngestWriter(Worker):
                 for job_id, batch, _ in group:
                     apply_batch(conn, job_id, batch)
                     fresh.add(job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
+                fresh.seal(conn)
                 # The chart tiles of what this group stored, in its transaction, from its columns.
                 pyramid.catch_up(conn, fresh)
             for *_, fut in group:
                 fut.set_result(None)
+            for hook in self.stored:
+                try:
+                    hook(fresh)
+                except Exception:  # a hook never stops ingest
+                    log.exception("ingest: a stored-samples hook failed")
         except Exception:  # one bad batch must not fail its neighbours
             for job_id, batch, fut in group:
                 try:

@@ -231,18 +231,25 @@ class Fresh:
     before: int
     # (job id, node, columns) of each batch
     batches: list[tuple[int, str, dict[str, list]]] = field(default_factory=list)
+    top: int | None = None  # the newest id once `seal` found the rows after `before` exactly these
 
     def add(self, job_id: int, columns: dict[str, list], node: str = "") -> None:
         if columns.get("line"):
             self.batches.append((job_id, node, columns))
 
+    def seal(self, conn: Connection) -> None:
+        """After the inserts, in their transaction: whether every sample handed over was stored (no
+        resend skipped), so that others may take the columns for the rows (`top` set) or not (None)."""
+        n = sum(len(c["line"]) for _, _, c in self.batches)
+        top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM memory_samples").scalar()
+        self.top = top if n and top - self.before == n else None
+
     def points(self, cur, through: int) -> tuple | None:
         """(key, job, series, t, used, id) of the rows after `through`, as `Source.series` gives them,
         or None when they are not exactly these samples (rows before `before` untiled, or a resent
         sample skipped by the insert)."""
-        n = sum(len(c["line"]) for _, _, c in self.batches)
-        (top,) = cur.execute("SELECT coalesce(max(id), 0) FROM memory_samples").fetchone()
-        if through != self.before or top - through != n or not n:
+        top = self.top
+        if top is None or through != self.before:
             return None
         # SQLite gives a new row the largest id + 1, and this transaction is the only writer: the
         # samples hold ids before + 1 ... before + n, in insert order.
