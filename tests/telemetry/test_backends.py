@@ -86,15 +86,25 @@ def test_pyrsmi_real_code_path_over_stand_in_amdsmi(tmp_path):
     out = run_sampler(tmp_path, FAKES, [MI300X, MI250X], visible=[0, 1])
     assert out["backend"] == "rocm" and out["reason"] is None and out["indices"] == [0, 1]
     by = per_gpu(out)
-    # Two polls per sample, each sample the larger: the 31 and 40 GiB peaks survive.
+    # Two polls per sample, each sample the larger: the 31 and 40 GiB peaks survive. The 40 GiB poll,
+    # 28 GiB over the last sample, is sent at once: its interval (the MI250X's 5 GiB too) ends there.
     assert [s["used_bytes"] for s in by[0][:4]] == [31 * GiB, 12 * GiB, 40 * GiB, 20 * GiB]
-    assert [s["used_bytes"] for s in by[1][:4]] == [2 * GiB, 4 * GiB, 6 * GiB, 8 * GiB]
+    assert [s["used_bytes"] for s in by[1][:4]] == [2 * GiB, 4 * GiB, 5 * GiB, 7 * GiB]
     first = by[0][0]
     assert first["name"] == "AMD Instinct MI300X" and by[1][0]["name"] == "AMD Instinct MI250X"
     assert first["total_bytes"] == 192 * GiB and first["util"] == 87 and first["power_w"] == 612.5
     assert first["temp_c"] == 58  # from amdsmi: pyrsmi has no temperature
     lines = [s["line"] for s in out["samples"]]
     assert lines == list(range(len(lines)))  # the natural key of every sample
+
+
+def test_a_rise_is_sent_at_once_but_never_twice_in_a_row(tmp_path):
+    """Over 9.6 GiB (5 % of 192 GiB) above the last sample ends the interval at that poll; the interval
+    after such a sample runs whole, so a climb is not sent at every poll."""
+    climb = {**MI300X, "vram": [v * GiB for v in (0, 10, 10, 20, 30, 31, 31, 31, 31)]}
+    out = run_sampler(tmp_path, FAKES, [climb], visible=[0])
+    # 10 | 20 alone (+10 GiB) | 30 and 31 whole, though 30 rose 10 GiB too | 31
+    assert [s["used_bytes"] for s in per_gpu(out)[0][:4]] == [10 * GiB, 20 * GiB, 31 * GiB, 31 * GiB]
 
 
 def test_job_samples_only_its_own_gpu(tmp_path):

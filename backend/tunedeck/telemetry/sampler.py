@@ -2,7 +2,9 @@
 
 It polls `polls` times per interval and reports, per device, the reading with the highest used
 memory inside the interval: a short peak is kept, never averaged away (Determined averages ten
-1 s samples; W&B and MLflow sample every 10 s).
+1 s samples; W&B and MLflow sample every 10 s). A poll that finds a device risen by RISE_BYTES or
+RISE_SHARE of it (whichever is larger) above its last sample ends the interval there: the spike is
+sent when it is seen, not up to an interval later. The interval after such a sample runs whole.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 from tunedeck.telemetry import open_backend, select
 from tunedeck.telemetry.base import Reading
+
+RISE_BYTES = 1 << 30
+RISE_SHARE = 0.05
 
 
 class Sampler:
@@ -39,6 +44,7 @@ class Sampler:
         self.indices: list[int] | None = None
         self.ready = threading.Event()
         self._line = 0
+        self._last: dict[int, int] = {}  # each device's used bytes in the last sample
         self._out: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -58,10 +64,19 @@ class Sampler:
             out, self._out = self._out, []
         return out
 
+    def _rose(self, best: dict[int, Reading]) -> bool:
+        """Whether a device stands well above its last sample."""
+        for idx, r in best.items():
+            last = self._last.get(idx)
+            if last is not None and r.used_bytes - last >= max(RISE_BYTES, RISE_SHARE * (r.total_bytes or 0)):
+                return True
+        return False
+
     def _emit(self, t: float, best: dict[int, Reading]) -> None:
         with self._lock:
             for idx in sorted(best):
                 r = best[idx]
+                self._last[idx] = r.used_bytes
                 self._out.append(
                     {
                         "line": self._line,
@@ -86,18 +101,24 @@ class Sampler:
             self.ready.set()
             step = self.interval_s / self.polls
             nxt = time.monotonic()
+            may_end_early = True  # not twice in a row: the interval after an early sample runs whole
             while not self._stop.is_set():
                 best: dict[int, Reading] = {}
-                for _ in range(self.polls):
+                ended = False
+                for k in range(self.polls):
+                    if self._stop.wait(max(0.0, nxt - time.monotonic())):
+                        break
+                    nxt += step
                     try:
                         for r in backend.read(self.indices):
                             if r.index not in best or r.used_bytes > best[r.index].used_bytes:
                                 best[r.index] = r
                     except Exception:
                         pass
-                    nxt += step
-                    if self._stop.wait(max(0.0, nxt - time.monotonic())):
+                    if may_end_early and k < self.polls - 1 and self._rose(best):
+                        ended = True
                         break
+                may_end_early = not ended
                 if best:
                     self._emit(time.time(), best)
                     if self.on_sample is not None:
