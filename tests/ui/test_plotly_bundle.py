@@ -21,7 +21,10 @@ PACKAGE = ROOT / "backend" / "tunedeck"
 FETCH = ROOT / "scripts" / "fetch_js.py"
 MEMBER = "package/plotly-basic.min.js"
 BUNDLE = b"/* plotly.js basic, a stand-in */ window.Plotly = window.Plotly || {};\n"
-SRC = re.compile(r'<script[^>]* src="(/static/vendor/[0-9a-f]{16}/plotly\.min\.js)"')
+# The job page preloads it (job.js runs it), the compare page names it in a <script> tag.
+SRC = re.compile(
+    r'<(?:script|link rel="preload" as="script")[^>]* (?:src|href)="(/static/vendor/[0-9a-f]{16}/plotly\.min\.js)"'
+)
 
 
 def _tarball(*members: tarfile.TarInfo | tuple[str, bytes]) -> bytes:
@@ -142,3 +145,16 @@ def test_pages_load_the_basic_bundle_when_installed_else_the_full_one(tmp_path, 
         assert sizes == [0]
     finally:
         server.stop()
+
+
+def test_the_job_page_preloads_its_whole_module_graph():
+    # A module imported but not preloaded is asked for only once its importer has arrived.
+    js = PACKAGE / "frontend" / "js"
+    graph, todo = set(), ["job.js"]
+    while todo:
+        name = todo.pop()
+        if name not in graph:
+            graph.add(name)
+            todo += re.findall(r'^import .* from "\./([\w-]+\.js)";$', (js / name).read_text(), re.M)
+    html = (PACKAGE / "frontend" / "job.html").read_text()
+    assert set(re.findall(r'<link rel="modulepreload" href="/static/js/([\w-]+\.js)">', html)) == graph

@@ -3,11 +3,25 @@
 
 export const GiB = 1024 ** 3;
 
-// A page may load plotly.js (4.8 MB to evaluate) deferred and start fetching its data meanwhile:
-// whatever draws waits for this.
+// A page either names plotly.js in a <script> tag, or preloads it (<link rel="preload">) and runs it
+// with loadPlotly() once its own requests are out: evaluating it takes the main thread for a while
+// even from the cache, and that time then overlaps the network instead of holding the requests
+// back. Whatever draws waits for plotlyReady.
 const plotlyTag = document.querySelector('script[src$="plotly.min.js"]');
-export const plotlyReady = window.Plotly || !plotlyTag ? Promise.resolve()
-  : new Promise((resolve) => plotlyTag.addEventListener("load", resolve, { once: true }));
+const preloaded = document.querySelector('link[rel="preload"][href$="plotly.min.js"]');
+let runPlotly = () => {};
+export const plotlyReady = window.Plotly || (!plotlyTag && !preloaded) ? Promise.resolve()
+  : plotlyTag ? new Promise((resolve) => plotlyTag.addEventListener("load", resolve, { once: true }))
+  : new Promise((resolve) => {
+    runPlotly = () => {
+      runPlotly = () => {};
+      const tag = document.createElement("script");
+      tag.src = preloaded.href;
+      tag.addEventListener("load", resolve, { once: true });
+      document.head.append(tag);
+    };
+  });
+export function loadPlotly() { runPlotly(); }
 
 // Exponential moving average, debiased at the start (TensorBoard's smoothing). Kept as a running
 // state so live points extend a smoothed line without recomputing it from the first step.
