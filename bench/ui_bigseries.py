@@ -1,7 +1,11 @@
 """The job page with a 1M-point series: 1M metric points and 1M memory samples in a real SQLite
-file, then the page's data requests (over HTTP) and the whole page (headless Chromium) timed.
+file, then the page's data requests (over HTTP) and the whole page (headless Chromium) timed: cold
+(a fresh browser context, nothing cached) and warm (the same context again: plotly.js from the cache,
+its compiled code too), with when plotly.js had run and when the chart data was in.
 
-    .venv/bin/python bench/ui_bigseries.py [--points 1000000]
+    .venv/bin/python bench/ui_bigseries.py [--points 1000000] [--workspace DIR]
+
+--workspace keeps the filled database there and reuses it on the next run (filling takes ~40 s).
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ MARKS = """document.addEventListener("load", (e) => {
 
 
 def bundle_url(api, job: int) -> str:
-    return re.search(r'src="(/static/vendor/[^"]+)"', api.get(f"/jobs/{job}").text).group(1)
+    return re.search(r'(?:src|href)="(/static/vendor/[^"]+)"', api.get(f"/jobs/{job}").text).group(1)
 
 
 class Loads:
