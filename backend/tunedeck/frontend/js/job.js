@@ -635,7 +635,6 @@ async function start() {
   const estimate = optional(`/api/jobs/${jobId}/estimate`).catch(() => null);
   const basics = Promise.all([get("/api/stream/cursor"), get("/api/health")]);
   const job = get(`/api/jobs/${jobId}`);
-  loadPlotly();
   try {
     showJob(await job);
   } catch (e) {
@@ -651,7 +650,9 @@ async function start() {
   state.nearOom = health.near_oom_share;
   const memory = loadMemory(null); // may take longer on a huge run: the stream does not wait for it
   const estimated = estimate.then((e) => { state.estimate = e; summary(); });
-  await Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
+  const loaded = Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
+  loadPlotly(); // evaluated while the server answers the requests just sent, not before they go out
+  await loaded;
   state.metricsLast = Math.max(state.metricsLast, m);
   live({ job: jobId, cursor: `m${m}-l0-s${s}-a0-j0` }, {
     job: showJob,
