@@ -1,7 +1,11 @@
 """The job page with a 1M-point series: 1M metric points and 1M memory samples in a real SQLite
-file, then the page's data requests (over HTTP) and the whole page (headless Chromium) timed.
+file, then the page's data requests (over HTTP) and the whole page (headless Chromium) timed: cold
+(a fresh browser context, nothing cached) and warm (the same context again: plotly.js from the cache,
+its compiled code too), with when plotly.js had run and when the chart data was in.
 
-    .venv/bin/python bench/ui_bigseries.py [--points 1000000]
+    .venv/bin/python bench/ui_bigseries.py [--points 1000000] [--workspace DIR]
+
+--workspace keeps the filled database there and reuses it on the next run (filling takes ~40 s).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import sqlite3
 import tempfile
 import time
@@ -67,6 +72,44 @@ def fill(db: Path, n: int) -> int:
     return job
 
 
+# When the plotly.js script finished evaluating (its load event), as the page's performance clock has it.
+MARKS = """document.addEventListener("load", (e) => {
+  if (e.target.tagName === "SCRIPT" && e.target.src.includes("/vendor/")) window.benchPlotlyAt = performance.now();
+}, true);"""
+
+
+def bundle_url(api, job: int) -> str:
+    return re.search(r'(?:src|href)="(/static/vendor/[^"]+)"', api.get(f"/jobs/{job}").text).group(1)
+
+
+class Loads:
+    """The job page's load times: loss chart drawn, everything ready, and where the time went."""
+
+    def __init__(self):
+        self.drawn, self.ready, self.plotly, self.data = [], [], [], []
+
+    def load(self, page, url: str) -> None:
+        t = time.perf_counter()
+        page.goto(url)
+        page.wait_for_function("document.querySelector('#loss-chart .scatterlayer .trace')", timeout=120_000)
+        self.drawn.append(1000 * (time.perf_counter() - t))
+        page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+        self.ready.append(1000 * (time.perf_counter() - t))
+        self.plotly.append(page.evaluate("window.benchPlotlyAt"))
+        self.data.append(
+            page.evaluate(
+                "Math.max(...performance.getEntriesByType('resource')"
+                ".filter((r) => /series|memory/.test(r.name)).map((r) => r.responseEnd))"
+            )
+        )
+
+    def report(self, what: str) -> None:
+        print(f"job page {what}: loss/lr/throughput charts drawn: {summary(self.drawn)}")
+        print(f"job page {what}: everything incl. memory chart, stream open: {summary(self.ready)}")
+        print(f"  of which (page clock) plotly.js evaluated at: {summary(self.plotly)}")
+        print(f"  of which (page clock) series+memory data in at: {summary(self.data)}")
+
+
 def timed(fn, repeat: int = 3) -> list[float]:
     out = []
     for _ in range(repeat):
@@ -79,17 +122,22 @@ def timed(fn, repeat: int = 3) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", type=int, default=1_000_000)
+    ap.add_argument("--workspace", type=Path, help="keep the filled database here and reuse it next time")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
-        ws = Path(tmp) / "ws"
-        ws.mkdir()
+        ws = args.workspace or Path(tmp) / "ws"
+        ws.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
-        job = fill(ws / "tunedeck.db", args.points)
-        print(
-            f"inserted {args.points:,} metric points + {args.points:,} memory samples in {time.perf_counter() - t:.0f}s"
-        )
+        if (ws / "tunedeck.db").exists():
+            job = 1
+        else:
+            job = fill(ws / "tunedeck.db", args.points)
+            print(
+                f"inserted {args.points:,} metric points + {args.points:,} memory samples"
+                f" in {time.perf_counter() - t:.0f}s"
+            )
         server = Server(ws, assets()).start()
         try:
             api = server.api
@@ -127,20 +175,18 @@ def main() -> None:
             )
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-                loss_drawn, loads = [], []
-                for _ in range(3):
-                    page = browser.new_page(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
-                    t = time.perf_counter()
-                    page.goto(f"{server.url}/jobs/{job}")
-                    page.wait_for_function(
-                        "document.querySelector('#loss-chart .scatterlayer .trace')", timeout=120_000
-                    )
-                    loss_drawn.append(1000 * (time.perf_counter() - t))
-                    page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
-                    loads.append(1000 * (time.perf_counter() - t))
-                    page.close()
-                print(f"job page: loss/lr/throughput charts drawn (Chromium): {summary(loss_drawn)}")
-                print(f"job page: everything incl. memory chart, stream open : {summary(loads)}")
+                cold, warm = Loads(), Loads()
+                for _ in range(3):  # cold: a fresh context, nothing cached; warm: the same context again
+                    context = browser.new_context(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
+                    context.add_init_script(MARKS)
+                    page = context.new_page()
+                    cold.load(page, f"{server.url}/jobs/{job}")
+                    for _ in range(2):
+                        warm.load(page, f"{server.url}/jobs/{job}")
+                    context.close()
+                print(f"plotly.js bundle served: {len(api.get(bundle_url(api, job)).content):,} bytes")
+                cold.report("cold (fresh context)")
+                warm.report("warm (same context, again)")
                 page = browser.new_page(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
                 page.goto(f"{server.url}/jobs/{job}")
                 page.wait_for_function("window.tunedeckReady === true", timeout=120_000)

@@ -69,6 +69,10 @@ if [ "$WANT" = "dev" ]; then
       || echo "warning: chromium could not be installed; browser tests will be skipped"
   fi
 fi
+# The pages' chart library: plotly.js's basic bundle, a quarter of the full one to download and compile.
+# Offline the server serves the plotly package's full bundle instead, and setup goes on.
+"$VENV/bin/python" scripts/fetch_js.py \
+  || echo "warning: plotly.js's basic bundle not fetched; the pages load plotly's full bundle (4.8 MB)"
 "$VENV/bin/python" - <<'PYEOF'
 import sys, torch
 print(f"torch {torch.__version__} (hip={torch.version.hip}, cuda={torch.version.cuda}) in {sys.prefix}")

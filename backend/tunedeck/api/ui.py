@@ -1,14 +1,15 @@
-"""The browser pages (frontend/, no build step), plotly.js from the installed package, and the
-form's helpers: read a LLaMA-Factory YAML, preview the exact train.yaml a spec would run."""
+"""The browser pages (frontend/, no build step), plotly.js (services/report.py picks the bundle), and
+the form's helpers: read a LLaMA-Factory YAML, preview the exact train.yaml a spec would run."""
 
 from __future__ import annotations
 
+import hashlib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Body, FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from tunedeck import runfiles
@@ -23,6 +24,10 @@ from tunedeck.submission import resolve
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.
 FRONTEND = Path(resources.files("tunedeck") / "frontend")
 PAGES = {"/": "index.html", "/new": "new.html", "/compare": "compare.html", "/nodes": "nodes.html"}
+PLOTLY_SRC = "/static/vendor/plotly.min.js"  # as the pages name it; served under a versioned URL
+# A year, never revalidated: the URL changes with the bytes, so a second visit neither downloads the
+# bundle nor compiles it again (the browser keeps its compiled code with the cached file).
+IMMUTABLE = "public, max-age=31536000, immutable"
 
 router = APIRouter(prefix="/api/ui", tags=["ui"])
 
@@ -53,9 +58,14 @@ def preview(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict:
     }
 
 
-def _page(name: str):
-    def serve() -> FileResponse:
-        return FileResponse(FRONTEND / name, headers={"Cache-Control": "no-cache"})
+def _plotly_url() -> str:
+    return f"/static/vendor/{hashlib.sha256(PLOTLY_JS.read_bytes()).hexdigest()[:16]}/plotly.min.js"
+
+
+def _page(name: str, plotly_url: str):
+    def serve() -> HTMLResponse:
+        text = (FRONTEND / name).read_text().replace(PLOTLY_SRC, plotly_url)
+        return HTMLResponse(text, headers={"Cache-Control": "no-cache"})
 
     serve.__doc__ = f"The {name} page."
     return serve
@@ -66,28 +76,33 @@ def mount(app: FastAPI) -> None:
     app.include_router(router, responses=COMMON)
     app.include_router(forms.router, responses=COMMON)
     app.include_router(report.router)  # declares its own (JSON) errors
+    plotly_url = _plotly_url()
     for path, name in PAGES.items():
-        app.add_api_route(path, _page(name), include_in_schema=False)
-    job_page = _page("job.html")
+        app.add_api_route(path, _page(name, plotly_url), include_in_schema=False)
+    job_page = _page("job.html", plotly_url)
 
-    def job(job_id: int) -> FileResponse:
+    def job(job_id: int) -> HTMLResponse:
         return job_page()
 
     def plotly_js() -> FileResponse:
-        return FileResponse(PLOTLY_JS, headers={"Cache-Control": "max-age=86400"})
+        return FileResponse(PLOTLY_JS, headers={"Cache-Control": IMMUTABLE})
+
+    def plotly_js_unversioned() -> FileResponse:  # a page saved before the URL had its version
+        return FileResponse(PLOTLY_JS, headers={"Cache-Control": "no-cache"})
 
     def favicon() -> FileResponse:
         return FileResponse(
             FRONTEND / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
         )
 
-    chat_page = _page("chat.html")
+    chat_page = _page("chat.html", plotly_url)
 
-    def chat(job_id: int) -> FileResponse:
+    def chat(job_id: int) -> HTMLResponse:
         return chat_page()
 
     app.add_api_route("/jobs/{job_id}", job, include_in_schema=False)
     app.add_api_route("/jobs/{job_id}/chat", chat, include_in_schema=False)
     app.add_api_route("/favicon.ico", favicon, include_in_schema=False)  # browsers ask for it unprompted
-    app.add_api_route("/static/vendor/plotly.min.js", plotly_js, include_in_schema=False)
+    app.add_api_route(plotly_url, plotly_js, include_in_schema=False)
+    app.add_api_route(PLOTLY_SRC, plotly_js_unversioned, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=FRONTEND), name="static")

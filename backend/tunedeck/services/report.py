@@ -1,7 +1,7 @@
 """A job's run report: one self-contained HTML file to attach to a ticket or an appendix.
 
 It holds the config (train.yaml and DeepSpeed), the lint findings, the estimate against the measured
-peak, the loss and memory charts (plotly.js inlined from the package's copy, the data embedded), the
+peak, the loss and memory charts (plotly.js inlined: the pages' own copy, the data embedded), the
 alerts with their advice and the environment (preflight). It loads nothing from anywhere: it must
 open the same way on a laptop without network years later.
 
@@ -31,8 +31,13 @@ from tunedeck.tables import Alert, Job
 
 MAX_POINTS = 2000  # per series: extremes kept (the pages' downsampling), the file stays a few MB
 GiB = 2**30
+# The full bundle (every trace type) shipped by the Python package: always there.
+FULL_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# The same plotly.js with scatter and bar only, all the charts use, a quarter of the bytes to parse:
+# scripts/fetch_js.py puts it here (setup runs it; offline, the full bundle serves instead).
+BASIC_JS = Path(__file__).parents[1] / "frontend" / "vendor" / "plotly-basic.min.js"
 # The copy the pages are served too: the report works offline with the same plotly.js.
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+PLOTLY_JS = BASIC_JS if BASIC_JS.is_file() else FULL_JS
 PAGE = Template((Path(__file__).with_name("report.html")).read_text())
 
 

@@ -2,7 +2,7 @@
 /* global Plotly */
 import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
-import { config, Ema, empty, framed, GiB, layout, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
+import { config, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { showResults } from "./job-results.js";
 
@@ -634,8 +634,9 @@ async function start() {
   // for plotly.js, nor for the estimate (only the summary shows it).
   const estimate = optional(`/api/jobs/${jobId}/estimate`).catch(() => null);
   const basics = Promise.all([get("/api/stream/cursor"), get("/api/health")]);
+  const job = get(`/api/jobs/${jobId}`);
   try {
-    showJob(await get(`/api/jobs/${jobId}`));
+    showJob(await job);
   } catch (e) {
     document.querySelector("main").replaceChildren(h("div", { class: "error", text: `Cannot load job ${jobId}: ${describe(e)}` }));
     return;
@@ -649,7 +650,9 @@ async function start() {
   state.nearOom = health.near_oom_share;
   const memory = loadMemory(null); // may take longer on a huge run: the stream does not wait for it
   const estimated = estimate.then((e) => { state.estimate = e; summary(); });
-  await Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
+  const loaded = Promise.all([loadSeries(null, m), loadConfig(), loadFiles(), loadAlerts()]);
+  loadPlotly(); // evaluated while the server answers the requests just sent, not before they go out
+  await loaded;
   state.metricsLast = Math.max(state.metricsLast, m);
   live({ job: jobId, cursor: `m${m}-l0-s${s}-a0-j0` }, {
     job: showJob,
