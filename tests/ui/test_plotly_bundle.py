@@ -111,6 +111,11 @@ def _served(server: Server) -> tuple[str, bytes]:
     (src,) = set(SRC.findall(server.api.get("/jobs/1").text + server.api.get("/compare").text))
     r = server.api.get(src)
     assert r.status_code == 200 and r.headers["cache-control"] == "public, max-age=31536000, immutable"
+    # Our own modules keep their names across upgrades: asked again each visit, 304 while current.
+    js = server.api.get("/static/js/job.js")
+    assert js.status_code == 200 and js.headers["cache-control"] == "no-cache"
+    again = server.api.get("/static/js/job.js", headers={"If-None-Match": js.headers["etag"]})
+    assert again.status_code == 304
     return src, r.content
 
 

@@ -32,6 +32,16 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 router = APIRouter(prefix="/api/ui", tags=["ui"])
 
 
+class Revalidated(StaticFiles):
+    """Our own modules and styles under fixed names: a browser asks again each visit (a 304 while its
+    copy is current), so after an upgrade no page runs the old modules."""
+
+    def file_response(self, *args, **kwargs):
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
 @router.post("/parse-yaml", response_model=ParsedYaml, responses=errors(413))
 def parse_yaml(
     body: Annotated[str, Body(media_type="application/yaml", max_length=specs.MAX_YAML_BYTES)],
@@ -105,4 +115,4 @@ def mount(app: FastAPI) -> None:
     app.add_api_route("/favicon.ico", favicon, include_in_schema=False)  # browsers ask for it unprompted
     app.add_api_route(plotly_url, plotly_js, include_in_schema=False)
     app.add_api_route(PLOTLY_SRC, plotly_js_unversioned, include_in_schema=False)
-    app.mount("/static", StaticFiles(directory=FRONTEND), name="static")
+    app.mount("/static", Revalidated(directory=FRONTEND), name="static")
