@@ -79,6 +79,12 @@ def test_a_new_alert_is_pushed_without_the_watcher(server_factory, assets):
     reader.join(timeout=120)
     (alert,) = [a for a in seen["alerts"] if a["kind"] == "vram_spike"]
     assert alert["gpu"] == 0 and alert["t"] == 1_800_000_100.0
+    # The stream's row is the alert list's row (less the job id the stream is for): same fields, same types.
+    (listed,) = [a for a in server.api.get(f"/api/jobs/{job}/alerts").json() if a["id"] == alert["id"]]
+    assert set(alert) == set(listed) - {"job_id"}
+    for k in ("kind", "gpu", "t", "first_t", "open", "change", "suggestion", "node"):
+        assert alert[k] == listed[k] and type(alert[k]) is type(listed[k]), k
+    assert isinstance(alert["open"], bool)  # not the table's 0 or 1
 
 
 def test_an_open_job_page_shows_a_new_alert_from_the_stream_alone(server_factory, assets, page):

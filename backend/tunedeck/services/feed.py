@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 from tunedeck import strictjson
 from tunedeck.lflog import METRICS
 from tunedeck.queueplan import Spot
+from tunedeck.schemas import AlertOut
 from tunedeck.services.alert_summary import job_outs
 from tunedeck.tables import Job, JobStatus
 
@@ -198,6 +199,8 @@ def job_events(
                 j=job_id,
                 n=limit,
             )
+            if name == "alerts":  # as GET /api/jobs/{id}/alerts gives them: `change` an object, `open` a bool
+                rows = [AlertOut.model_validate(r).model_dump(mode="json") for r in rows]
             for r in rows:
                 r.pop("job_id", None)
                 if r.get("nonfinite"):  # stored as JSON text: sent as the object it is

@@ -517,8 +517,7 @@ async function loadAlerts() {
 // page holds come as `job` events, and the list is read again then.)
 function addAlerts(rows) {
   const byId = new Map(state.alerts.map((a) => [a.id, a]));
-  // Stream rows are the table's: `change` as stored JSON text, `open` as 0 or 1.
-  for (const a of rows) byId.set(a.id, { ...a, open: Boolean(a.open), change: typeof a.change === "string" ? JSON.parse(a.change) : a.change });
+  for (const a of rows) byId.set(a.id, a);  // the same shape as the alert list's rows
   showAlerts([...byId.values()].sort((a, b) => a.id - b.id));
 }
 
