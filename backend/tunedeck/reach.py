@@ -197,6 +197,9 @@ class _Checker:
             roots = ", ".join(map(str, self.s.roots))
             self.path_error(loc, f"path {value!r} is outside the allowed roots ({roots})")
             return value
+        if key is not None and key.hub and not resolved.exists():
+            # What the run loads (a model, an adapter, a dataset): a missing one fails only at load time.
+            self.path_error(loc, f"{value!r} does not exist (looked for {resolved})")
         return str(resolved)
 
     def place_list(self, value: str, loc: list[Any], **kw: Any) -> str:

@@ -21,6 +21,11 @@ def test_a_home_folder_of_nobody_is_a_plain_folder_name(app_factory, assets):
     assert "no-such-user-here" in r.json()["detail"][0]["msg"]
     config = demo_config(assets, model_name_or_path="~no-such-user-here/model")
     r = app.api.post("/api/jobs", json={"name": "tilde", "config": config, "gpus": 0})
+    assert r.status_code == 422, r.text  # a model the run would load must be there
+    assert r.json()["detail"][0]["loc"] == ["config", "model_name_or_path"]
+    assert "does not exist" in r.json()["detail"][0]["msg"], r.text
+    (app.workspace / "~no-such-user-here" / "model").mkdir(parents=True)
+    r = app.api.post("/api/jobs", json={"name": "tilde", "config": config, "gpus": 0})
     assert r.status_code == 201, r.text
     text = app.api.get(f"/api/jobs/{r.json()['id']}/config").json()["train_yaml"]
     assert f"model_name_or_path: {app.workspace.resolve() / '~no-such-user-here' / 'model'}\n" in text

@@ -144,6 +144,10 @@ def test_every_path_key_of_the_llamafactory_table_is_confined(ws, tmp_path, key)
     assert "outside the allowed roots" in errs[("config", key)]["msg"]
     errs = errors(lambda: prepare(spec(**{key: f"in/../../outside/{key}"}), settings=s, node_gpus=0))
     assert ("config", key) in errs, errs
+    if reach.lf_path_keys()[key].hub:  # what the run loads (model, adapter, dataset) must be there
+        errs = errors(lambda: prepare(spec(**{key: str(inside)}), settings=s, node_gpus=0))
+        assert "does not exist" in errs[("config", key)]["msg"], errs
+        inside.mkdir(parents=True)
     p = prepare(spec(**{key: str(ws / "in" / "." / key)}), settings=s, node_gpus=0)
     assert p.config[key] == str(inside)
     text, _ = p.render(output_dir=ws / "o", ds_path=ws / "ds.json")
