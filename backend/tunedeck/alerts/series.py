@@ -91,6 +91,12 @@ class Occurrences:
         self.n += 1
         self.recent.append(t)
 
+    def extend(self, ts: list[float]) -> None:
+        if ts:
+            self.first = ts[0] if not self.n else self.first
+            self.n += len(ts)
+            self.recent.extend(ts[-KEEP:])
+
     def times(self) -> list[float]:
         return list(self.recent)
 
