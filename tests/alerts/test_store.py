@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import numpy as np
+from sqlalchemy import event
 from sqlmodel import Session, select
 
 from tests.alerts.corpus import generate
@@ -144,6 +145,41 @@ def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
     assert not a.open
     first, second = upto(801)  # it recurs: a new episode, the old one stays closed
     assert not first.open and second.open and second.first_t == t0 + 800 and second.count == 1
+
+
+def test_an_evaluation_that_finds_what_is_stored_writes_nothing(tmp_path):
+    """Judged again with nothing new, a job's alerts are not read or written again; a change is."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    y = 50 * GiB + np.random.default_rng(1).normal(0, 0.05 * GiB, 300)
+    y[[100, 250]] += 30 * GiB
+    t0 = 1_800_000_000.0
+    rows = [
+        {"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
+        for i, v in enumerate(y)
+    ]
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    tracker = alerts.Tracker(engine, alerts.Limits())
+
+    def judged(upto: int) -> list[str]:
+        new = [r for r in rows if judged.done < r["line"] <= upto]
+        if new:
+            with engine.begin() as conn:
+                conn.execute(MemorySample.__table__.insert(), new)
+        judged.done = upto
+        statements.clear()
+        tracker.evaluate(job_id, now=t0 + upto)
+        return [q for q in statements if "alerts" in q]
+
+    judged.done = -1
+    assert judged(120)  # the spike: stored
+    assert judged(120) == []  # nothing new
+    assert judged(251)  # another spike: the alert's count changes
+    with Session(engine) as s:
+        (a,) = s.exec(select(Alert).where(Alert.job_id == job_id))
+    assert a.kind == "vram_spike" and a.count == 2 and a.open
 
 
 def test_downsampling_keeps_every_peak(tmp_path):

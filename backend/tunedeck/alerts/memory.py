@@ -82,15 +82,13 @@ def _mads(w: np.ndarray) -> np.ndarray:
     its cost: one sort; the deviations from the median then lie in two sorted runs (below and above
     it), whose two middle order statistics are found without sorting again."""
     h = w.shape[1] // 2
-    s = np.sort(w, axis=1)
-    dev = np.abs(s - ((s[:, h - 1] + s[:, h]) / 2)[:, None])
-    a, b = dev[:, h - 1 :: -1], dev[:, h:]  # each smallest first
+    s = np.sort(w, axis=1).T  # a column a window: the steps below run along the rows, over all windows
+    med = (s[h - 1] + s[h]) / 2
+    a, b = np.abs(s[h - 1 :: -1] - med), np.abs(s[h:] - med)  # below and above the median, smallest first
     # The k-th smallest of two sorted runs: the least, over the ways to take k + 1 from them, of the
     # largest taken.
-    lower = np.minimum(
-        np.minimum(a[:, h - 1], b[:, h - 1]), np.maximum(a[:, : h - 1], b[:, h - 2 :: -1]).min(1)
-    )
-    upper = np.maximum(a, b[:, ::-1]).min(axis=1)
+    lower = np.minimum(np.minimum(a[h - 1], b[h - 1]), np.maximum(a[: h - 1], b[h - 2 :: -1]).min(axis=0))
+    upper = np.maximum(a, b[::-1]).min(axis=0)
     return (lower + upper) / 2
 
 

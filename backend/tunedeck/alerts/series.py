@@ -145,7 +145,7 @@ class Steps:
                 np.fromiter(self.t, np.float64, len(self.t)),
                 np.fromiter(self.step, np.float64, len(self.t)),
             )
-        return [float(x) for x in np.interp(times, *self._arrays)]
+        return np.interp(times, *self._arrays).tolist()
 
     def reached(self, step: int) -> float | None:
         """The time of the first kept point at or past this step (None: not reached yet)."""

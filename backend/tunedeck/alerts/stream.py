@@ -39,7 +39,8 @@ class Run:
         state = self.gpus.get((node, gpu))
         if state is None:
             state = self.gpus[(node, gpu)] = Gpu(gpu, self.limits)
-        tot = np.zeros(len(t)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
+        tot = np.zeros(len(t)) if total is None else np.array(total, dtype=np.float64)
+        tot[np.isnan(tot)] = 0.0  # None: unknown
         state.feed(np.asarray(t, dtype=np.float64), np.asarray(used, dtype=np.float64), tot)
 
     def feed_points(self, points: Iterable[Point]) -> None:

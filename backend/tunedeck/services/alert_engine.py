@@ -8,9 +8,12 @@ import json
 import logging
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import yaml
 from sqlalchemy import Connection, Engine, Select, bindparam, func, or_
 from sqlmodel import Session, col, select
@@ -74,9 +77,20 @@ def meta_of(job: Job) -> Series:
 
 
 def _memory_rows(q: Select) -> Select:
-    return q.add_columns(
-        MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, MEMORY.c.total_bytes, MEMORY.c.name, MEMORY.c.node
-    )
+    total = func.coalesce(MEMORY.c.total_bytes, 0)  # 0: unknown
+    return q.add_columns(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, total, MEMORY.c.name, MEMORY.c.node)
+
+
+FLOATS = (np.float64,) * 3  # t, used, total
+
+
+def _columns(rows: list[tuple], types: tuple) -> list:
+    """The rows' columns: numpy arrays of the given types, lists where the type is None."""
+    n = len(rows)
+    return [
+        list(map(itemgetter(k), rows)) if ty is None else np.fromiter(map(itemgetter(k), rows), ty, n)
+        for k, ty in enumerate(types)
+    ]
 
 
 def _metric_rows(q: Select) -> Select:
@@ -94,12 +108,13 @@ def _log_rows(q: Select) -> Select:
 class _Followed:
     """A job's detector state and where in its stored series it stands."""
 
-    __slots__ = ("fresh", "line", "log_line", "run", "upto")
+    __slots__ = ("fresh", "line", "log_line", "run", "said", "upto")
 
     def __init__(self, run: Run, upto: dict[str, int]):
         self.run, self.upto = run, upto  # upto: the last id of each table already fed
         self.line = self.log_line = -1  # the last metric and log line fed
         self.fresh = False  # fed memory samples or metric points since its last evaluation
+        self.said: list[Finding] | None = None  # the findings last stored (the job's alerts change only here)
 
 
 class Tracker:
@@ -113,6 +128,7 @@ class Tracker:
         self.seen: dict[str, int] | None = None  # the last id of each table read
         self.rows = 0  # series rows read so far (for the scaling benchmark and tests)
         self._sql: dict[str, tuple[str, list[str], dict]] = {}
+        self.building = 0  # the job whose state build() reads
 
     def fresh(self, job_id: int) -> bool:
         """Whether the job was fed memory samples or metric points since its last evaluation."""
@@ -158,14 +174,8 @@ class Tracker:
         def fetch(name: str, query: Callable[[Select], Select]):
             return self._rows(conn, f"new {name}", lambda: query(new(name)), lo=lo[name], hi=hi[name])
 
-        for part in fetch("memory", _memory_rows):
-            by: dict[tuple[int, str, int], list] = {}
-            for r in part:
-                st = self.jobs.get(r[1])
-                if st is not None and r[0] > st.upto["memory"]:
-                    by.setdefault((r[1], r[7], r[2]), []).append(r)
-            for (job_id, node, gpu), rows in by.items():
-                self._memory(job_id, gpu, rows, node)
+        for part in fetch("memory", _memory_rows):  # rows: id, job_id, gpu, t, used, total, name, node
+            self._memory_part(*_columns(part, (np.int64, np.int64, np.int64, *FLOATS, None, None)))
         for part in fetch("metrics", _metric_rows):
             for job_id, rows in _by_job(part, self.jobs, "metrics").items():
                 self._points(job_id, rows)
@@ -175,18 +185,38 @@ class Tracker:
         for st in self.jobs.values():
             st.upto = dict(hi)
 
-    def _memory(self, job_id: int, gpu: int, rows: list, node: str = "") -> None:
-        st = self.jobs.get(job_id)
-        if st is None:
-            return
+    def _memory_part(self, ids, jobs, gpus, t, used, total, names, nodes) -> None:
+        """Rows of memory samples, as columns (in id order; `jobs` None: all the job's being built),
+        fed by device with numpy: a Python step a row costs more than the detectors."""
+        keys = [gpus]
+        if len(set(nodes)) > 1:
+            keys.append(np.unique(np.asarray(nodes), return_inverse=True)[1])
+        if jobs is not None:
+            keys.append(jobs)
+        order = np.lexsort(keys)  # by job, node, device; in id order within each (a stable sort)
+        cut = np.flatnonzero(np.any([np.diff(k[order]) != 0 for k in keys], axis=0)) + 1
+        for sel in np.split(order, cut):
+            i = int(sel[0])
+            job_id = self.building if jobs is None else int(jobs[i])
+            st = self.jobs.get(job_id)
+            if st is None:
+                continue
+            if jobs is not None:  # a job built since the last pass has the rows up to where it was built
+                sel = sel[np.searchsorted(ids[sel], st.upto["memory"], side="right") :]
+                if not len(sel):
+                    continue
+            self._memory(st, job_id, int(gpus[i]), t[sel], used[sel], total[sel], names[sel[-1]], nodes[i])
+
+    def _memory(
+        self, st: _Followed, job_id: int, gpu: int, t, used, total, name: str | None, node: str
+    ) -> None:
         st.fresh = True
         try:
-            st.run.feed_memory(gpu, [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows], node)
+            st.run.feed_memory(gpu, t, used, total, node)
         except OutOfOrder:  # a replayed batch stored late: built again from the stored series
             log.info("alerts: job %s got memory samples out of order; rebuilding its state", job_id)
             del self.jobs[job_id]
             return
-        name = rows[-1][6]
         if name:
             st.run.meta.gpu_names[gpu] = name
 
@@ -226,14 +256,12 @@ class Tracker:
             q = lambda: _memory_rows(of("memory")).order_by(
                 MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id
             )
+            self.building = job.id
             for part in fetch("memory", q):  # rows: id, gpu, t, used, total, name, node
-                i = 0
-                while i < len(part):
-                    j = i
-                    while j < len(part) and part[j][1] == part[i][1] and part[j][6] == part[i][6]:
-                        j += 1
-                    self._memory(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]], part[i][6])
-                    i = j
+                ids, gpus, t, used, total, names, nodes = _columns(
+                    part, (np.int64, np.int64, *FLOATS, None, None)
+                )
+                self._memory_part(ids, None, gpus, t, used, total, names, nodes)
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
             for part in fetch("logs", lambda: _log_rows(of("logs")).order_by(LOGS.c.line)):
@@ -260,10 +288,13 @@ class Tracker:
             st.fresh = False
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
+            if findings == st.said and not job.status.finished:  # stored as they are: nothing to do
+                return []
             moved: list[Alert] = []  # closed or changed: the job's open pages read its alerts again
             new = reconcile(
                 session, job_id, findings, finished=job.status.finished, closed=moved, changed=moved
             )
+            st.said = findings
             if job.status.finished:  # nothing more comes; a late row builds it again
                 self.jobs.pop(job_id, None)
             if new and on_new:
@@ -321,9 +352,10 @@ def reconcile(
             "open": is_open,
             "last_t": f.t,
         }
-        if row is None or (not row.open and f.t > row.last_t and any(t > row.last_t for t in f.times)):
+        # (The times are in order: those after a time are found by bisection.)
+        if row is None or (not row.open and f.t > row.last_t):
             # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
-            times = f.times if row is None else [t for t in f.times if t > row.last_t]
+            times = f.times if row is None else f.times[bisect_right(f.times, row.last_t) :]
             first, count = (f.first, f.count) if row is None else (times[0], len(times))
             row = Alert(
                 job_id=job_id, kind=f.kind, node=f.node, gpu=f.gpu, first_t=first, count=count, **fields
@@ -333,9 +365,9 @@ def reconcile(
             # (The last: an episode whose finding went away and came back, as a spike alerted on its
             # rise does when it turns out wider than MAX_SPIKE samples and then comes back down.)
             if f.complete or f.times[0] < row.first_t:  # the kept times reach back to the episode's start
-                count = sum(1 for t in f.times if t >= row.first_t)
+                count = len(f.times) - bisect_left(f.times, row.first_t)
             else:  # it began before them: add the occurrences since the last update
-                count = row.count + sum(1 for t in f.times if t > row.last_t)
+                count = row.count + len(f.times) - bisect_right(f.times, row.last_t)
             shown = (row.open, row.count, row.message, row.severity)
             for k, v in fields.items():
                 setattr(row, k, v)
