@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from tunedeck.alerts import advice
 from tunedeck.alerts.phases import in_phase
-from tunedeck.alerts.series import KEEP, Finding, Limits, Occurrences, Series, Steps, device, gib
+from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, device, gib
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
@@ -388,15 +388,7 @@ class Gpu:
 
     # ------------------------------------------------------------------ findings
 
-    def findings(
-        self,
-        s: Series,
-        steps: Steps,
-        lim: Limits,
-        now: float,
-        running: bool,
-        evals: Evals | None = None,
-    ) -> list[Finding]:
+    def findings(self, j: Judging, evals: Evals | None = None) -> list[Finding]:
         """`evals`: the eval phases (starts, ends) and a step's duration: their own rises are no spikes."""
         if not self.n:
             return []
@@ -405,9 +397,9 @@ class Gpu:
             judged = copy.deepcopy(self)
             judged._settle()
         return [
-            *judged._spike_findings(s, steps, lim, now, running, evals),
-            *self._near_findings(s, steps, lim, running),
-            *judged._plateau_findings(s, steps, lim, now, running),
+            *judged._spike_findings(j, evals),
+            *self._near_findings(j),
+            *judged._plateau_findings(j),
         ]
 
     def _pending(self) -> list[tuple[float, float, float, bool, float]]:
@@ -434,15 +426,8 @@ class Gpu:
         first = kept[0][0] if n == len(kept) else self.spikes.first
         return n, first, [r[0] for r in kept], big[1:4], max(r[4] for r in kept)
 
-    def _spike_findings(
-        self,
-        s: Series,
-        steps: Steps,
-        lim: Limits,
-        now: float,
-        running: bool,
-        evals: Evals | None = None,
-    ) -> list[Finding]:
+    def _spike_findings(self, j: Judging, evals: Evals | None = None) -> list[Finding]:
+        s, steps, lim, now, running = j
         gpu, total = self.gpu, self.total or None
         pending = self._pending() if running else []
         if not self.spikes.n and not pending:
@@ -505,7 +490,8 @@ class Gpu:
         )
         return found("vram_periodic_spikes", msg, sug, change)
 
-    def _near_findings(self, s: Series, steps: Steps, lim: Limits, running: bool) -> list[Finding]:
+    def _near_findings(self, j: Judging) -> list[Finding]:
+        s, steps, lim, _, running = j
         total = self.total
         if not total or not self.near.n:
             return []
@@ -531,9 +517,7 @@ class Gpu:
             )
         ]
 
-    def _plateau_findings(
-        self, s: Series, steps: Steps, lim: Limits, now: float, running: bool
-    ) -> list[Finding]:
+    def _plateau_findings(self, j: Judging) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
         least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run).
 
@@ -542,6 +526,7 @@ class Gpu:
         sample and excursion still up. It is a real settled window: at least SETTLED_N samples and
         SETTLED_S seconds, past the first samples (warm-up climb) and past the learning-rate warm-up
         and the first optimizer step (which allocates the optimizer state), where steps are known."""
+        s, steps, lim, now, running = j
         n = self.n
         if n < SETTLED_N:
             return []

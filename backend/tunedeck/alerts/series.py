@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -109,6 +109,17 @@ class Limits:
     near_oom_share: float = 0.95
     stall_min_s: float = 120.0
     hold_s: float = 300.0
+
+
+class Judging(NamedTuple):
+    """What a detector's findings are judged on: the job (its config), where training stood when, the
+    limits, the time, and whether the job still runs."""
+
+    s: Series
+    steps: Steps
+    lim: Limits
+    now: float
+    running: bool
 
 
 def device(gpu: int | None) -> str:
