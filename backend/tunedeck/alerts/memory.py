@@ -31,6 +31,7 @@ SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
 BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 MIB64 = 64 * 1024**2
+STRETCH = 64  # samples whose levels are computed together when one of them is judged one by one
 # A settled window, for the healthy-plateau finding, holds at least this many samples (the noise
 # estimate's own window: fewer cannot tell a flat line from noise) and this many seconds (several
 # optimizer steps of any real run, whose step takes 2-20 s on a 7B LoRA).
@@ -226,26 +227,28 @@ class Gpu:
         # whole batch in turn.
         self._near(t, y, tot)
         self._plateau(n0, t, smooth, noise)
-        lv: tuple[np.ndarray, np.ndarray] | None = None  # the levels, computed only where a step needs them
         k = 0
         if self._early is not None:
             k = min(m, EARLY - n0)
-            base, spread = lv = levels(full, h)
+            base, spread = levels(full[: h + k], h)
             self._early += zip(*(a[:k].tolist() for a in (t, y, base, spread, noise, tot)))
             if n0 + k == EARLY:
                 self._settle()
         if k < m:
             rises = self._rises(full, h, k, y, noise, tot) if self.bulk else np.arange(k, m)
+            lo = hi = 0  # the levels, for samples lo to hi: computed a stretch at a time, only where needed
             while k < m:
                 if not self._up:  # nothing up: every sample up to the next rise changes nothing
                     nxt = int(rises[np.searchsorted(rises, k)]) if len(rises) and rises[-1] >= k else m
                     self.skipped += nxt - k
                     if (k := nxt) == m:
                         break
-                base, spread = lv = lv or levels(full, h)
-                self._step(
-                    float(t[k]), float(y[k]), float(base[k]), float(spread[k]), float(noise[k]), float(tot[k])
-                )
+                if k >= hi:  # past the first samples: whole windows of the LEVEL before each
+                    lo, hi = k, min(m, k + STRETCH)
+                    w = _windows(full, LEVEL)[h + lo - LEVEL : h + hi - LEVEL]
+                    base, spread = np.median(w, axis=1), np.ptp(w, axis=1)
+                b, sp = float(base[k - lo]), float(spread[k - lo])
+                self._step(float(t[k]), float(y[k]), b, sp, float(noise[k]), float(tot[k]))
                 k += 1
         self.n = n0 + m
         self.t_last, self.total = float(t[-1]), float(tot[-1])
