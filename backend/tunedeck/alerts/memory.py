@@ -260,9 +260,7 @@ class Gpu:
         their median, with a floor without the noise term, below the threshold: samples under that
         bound are quiet without the medians; the few over it are judged exactly, as `_step` would."""
         n, at = len(y) - k, h + k - LEVEL  # full[at + i : at + i + LEVEL] are the samples before y[k + i]
-        low = full[at : at + n].copy()
-        for i in range(1, LEVEL):
-            np.minimum(low, full[at + i : at + i + n], out=low)
+        low = _windows(full, LEVEL)[at : at + n].min(axis=1)
         yk, tk = y[k:], tot[k:]
         share = np.where(tk != 0, 0.02 * tk, 0.0)
         maybe = np.flatnonzero(yk > low + np.maximum(np.maximum(0.05 * low, share), MIB64))
