@@ -166,6 +166,11 @@ def periodic(times: list[float]) -> float | None:
     return p if np.mean(regular) >= 0.75 else None
 
 
+def _merged(a: list, c: list) -> list:
+    """Two consecutive plateau blocks as one."""
+    return [a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
+
+
 class _Up:
     """An excursion still above the level it rose from."""
 
@@ -256,9 +261,9 @@ class Gpu:
 
     def _rises(self, full: np.ndarray, h: int, k: int, y: np.ndarray, noise: np.ndarray, tot: np.ndarray):
         """The indices from k on of the samples that would start an excursion with nothing up (the
-        rest change nothing then). Judged first against the lowest of the last LEVEL samples, below
-        their median, with a floor without the noise term, below the threshold: samples under that
-        bound are quiet without the medians; the few over it are judged exactly, as `_step` would."""
+        rest change nothing then). A cheap bound first: the lowest of the LEVEL samples before (never
+        above their median) plus the threshold without its noise term (never above the threshold);
+        the few samples over it are judged exactly, as `_step` judges them."""
         n, at = len(y) - k, h + k - LEVEL  # full[at + i : at + i + LEVEL] are the samples before y[k + i]
         low = _windows(full, LEVEL)[at : at + n].min(axis=1)
         yk, tk = y[k:], tot[k:]
@@ -369,22 +374,8 @@ class Gpu:
                     break
                 self.blocks.append(b)
                 self._cur = None
-            if (
-                len(self.blocks) == BLOCKS
-            ):  # twice as coarse: the summary stays this size however long the run
-                self.blocks = [
-                    [
-                        a[0],
-                        a[1],
-                        c[2],
-                        a[3] + c[3],
-                        min(a[4], c[4]),
-                        max(a[5], c[5]),
-                        a[6] + c[6],
-                        a[7] + c[7],
-                    ]
-                    for a, c in zip(self.blocks[::2], self.blocks[1::2])
-                ]
+            if len(self.blocks) == BLOCKS:  # twice as coarse: the summary stays this size however long
+                self.blocks = [_merged(a, c) for a, c in zip(self.blocks[::2], self.blocks[1::2])]
                 self.block *= 2
 
     # ------------------------------------------------------------------ findings
