@@ -128,7 +128,6 @@ class Tracker:
         self.seen: dict[str, int] | None = None  # the last id of each table read
         self.rows = 0  # series rows read so far (for the scaling benchmark and tests)
         self._sql: dict[str, tuple[str, list[str], dict]] = {}
-        self.building = 0  # the job whose state build() reads
 
     def fresh(self, job_id: int) -> bool:
         """Whether the job was fed memory samples or metric points since its last evaluation."""
@@ -185,9 +184,9 @@ class Tracker:
         for st in self.jobs.values():
             st.upto = dict(hi)
 
-    def _memory_part(self, ids, jobs, gpus, t, used, total, names, nodes) -> None:
-        """Rows of memory samples, as columns (in id order; `jobs` None: all the job's being built),
-        fed by device with numpy: a Python step a row costs more than the detectors."""
+    def _memory_part(self, ids, jobs, gpus, t, used, total, names, nodes, building: int = 0) -> None:
+        """Rows of memory samples, as columns, fed by device with numpy (a Python step a row costs more
+        than the detectors): new rows in id order, or (jobs None) all the rows of the job `building`."""
         keys = [gpus]
         if len(set(nodes)) > 1:
             keys.append(np.unique(np.asarray(nodes), return_inverse=True)[1])
@@ -197,7 +196,7 @@ class Tracker:
         cut = np.flatnonzero(np.any([np.diff(k[order]) != 0 for k in keys], axis=0)) + 1
         for sel in np.split(order, cut):
             i = int(sel[0])
-            job_id = self.building if jobs is None else int(jobs[i])
+            job_id = building if jobs is None else int(jobs[i])
             st = self.jobs.get(job_id)
             if st is None:
                 continue
@@ -256,12 +255,11 @@ class Tracker:
             q = lambda: _memory_rows(of("memory")).order_by(
                 MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id
             )
-            self.building = job.id
             for part in fetch("memory", q):  # rows: id, gpu, t, used, total, name, node
                 ids, gpus, t, used, total, names, nodes = _columns(
                     part, (np.int64, np.int64, *FLOATS, None, None)
                 )
-                self._memory_part(ids, None, gpus, t, used, total, names, nodes)
+                self._memory_part(ids, None, gpus, t, used, total, names, nodes, building=job.id)
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
             for part in fetch("logs", lambda: _log_rows(of("logs")).order_by(LOGS.c.line)):
