@@ -77,6 +77,7 @@ MODULES = {
             "tests/alerts/test_corpus.py",
             "tests/alerts/test_realistic.py",
             "tests/alerts/test_properties.py",
+            "tests/alerts/test_bulk.py",
         ),
     ),
     "training": Module(

@@ -187,29 +187,20 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         )
     )
 
+    def beside_a_loss(name: str, loss, cfg: dict, kind: str) -> Trace:
+        """Healthy memory beside a loss curve that shows `kind` (the memory drawn first)."""
+        y = _memory(rng, n, level)
+        return Trace(f"{name}-{seed}", _series(y, _points(rng, 2, n, loss=loss), cfg), {kind, "vram_plateau"})
+
     # fp16 loss oscillation.
     sign = 1 if rng.random() < 0.5 else -1
     osc = lambda k: 2.0 + sign * (-1) ** k * float(rng.uniform(0.4, 0.8)) + rng.normal(0, 0.05)
-    y = _memory(rng, n, level)
-    out.append(
-        Trace(
-            f"fp16-oscillation-{seed}",
-            _series(y, _points(rng, 2, n, loss=osc), _config(fp16=True)),
-            {"loss_oscillation", "vram_plateau"},
-        )
-    )
+    out.append(beside_a_loss("fp16-oscillation", osc, _config(fp16=True), "loss_oscillation"))
 
     # NaN after a while.
     k_nan = int(rng.integers(40, 120))
     nan = lambda k: float("nan") if k >= k_nan else 2.5 * math.exp(-k / 60) + 1.0 + rng.normal(0, 0.02)
-    y = _memory(rng, n, level)
-    out.append(
-        Trace(
-            f"nan-{seed}",
-            _series(y, _points(rng, 2, n, loss=nan), _config(fp16=True)),
-            {"loss_nan", "vram_plateau"},
-        )
-    )
+    out.append(beside_a_loss("nan", nan, _config(fp16=True), "loss_nan"))
 
     # Divergence: the loss falls, then climbs away.
     k_div = int(rng.integers(50, 90))
@@ -217,14 +208,7 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         (2.5 * math.exp(-k / 30) + 1.0 if k < k_div else 1.0 * math.exp((k - k_div) / 40))
         + rng.normal(0, 0.02)
     )
-    y = _memory(rng, n, level)
-    out.append(
-        Trace(
-            f"divergence-{seed}",
-            _series(y, _points(rng, 2, n, loss=div), _config(learning_rate=5e-4)),
-            {"loss_divergence", "vram_plateau"},
-        )
-    )
+    out.append(beside_a_loss("divergence", div, _config(learning_rate=5e-4), "loss_divergence"))
     out += hard(rng, seed, n, level)
     out += stuck(np.random.default_rng(10_000 + seed), seed, n)  # its own draws: the rest stay put
     return out

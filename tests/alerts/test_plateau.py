@@ -56,6 +56,12 @@ def test_no_plateau_while_spikes_are_open_and_none_over_them():
     # Over: the settled stretch starts after the spike, and 99 s of 360 is not half the run.
     assert "vram_plateau" not in judged(y)
     y = flat(400)
+    y[150] += 20 * GiB
+    # 249 s of flat line after the spike would do, but live the spike is still open: none yet.
+    live = judged(y, running=True, now=T0 + 399)
+    assert live["vram_spike"].open and "vram_plateau" not in live
+    assert judged(y)["vram_plateau"].times[0] > T0 + 150
+    y = flat(400)
     y[60] += 20 * GiB
     over = judged(y)  # a spike early on, then 340 s of flat line: settled after it
     assert over["vram_plateau"].times[0] > T0 + 60 and "vram_spike" in over

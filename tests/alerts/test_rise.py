@@ -30,6 +30,16 @@ def live(y: np.ndarray, k: int) -> dict:
     return {f.kind: f for f in analyze(s)}
 
 
+def store(engine, job_id: int, y: np.ndarray, lo: int, hi: int) -> None:
+    """Samples y[lo : hi + 1] of GPU 0, one a second, into the database."""
+    rows = [
+        {"job_id": job_id, "line": k, "t": T0 + k, "gpu": 0, "used_bytes": int(y[k]), "total_bytes": TOTAL}
+        for k in range(lo, hi + 1)
+    ]
+    with engine.begin() as conn:
+        conn.execute(MemorySample.__table__.insert(), rows)
+
+
 def test_a_spike_is_alerted_on_the_sample_that_rose():
     y = flat(200)
     y[150] += 30 * GiB
@@ -73,19 +83,7 @@ def test_the_alert_opens_on_the_rise_closes_on_a_level_change_and_reopens_when_i
     def upto(i: int) -> list[Alert]:
         """The samples up to i stored, then one pass of the engine."""
         nonlocal stored
-        rows = [
-            {
-                "job_id": job_id,
-                "line": k,
-                "t": T0 + k,
-                "gpu": 0,
-                "used_bytes": int(y[k]),
-                "total_bytes": TOTAL,
-            }
-            for k in range(stored + 1, i + 1)
-        ]
-        with engine.begin() as conn:
-            conn.execute(MemorySample.__table__.insert(), rows)
+        store(engine, job_id, y, stored + 1, i)
         stored = i
         tracker.evaluate(job_id, now=T0 + i)
         with Session(engine) as s:
@@ -125,19 +123,7 @@ def test_a_change_to_an_open_alert_reaches_the_streams(tmp_path):
     told: list[set[int]] = []
 
     def upto(lo: int, hi: int) -> tuple[list[Alert], int]:
-        rows = [
-            {
-                "job_id": job_id,
-                "line": k,
-                "t": T0 + k,
-                "gpu": 0,
-                "used_bytes": int(y[k]),
-                "total_bytes": TOTAL,
-            }
-            for k in range(lo, hi + 1)
-        ]
-        with engine.begin() as conn:
-            conn.execute(MemorySample.__table__.insert(), rows)
+        store(engine, job_id, y, lo, hi)
         tracker.evaluate(job_id, now=T0 + hi, on_closed=told.append)
         with Session(engine) as s:
             seq = s.exec(text("SELECT seq FROM job_changes WHERE job_id = :j").bindparams(j=job_id)).one()[0]

@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import numpy as np
+from sqlalchemy import Engine, event
 from sqlmodel import Session, select
 
-from tests.alerts.corpus import generate
+from tests.alerts.corpus import T0, generate
 from tests.utils.wait import DEADLINE, until
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
@@ -38,6 +39,21 @@ def new_job(engine, **kw) -> int:
         s.add(job)
         s.commit()
         return job.id
+
+
+def database(tmp_path) -> tuple[Engine, int]:
+    """A real SQLite file with one running job."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    return engine, new_job(engine)
+
+
+def samples(job_id: int, y: np.ndarray) -> list[dict]:
+    """GPU 0's rows of y, one a second from T0."""
+    return [
+        {"job_id": job_id, "line": i, "t": T0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
+        for i, v in enumerate(y)
+    ]
 
 
 def batches(trace, per: int = 10):
@@ -79,9 +95,7 @@ def open_alerts(engine, job_id):
 
 
 def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = new_job(engine)
+    engine, job_id = database(tmp_path)
     trace = next(t for t in generate(0) if t.name == "periodic-ga4-0")
     writer = IngestWriter(engine)
     writer.start()
@@ -112,18 +126,12 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
 
 
 def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = new_job(engine)
+    engine, job_id = database(tmp_path)
     rng = np.random.default_rng(0)
     y = 50 * GiB + rng.normal(0, 0.05 * GiB, 900)
     y[100] += 30 * GiB
     y[800] += 30 * GiB
-    t0 = 1_800_000_000.0
-    rows = [
-        {"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
-        for i, v in enumerate(y)
-    ]
+    rows = samples(job_id, y)
     tracker = alerts.Tracker(engine, alerts.Limits(hold_s=300))
 
     def upto(i: int):
@@ -132,24 +140,51 @@ def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
                 MemorySample.__table__.insert(), [r for r in rows if r["line"] <= i and r["line"] > upto.done]
             )
         upto.done = i
-        tracker.evaluate(job_id, now=t0 + i)
+        tracker.evaluate(job_id, now=T0 + i)
         with Session(engine) as s:
             return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
 
     upto.done = -1
     (a,) = upto(101)
-    assert a.open and a.count == 1 and a.t == t0 + 100
+    assert a.open and a.count == 1 and a.t == T0 + 100
     assert "+30.0 GiB above the 50.0 GiB baseline" in a.message
     (a,) = upto(500)  # hold time passed without a new spike: closed
     assert not a.open
     first, second = upto(801)  # it recurs: a new episode, the old one stays closed
-    assert not first.open and second.open and second.first_t == t0 + 800 and second.count == 1
+    assert not first.open and second.open and second.first_t == T0 + 800 and second.count == 1
+
+
+def test_an_evaluation_that_finds_what_is_stored_writes_nothing(tmp_path):
+    """Judged again with nothing new, a job's alerts are not read or written again; a change is."""
+    engine, job_id = database(tmp_path)
+    y = 50 * GiB + np.random.default_rng(1).normal(0, 0.05 * GiB, 300)
+    y[[100, 250]] += 30 * GiB
+    rows = samples(job_id, y)
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    tracker = alerts.Tracker(engine, alerts.Limits())
+
+    def judged(upto: int) -> list[str]:
+        new = [r for r in rows if judged.done < r["line"] <= upto]
+        if new:
+            with engine.begin() as conn:
+                conn.execute(MemorySample.__table__.insert(), new)
+        judged.done = upto
+        statements.clear()
+        tracker.evaluate(job_id, now=T0 + upto)
+        return [q for q in statements if "alerts" in q]
+
+    judged.done = -1
+    assert judged(120)  # the spike: stored
+    assert judged(120) == []  # nothing new
+    assert judged(251)  # another spike: the alert's count changes
+    with Session(engine) as s:
+        (a,) = s.exec(select(Alert).where(Alert.job_id == job_id))
+    assert a.kind == "vram_spike" and a.count == 2 and a.open
 
 
 def test_downsampling_keeps_every_peak(tmp_path):
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = new_job(engine)
+    engine, job_id = database(tmp_path)
     trace = next(t for t in generate(1) if t.name == "periodic-ga8-1")
     writer = IngestWriter(engine)
     writer.start()
@@ -195,9 +230,7 @@ class Hook(BaseHTTPRequestHandler):
 def test_webhooks_are_retried_and_never_block(tmp_path):
     http = HTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=http.serve_forever, daemon=True).start()
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = new_job(engine)
+    engine, job_id = database(tmp_path)
     settings = Settings(
         workspace=tmp_path,
         webhook_urls=[f"http://127.0.0.1:{http.server_port}/hook", "http://127.0.0.1:9/dead"],
@@ -254,16 +287,10 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
 def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_path):
     """The interval between two judgements of a job holds back output lines, never a new sample: a
     spike's confirming sample is judged on the engine's next pass, not an interval later."""
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = new_job(engine)
+    engine, job_id = database(tmp_path)
     y = 50 * GiB + np.random.default_rng(1).normal(0, 0.05 * GiB, 102)
     y[100] += 30 * GiB
-    t0 = 1_800_000_000.0
-    rows = [
-        {"job_id": job_id, "line": i, "t": t0 + i, "gpu": 0, "used_bytes": int(v), "total_bytes": 192 * GiB}
-        for i, v in enumerate(y)
-    ]
+    rows = samples(job_id, y)
     judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=3600))
 
     def store(table, items) -> list[Alert]:
@@ -275,11 +302,11 @@ def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_pa
             return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
 
     assert store(MemorySample.__table__, rows[:100]) == []  # the first judgement builds the state
-    line = {"job_id": job_id, "line": 0, "t": t0 + 100, "stream": "stderr", "text": "step 1"}
+    line = {"job_id": job_id, "line": 0, "t": T0 + 100, "stream": "stderr", "text": "step 1"}
     assert store(LogLine.__table__, [line]) == []  # output alone: left for the interval
     assert judge.tracker.jobs[job_id].upto["logs"] > 0  # ... though already read
     (a,) = store(MemorySample.__table__, rows[100:])
-    assert a.open and a.t == t0 + 100
+    assert a.open and a.t == T0 + 100
 
 
 def test_the_log_prefilter_lets_every_oom_and_flush_line_through():

@@ -13,15 +13,15 @@ import math
 from collections import deque
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from tunedeck.alerts import advice
 from tunedeck.alerts.phases import in_phase
-from tunedeck.alerts.series import KEEP, Finding, Limits, Occurrences, Series, Steps, device, gib
+from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, device, gib
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
-WINDOW = 30  # samples in the noise estimate (29 or 31 moves it by one difference in thirty: equivalent)
+WINDOW = 30  # samples in the noise estimate (even: _mads takes the mean of the two middle values)
 MAX_SPIKE = 3  # the widest excursion the first samples' rule accepts
 AFTER = 5  # samples after an early excursion that show the level it fell back to
 EARLY = HISTORY - 1 + MAX_SPIKE + AFTER  # samples that settle the first samples' rule
@@ -31,6 +31,7 @@ SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
 BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 MIB64 = 64 * 1024**2
+STRETCH = 64  # samples whose levels are computed together when one of them is judged one by one
 # A settled window, for the healthy-plateau finding, holds at least this many samples (the noise
 # estimate's own window: fewer cannot tell a flat line from noise) and this many seconds (several
 # optimizer steps of any real run, whose step takes 2-20 s on a 7B LoRA).
@@ -55,39 +56,65 @@ def _mad(w: np.ndarray) -> float:
     return float(np.median(np.abs(w - np.median(w)))) * NOISE if len(w) else 0.0
 
 
-def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _windows(a: np.ndarray, w: int) -> np.ndarray:
+    """The windows of w samples of a, as rows (a read-only view; sliding_window_view's checks cost more
+    than the rest on a batch of a few samples)."""
+    return as_strided(a, (len(a) - w + 1, w), (a.strides[0], a.strides[0]), writeable=False)
+
+
+def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
     """For each sample of full[h:], from the samples before it: the level (median of the last LEVEL)
-    and their spread (max - min), the noise (MAD of the last WINDOW step-to-step differences, which a
-    warm-up ramp or a level change does not inflate); and the plateau's smoothed value (median of the
-    last SMOOTH, itself included).
-    full[:h] holds the WINDOW + 1 samples before, or every one when the run is shorter (then full[0] is
-    the run's first sample, which pads the smoothing window as if it had been there before)."""
+    and their spread (max - min).
+    full[:h] holds the WINDOW + 1 samples before, or every one when the run is shorter."""
     m = len(full) - h
-    base, spread, noise, smooth = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+    base, spread = np.empty(m), np.empty(m)
+    for p in range(h, min(h + m, LEVEL)):  # windows cut short by the start of the run
+        base[p - h] = float(np.median(full[:p])) if p else math.nan
+        spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
+    lo = max(h, LEVEL)
+    if lo < h + m:
+        w = _windows(full[:-1], LEVEL)[lo - LEVEL :]
+        base[lo - h :], spread[lo - h :] = np.median(w, axis=1), np.ptp(w, axis=1)
+    return base, spread
+
+
+def _mads(w: np.ndarray) -> np.ndarray:
+    """The MAD of each row of w (rows of an even length), as np.median would give it, for a fraction of
+    its cost: one sort; the deviations from the median then lie in two sorted runs (below and above
+    it), whose two middle order statistics are found without sorting again."""
+    h = w.shape[1] // 2
+    s = np.sort(w, axis=1).T  # a column a window: the steps below run along the rows, over all windows
+    med = (s[h - 1] + s[h]) / 2
+    a, b = np.abs(s[h - 1 :: -1] - med), np.abs(s[h:] - med)  # below and above the median, smallest first
+    # The k-th smallest of two sorted runs: the least, over the ways to take k + 1 from them, of the
+    # largest taken.
+    lower = np.minimum(np.minimum(a[h - 1], b[h - 1]), np.maximum(a[: h - 1], b[h - 2 :: -1]).min(axis=0))
+    upper = np.maximum(a, b[::-1]).min(axis=0)
+    return (lower + upper) / 2
+
+
+def noise_smooth(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each sample of full[h:]: the noise (MAD of the last WINDOW step-to-step differences before
+    it, which a warm-up ramp or a level change does not inflate) and the plateau's smoothed value
+    (median of the last SMOOTH, itself included). full[:h] as for `levels`; when the run is shorter,
+    full[0] is its first sample, which pads the smoothing window as if it had been there before."""
+    m = len(full) - h
+    noise, smooth = np.empty(m), np.empty(m)
     d = np.diff(full)  # d[r] = full[r + 1] - full[r]
-    # Windows cut short by the start of the run (only ever in its first WINDOW + 1 samples).
-    for p in range(h, min(h + m, WINDOW + 1)):
+    for p in range(h, min(h + m, WINDOW + 1)):  # windows cut short by the start of the run
         noise[p - h] = _mad(d[: max(0, p - 1)])  # p <= WINDOW: the window starts at the run's start
-        if p < LEVEL:
-            base[p - h] = float(np.median(full[:p])) if p else math.nan
-            spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
-        # Up to SMOOTH - 1 itself, where the padding is empty and the window whole (as below, same value).
-        if p < SMOOTH:
+        if p < SMOOTH - 1:  # the padding (SMOOTH - 1 itself: no padding, the window whole, as below)
             smooth[p - h] = float(
                 np.median(np.concatenate([np.repeat(full[0], SMOOTH - 1 - p), full[: p + 1]]))
             )
-    lo = max(h, LEVEL)
-    if lo < h + m:
-        w = sliding_window_view(full[:-1], LEVEL)[lo - LEVEL :]
-        base[lo - h :], spread[lo - h :] = np.median(w, axis=1), np.ptp(w, axis=1)
     lo = max(h, WINDOW + 1)
     if lo < h + m:
-        w = sliding_window_view(d[:-1], WINDOW)[lo - 1 - WINDOW :]
-        noise[lo - h :] = np.median(np.abs(w - np.median(w, axis=1)[:, None]), axis=1) * NOISE
+        noise[lo - h :] = _mads(_windows(d[:-1], WINDOW)[lo - 1 - WINDOW :]) * NOISE
     lo = max(h, SMOOTH - 1)
-    if lo < h + m:
-        smooth[lo - h :] = np.median(sliding_window_view(full, SMOOTH)[lo - SMOOTH + 1 :], axis=1)
-    return base, spread, noise, smooth
+    if lo < h + m:  # an odd window: its median is its middle value
+        w = _windows(full, SMOOTH)[lo - SMOOTH + 1 :]
+        smooth[lo - h :] = np.partition(w, SMOOTH // 2, axis=1)[:, SMOOTH // 2]
+    return noise, smooth
 
 
 def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, int, float]], int]:
@@ -139,6 +166,11 @@ def periodic(times: list[float]) -> float | None:
     return p if np.mean(regular) >= 0.75 else None
 
 
+def _merged(a: list, c: list) -> list:
+    """Two consecutive plateau blocks as one."""
+    return [a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
+
+
 class _Up:
     """An excursion still above the level it rose from."""
 
@@ -156,9 +188,10 @@ class _Up:
 
 
 class Gpu:
-    """One device's detector state."""
+    """One device's detector state. `bulk=False` judges every sample one by one (the reference the
+    bulk path is held to)."""
 
-    def __init__(self, gpu: int, lim: Limits):
+    def __init__(self, gpu: int, lim: Limits, bulk: bool = True):
         self.gpu, self.share = gpu, lim.near_oom_share
         self.mem = "memory" if gpu == -1 else "VRAM"  # a CPU job's series is the host's memory
         self.n = 0
@@ -180,6 +213,8 @@ class Gpu:
         self.blocks: list[list] = []
         self.block = 1
         self._cur: list | None = None
+        self.bulk = bulk
+        self.skipped = 0  # samples passed over in bulk, nothing up and none rising (benchmarks, tests)
 
     def feed(self, t: np.ndarray, y: np.ndarray, total: np.ndarray) -> None:
         """Consume samples in time order (total 0 where unknown)."""
@@ -187,24 +222,59 @@ class Gpu:
             return
         if (self.n and t[0] < self.t_last) or (len(t) > 1 and np.any(np.diff(t) < 0)):
             raise OutOfOrder(f"GPU {self.gpu}: a sample at {float(np.min(t))} after one at {self.t_last}")
-        full = np.concatenate([self._hist, y])
-        base, spread, noise, smooth = levels(full, len(self._hist))
+        full, h = np.concatenate([self._hist, y]), len(self._hist)
+        noise, smooth = noise_smooth(full, h)
         tot = np.maximum.accumulate(np.concatenate([[self.total], total]))[1:]
         if not self.n:
             self.t_first = float(t[0])
-        for k in range(len(t)):
-            ti, yi, nk, tk = float(t[k]), float(y[k]), float(noise[k]), float(tot[k])
-            g, self.n = self.n, self.n + 1
-            self._near(ti, yi, tk)
-            self._plateau(g, ti, float(smooth[k]), nk)
-            if self._early is None:
-                self._step(ti, yi, float(base[k]), float(spread[k]), nk, tk)
-                continue
-            self._early.append((ti, yi, float(base[k]), float(spread[k]), nk, tk))
-            if self.n == EARLY:
+        n0, m = self.n, len(t)
+        # The three detectors share no state but calm_from, which each only raises: each takes the
+        # whole batch in turn.
+        self._near(t, y, tot)
+        self._plateau(n0, t, smooth, noise)
+        k = 0
+        if self._early is not None:
+            k = min(m, EARLY - n0)
+            base, spread = levels(full[: h + k], h)
+            self._early += zip(*(a[:k].tolist() for a in (t, y, base, spread, noise, tot)))
+            if n0 + k == EARLY:
                 self._settle()
+        if k < m:
+            rises = self._rises(full, h, k, y, noise, tot) if self.bulk else np.arange(k, m)
+            lo = hi = 0  # the levels, for samples lo to hi: computed a stretch at a time, only where needed
+            while k < m:
+                if not self._up:  # nothing up: every sample up to the next rise changes nothing
+                    nxt = int(rises[np.searchsorted(rises, k)]) if len(rises) and rises[-1] >= k else m
+                    self.skipped += nxt - k
+                    if (k := nxt) == m:
+                        break
+                if k >= hi:  # past the first samples: whole windows of the LEVEL before each
+                    lo, hi = k, min(m, k + STRETCH)
+                    w = _windows(full, LEVEL)[h + lo - LEVEL : h + hi - LEVEL]
+                    base, spread = np.median(w, axis=1), np.ptp(w, axis=1)
+                b, sp = float(base[k - lo]), float(spread[k - lo])
+                self._step(float(t[k]), float(y[k]), b, sp, float(noise[k]), float(tot[k]))
+                k += 1
+        self.n = n0 + m
         self.t_last, self.total = float(t[-1]), float(tot[-1])
         self._hist = full[-(WINDOW + 1) :]
+
+    def _rises(self, full: np.ndarray, h: int, k: int, y: np.ndarray, noise: np.ndarray, tot: np.ndarray):
+        """The indices from k on of the samples that would start an excursion with nothing up (the
+        rest change nothing then). A cheap bound first: the lowest of the LEVEL samples before (never
+        above their median) plus the threshold without its noise term (never above the threshold);
+        the few samples over it are judged exactly, as `_step` judges them."""
+        n, at = len(y) - k, h + k - LEVEL  # full[at + i : at + i + LEVEL] are the samples before y[k + i]
+        low = _windows(full, LEVEL)[at : at + n].min(axis=1)
+        yk, tk = y[k:], tot[k:]
+        share = np.where(tk != 0, 0.02 * tk, 0.0)
+        maybe = np.flatnonzero(yk > low + np.maximum(np.maximum(0.05 * low, share), MIB64))
+        if not len(maybe):
+            return maybe
+        w = _windows(full, LEVEL)[at + maybe]
+        base = np.median(w, axis=1)
+        thr = np.maximum(np.maximum(6 * noise[k:][maybe], 0.05 * base), np.maximum(share[maybe], MIB64))
+        return k + maybe[yk[maybe] > base + thr]
 
     def _settle(self) -> None:
         """Judge the first samples (the early rule), then go on judging each against the level before it."""
@@ -254,43 +324,63 @@ class Gpu:
             self.largest = (peak, base, early)
         self.widest = max(self.widest, lasted)
 
-    def _near(self, t: float, y: float, total: float) -> None:
-        above = total > 0 and y >= self.share * total
-        self.run = self.run + 1 if above else 0
-        self.longest = max(self.longest, self.run)
-        if above:
-            self.near_peak = max(self.near_peak, y)
-            self.calm_from = max(self.calm_from, t)
-        if self.run >= 3:  # sustained: three samples in a row
-            self.near.add(t)
-
-    def _plateau(self, g: int, t: float, s: float, noise: float) -> None:
-        b = self._cur
-        if b is None:
-            b = self._cur = [g, t, t, 0, s, s, 0.0, 0.0]
-        b[2], b[3], b[4], b[5], b[6], b[7] = t, b[3] + 1, min(b[4], s), max(b[5], s), b[6] + s, b[7] + noise
-        if b[3] < self.block:
+    def _near(self, t: np.ndarray, y: np.ndarray, tot: np.ndarray) -> None:
+        above = (tot > 0) & (y >= self.share * tot)
+        if not above.any():
+            self.run = 0
             return
-        self.blocks.append(b)
-        self._cur = None
-        if len(self.blocks) == BLOCKS:  # twice as coarse: the summary stays this size however long the run
-            self.blocks = [
-                [a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
-                for a, c in zip(self.blocks[::2], self.blocks[1::2])
-            ]
-            self.block *= 2
+        k = np.arange(len(y))
+        last_below = np.maximum.accumulate(np.where(above, -1, k))
+        run = np.where(last_below >= 0, k - last_below, self.run + k + 1)  # samples in a row over, to each
+        self.run, self.longest = int(run[-1]), max(self.longest, int(run.max()))
+        self.near_peak = max(self.near_peak, float(y[above].max()))
+        self.calm_from = max(self.calm_from, float(t[above][-1]))
+        self.near.extend(t[run >= 3].tolist())  # sustained: three samples in a row
+
+    def _plateau(self, g: int, t: np.ndarray, s: np.ndarray, noise: np.ndarray) -> None:
+        """Samples g, g + 1, ... into the blocks. The sums add sample by sample, in order (cumulative
+        sums): summed otherwise they could differ in the last bit with how the samples came in."""
+        k, m = 0, len(t)
+        while k < m:
+            b = self._cur
+            if b is None and m - k >= self.block:  # whole blocks at once, up to the next coarsening
+                n = min((m - k) // self.block, BLOCKS - len(self.blocks))
+                j = k + n * self.block
+                ts, ss, ns = (v[k:j].reshape(n, self.block) for v in (t, s, noise))
+                self.blocks += map(
+                    list,
+                    zip(
+                        range(g + k, g + j, self.block),
+                        ts[:, 0].tolist(),
+                        ts[:, -1].tolist(),
+                        [self.block] * n,
+                        ss.min(axis=1).tolist(),
+                        ss.max(axis=1).tolist(),
+                        np.cumsum(ss, axis=1)[:, -1].tolist(),
+                        np.cumsum(ns, axis=1)[:, -1].tolist(),
+                    ),
+                )
+                k = j
+            else:
+                if b is None:
+                    b = self._cur = [g + k, float(t[k]), 0.0, 0, float(s[k]), float(s[k]), 0.0, 0.0]
+                j = min(m, k + self.block - b[3])
+                b[2], b[3] = float(t[j - 1]), b[3] + j - k
+                b[4], b[5] = min(b[4], float(s[k:j].min())), max(b[5], float(s[k:j].max()))
+                b[6] = float(np.cumsum(np.concatenate([[b[6]], s[k:j]]))[-1])
+                b[7] = float(np.cumsum(np.concatenate([[b[7]], noise[k:j]]))[-1])
+                k = j
+                if b[3] < self.block:
+                    break
+                self.blocks.append(b)
+                self._cur = None
+            if len(self.blocks) == BLOCKS:  # twice as coarse: the summary stays this size however long
+                self.blocks = [_merged(a, c) for a, c in zip(self.blocks[::2], self.blocks[1::2])]
+                self.block *= 2
 
     # ------------------------------------------------------------------ findings
 
-    def findings(
-        self,
-        s: Series,
-        steps: Steps,
-        lim: Limits,
-        now: float,
-        running: bool,
-        evals: Evals | None = None,
-    ) -> list[Finding]:
+    def findings(self, j: Judging, evals: Evals | None = None) -> list[Finding]:
         """`evals`: the eval phases (starts, ends) and a step's duration: their own rises are no spikes."""
         if not self.n:
             return []
@@ -299,9 +389,9 @@ class Gpu:
             judged = copy.deepcopy(self)
             judged._settle()
         return [
-            *judged._spike_findings(s, steps, lim, now, running, evals),
-            *self._near_findings(s, steps, lim, running),
-            *judged._plateau_findings(s, steps, lim, now, running),
+            *judged._spike_findings(j, evals),
+            *self._near_findings(j),
+            *judged._plateau_findings(j),
         ]
 
     def _pending(self) -> list[tuple[float, float, float, bool, float]]:
@@ -328,15 +418,8 @@ class Gpu:
         first = kept[0][0] if n == len(kept) else self.spikes.first
         return n, first, [r[0] for r in kept], big[1:4], max(r[4] for r in kept)
 
-    def _spike_findings(
-        self,
-        s: Series,
-        steps: Steps,
-        lim: Limits,
-        now: float,
-        running: bool,
-        evals: Evals | None = None,
-    ) -> list[Finding]:
+    def _spike_findings(self, j: Judging, evals: Evals | None = None) -> list[Finding]:
+        s, steps, lim, now, running = j
         gpu, total = self.gpu, self.total or None
         pending = self._pending() if running else []
         if not self.spikes.n and not pending:
@@ -399,7 +482,8 @@ class Gpu:
         )
         return found("vram_periodic_spikes", msg, sug, change)
 
-    def _near_findings(self, s: Series, steps: Steps, lim: Limits, running: bool) -> list[Finding]:
+    def _near_findings(self, j: Judging) -> list[Finding]:
+        s, steps, lim, _, running = j
         total = self.total
         if not total or not self.near.n:
             return []
@@ -425,9 +509,7 @@ class Gpu:
             )
         ]
 
-    def _plateau_findings(
-        self, s: Series, steps: Steps, lim: Limits, now: float, running: bool
-    ) -> list[Finding]:
+    def _plateau_findings(self, j: Judging) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
         least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run).
 
@@ -436,6 +518,7 @@ class Gpu:
         sample and excursion still up. It is a real settled window: at least SETTLED_N samples and
         SETTLED_S seconds, past the first samples (warm-up climb) and past the learning-rate warm-up
         and the first optimizer step (which allocates the optimizer state), where steps are known."""
+        s, steps, lim, now, running = j
         n = self.n
         if n < SETTLED_N:
             return []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -91,6 +91,12 @@ class Occurrences:
         self.n += 1
         self.recent.append(t)
 
+    def extend(self, ts: list[float]) -> None:
+        if ts:
+            self.first = ts[0] if not self.n else self.first
+            self.n += len(ts)
+            self.recent.extend(ts[-KEEP:])
+
     def times(self) -> list[float]:
         return list(self.recent)
 
@@ -103,6 +109,17 @@ class Limits:
     near_oom_share: float = 0.95
     stall_min_s: float = 120.0
     hold_s: float = 300.0
+
+
+class Judging(NamedTuple):
+    """What a detector's findings are judged on: the job (its config), where training stood when, the
+    limits, the time, and whether the job still runs."""
+
+    s: Series
+    steps: Steps
+    lim: Limits
+    now: float
+    running: bool
 
 
 def device(gpu: int | None) -> str:
@@ -139,7 +156,7 @@ class Steps:
                 np.fromiter(self.t, np.float64, len(self.t)),
                 np.fromiter(self.step, np.float64, len(self.t)),
             )
-        return [float(x) for x in np.interp(times, *self._arrays)]
+        return np.interp(times, *self._arrays).tolist()
 
     def reached(self, step: int) -> float | None:
         """The time of the first kept point at or past this step (None: not reached yet)."""

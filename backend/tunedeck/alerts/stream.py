@@ -9,7 +9,7 @@ import numpy as np
 
 from tunedeck.alerts.memory import Gpu, OutOfOrder
 from tunedeck.alerts.phases import EvalPhases
-from tunedeck.alerts.series import Finding, Limits, Point, Series, Steps
+from tunedeck.alerts.series import Finding, Judging, Limits, Point, Series, Steps
 from tunedeck.alerts.training import Training
 
 __all__ = ["OutOfOrder", "Run"]
@@ -39,7 +39,8 @@ class Run:
         state = self.gpus.get((node, gpu))
         if state is None:
             state = self.gpus[(node, gpu)] = Gpu(gpu, self.limits)
-        tot = np.zeros(len(t)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
+        tot = np.zeros(len(t)) if total is None else np.array(total, dtype=np.float64)
+        tot[np.isnan(tot)] = 0.0  # None: unknown
         state.feed(np.asarray(t, dtype=np.float64), np.asarray(used, dtype=np.float64), tot)
 
     def feed_points(self, points: Iterable[Point]) -> None:
@@ -64,16 +65,17 @@ class Run:
         now = self.end() if now is None else now
         out: list[Finding] = []
         evals = (self.evals.spans(), self.evals.step_s())
+        j = Judging(self.meta, self.steps, self.limits, now, running)
         named = len({node for node, _ in self.gpus}) > 1  # one node: no node in the messages, as before
         for node, gpu in sorted(self.gpus):
-            for f in self.gpus[(node, gpu)].findings(self.meta, self.steps, self.limits, now, running, evals):
+            for f in self.gpus[(node, gpu)].findings(j, evals):
                 f.node = node
                 if named and node:
                     f.message = f"{node} {f.message}"  # "node-b GPU 0: ..."
                 out.append(f)
         alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
         host = any(g.n for (_, gpu), g in self.gpus.items() if gpu == -1)
-        return out + self.training.findings(self.meta, self.steps, self.limits, now, running, alive, host)
+        return out + self.training.findings(j, alive, host)
 
 
 def feed_series(run: Run, s: Series) -> Run:

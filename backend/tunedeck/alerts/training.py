@@ -14,7 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import Finding, Limits, Occurrences, Point, Series, Steps
+from tunedeck.alerts.series import Finding, Judging, Limits, Occurrences, Point, Series, Steps
 
 # CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS, and
 # a thread whose stack no longer fits in the address space (which of these comes first is chance).
@@ -218,16 +218,8 @@ class Training:
             self.stalls.add(gap[0] + bar)
             self.last_gap = gap
 
-    def findings(
-        self,
-        s: Series,
-        steps: Steps,
-        lim: Limits,
-        now: float,
-        running: bool,
-        alive_until: float | None,
-        host_memory: bool,
-    ) -> list[Finding]:
+    def findings(self, j: Judging, alive_until: float | None, host_memory: bool) -> list[Finding]:
+        s, steps, lim, now, running = j
         return [
             *self._nan(s, running),
             *self._divergence(s, running),

@@ -8,7 +8,9 @@ import json
 import logging
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -76,9 +78,20 @@ def meta_of(job: Job) -> Series:
 
 
 def _memory_rows(q: Select) -> Select:
-    return q.add_columns(
-        MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, MEMORY.c.total_bytes, MEMORY.c.name, MEMORY.c.node
-    )
+    total = func.coalesce(MEMORY.c.total_bytes, 0)  # 0: unknown
+    return q.add_columns(MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.used_bytes, total, MEMORY.c.name, MEMORY.c.node)
+
+
+FLOATS = (np.float64,) * 3  # t, used, total
+
+
+def _columns(rows: list[tuple], types: tuple) -> list:
+    """The rows' columns: numpy arrays of the given types, lists where the type is None."""
+    n = len(rows)
+    return [
+        list(map(itemgetter(k), rows)) if ty is None else np.fromiter(map(itemgetter(k), rows), ty, n)
+        for k, ty in enumerate(types)
+    ]
 
 
 def _metric_rows(q: Select) -> Select:
@@ -96,12 +109,13 @@ def _log_rows(q: Select) -> Select:
 class _Followed:
     """A job's detector state and where in its stored series it stands."""
 
-    __slots__ = ("fresh", "line", "log_line", "run", "upto")
+    __slots__ = ("fresh", "line", "log_line", "run", "said", "upto")
 
     def __init__(self, run: Run, upto: dict[str, int]):
         self.run, self.upto = run, upto  # upto: the last id of each table already fed
         self.line = self.log_line = -1  # the last metric and log line fed
         self.fresh = False  # fed memory samples or metric points since its last evaluation
+        self.said: list[Finding] | None = None  # the findings last stored (the job's alerts change only here)
 
 
 class Tracker:
@@ -150,7 +164,7 @@ class Tracker:
                 last = first + len(cols["line"]) - 1
                 st = self.jobs.get(job_id)
                 if st is not None and last > st.upto["memory"]:  # not already in a state built since
-                    self._columns(job_id, node, cols)
+                    self._batch(st, job_id, node, cols)
                 first = last + 1
             self.seen["memory"] = fresh.top
             for st in self.jobs.values():
@@ -159,17 +173,19 @@ class Tracker:
         finally:
             self.lock.release()
 
-    def _columns(self, job_id: int, node: str, cols: dict[str, Any]) -> None:
+    def _batch(self, st: _Followed, job_id: int, node: str, cols: dict[str, Any]) -> None:
         """One batch's samples, as stored, device by device in the order they came."""
         gpu = np.asarray(cols["gpu"])
         t = np.asarray(cols["t"], dtype=np.float64)
         used = np.asarray(cols["used_bytes"], dtype=np.float64)
         total, names = cols.get("total_bytes"), cols.get("name")
-        tot = None if total is None else np.array([x or 0 for x in total], dtype=np.float64)
+        tot = np.zeros(len(t)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
         for g in dict.fromkeys(gpu.tolist()):
             at = np.flatnonzero(gpu == g)
             name = names[at[-1]] if names is not None else None
-            self._memory(job_id, g, t[at], used[at], None if tot is None else tot[at], name, node)
+            self._memory(st, job_id, g, t[at], used[at], tot[at], name, node)
+            if job_id not in self.jobs:  # out of order: it is built again from the stored series
+                return
 
     def _rows(self, conn: Connection, shape: str, query: Callable[[], Select], **values):
         """The rows of `query` (compiled once per `shape`, its bind parameters from `values`), straight
@@ -197,14 +213,8 @@ class Tracker:
         def fetch(name: str, query: Callable[[Select], Select]):
             return self._rows(conn, f"new {name}", lambda: query(new(name)), lo=lo[name], hi=hi[name])
 
-        for part in fetch("memory", _memory_rows):
-            by: dict[tuple[int, str, int], list] = {}
-            for r in part:
-                st = self.jobs.get(r[1])
-                if st is not None and r[0] > st.upto["memory"]:
-                    by.setdefault((r[1], r[7], r[2]), []).append(r)
-            for (job_id, node, gpu), rows in by.items():
-                self._rows_of(job_id, gpu, rows, node)
+        for part in fetch("memory", _memory_rows):  # rows: id, job_id, gpu, t, used, total, name, node
+            self._memory_part(*_columns(part, (np.int64, np.int64, np.int64, *FLOATS, None, None)))
         for part in fetch("metrics", _metric_rows):
             for job_id, rows in _by_job(part, self.jobs, "metrics").items():
                 self._points(job_id, rows)
@@ -214,15 +224,31 @@ class Tracker:
         for st in self.jobs.values():
             st.upto = dict(hi)
 
-    def _rows_of(self, job_id: int, gpu: int, rows: list, node: str = "") -> None:
-        """Stored rows (id, job, gpu, t, used, total, name, node) of one device."""
-        total = [r[5] for r in rows]
-        self._memory(job_id, gpu, [r[3] for r in rows], [r[4] for r in rows], total, rows[-1][6], node)
+    def _memory_part(self, ids, jobs, gpus, t, used, total, names, nodes, building: int = 0) -> None:
+        """Rows of memory samples, as columns, fed by device with numpy (a Python step a row costs more
+        than the detectors): new rows in id order, or (jobs None) all the rows of the job `building`."""
+        keys = [gpus]
+        if len(set(nodes)) > 1:
+            keys.append(np.unique(np.asarray(nodes), return_inverse=True)[1])
+        if jobs is not None:
+            keys.append(jobs)
+        order = np.lexsort(keys)  # by job, node, device; in id order within each (a stable sort)
+        cut = np.flatnonzero(np.any([np.diff(k[order]) != 0 for k in keys], axis=0)) + 1
+        for sel in np.split(order, cut):
+            i = int(sel[0])
+            job_id = building if jobs is None else int(jobs[i])
+            st = self.jobs.get(job_id)
+            if st is None:
+                continue
+            if jobs is not None:  # a job built since the last pass has the rows up to where it was built
+                sel = sel[np.searchsorted(ids[sel], st.upto["memory"], side="right") :]
+                if not len(sel):
+                    continue
+            self._memory(st, job_id, int(gpus[i]), t[sel], used[sel], total[sel], names[sel[-1]], nodes[i])
 
-    def _memory(self, job_id: int, gpu: int, t, used, total, name: str | None, node: str = "") -> None:
-        st = self.jobs.get(job_id)
-        if st is None:
-            return
+    def _memory(
+        self, st: _Followed, job_id: int, gpu: int, t, used, total, name: str | None, node: str
+    ) -> None:
         st.fresh = True
         try:
             st.run.feed_memory(gpu, t, used, total, node)
@@ -270,13 +296,10 @@ class Tracker:
                 MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id
             )
             for part in fetch("memory", q):  # rows: id, gpu, t, used, total, name, node
-                i = 0
-                while i < len(part):
-                    j = i
-                    while j < len(part) and part[j][1] == part[i][1] and part[j][6] == part[i][6]:
-                        j += 1
-                    self._rows_of(job.id, part[i][1], [(None, None, *r[1:]) for r in part[i:j]], part[i][6])
-                    i = j
+                ids, gpus, t, used, total, names, nodes = _columns(
+                    part, (np.int64, np.int64, *FLOATS, None, None)
+                )
+                self._memory_part(ids, None, gpus, t, used, total, names, nodes, building=job.id)
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
             for part in fetch("logs", lambda: _log_rows(of("logs")).order_by(LOGS.c.line)):
@@ -314,10 +337,13 @@ class Tracker:
             st.fresh = False
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
+            if findings == st.said and not job.status.finished:  # stored as they are: nothing to do
+                return []
             moved: list[Alert] = []  # closed or changed: the job's open pages read its alerts again
             new = reconcile(
                 session, job_id, findings, finished=job.status.finished, closed=moved, changed=moved
             )
+            st.said = findings
             if job.status.finished:  # nothing more comes; a late row builds it again
                 self.jobs.pop(job_id, None)
             if new and on_new:
@@ -375,9 +401,10 @@ def reconcile(
             "open": is_open,
             "last_t": f.t,
         }
-        if row is None or (not row.open and f.t > row.last_t and any(t > row.last_t for t in f.times)):
+        # (The times are in order: those after a time are found by bisection.)
+        if row is None or (not row.open and f.t > row.last_t):
             # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
-            times = f.times if row is None else [t for t in f.times if t > row.last_t]
+            times = f.times if row is None else f.times[bisect_right(f.times, row.last_t) :]
             first, count = (f.first, f.count) if row is None else (times[0], len(times))
             row = Alert(
                 job_id=job_id, kind=f.kind, node=f.node, gpu=f.gpu, first_t=first, count=count, **fields
@@ -387,9 +414,9 @@ def reconcile(
             # (The last: an episode whose finding went away and came back, as a spike alerted on its
             # rise does when it turns out wider than MAX_SPIKE samples and then comes back down.)
             if f.complete or f.times[0] < row.first_t:  # the kept times reach back to the episode's start
-                count = sum(1 for t in f.times if t >= row.first_t)
+                count = len(f.times) - bisect_left(f.times, row.first_t)
             else:  # it began before them: add the occurrences since the last update
-                count = row.count + sum(1 for t in f.times if t > row.last_t)
+                count = row.count + len(f.times) - bisect_right(f.times, row.last_t)
             shown = (row.open, row.count, row.message, row.severity)
             for k, v in fields.items():
                 setattr(row, k, v)
