@@ -309,6 +309,30 @@ def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_pa
     assert a.open and a.t == T0 + 100
 
 
+def test_a_rise_is_judged_at_once_though_the_job_was_judged_just_before(tmp_path):
+    """Samples are judged at most twice an interval, but a sample well above the one before it (a
+    spike's first) is judged on the engine's next pass: here the interval is an hour."""
+    engine, job_id = database(tmp_path)
+    y = 50 * GiB + np.random.default_rng(2).normal(0, 0.05 * GiB, 102)
+    y[100] += 30 * GiB
+    rows = samples(job_id, y)
+    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=3600))
+
+    def store(part) -> list[Alert]:
+        with engine.begin() as conn:
+            conn.execute(MemorySample.__table__.insert(), part)
+        judge.notify({job_id})
+        judge.run_once()
+        with Session(engine) as s:
+            return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
+
+    assert store(rows[:50]) == []  # the first judgement builds the state
+    assert store(rows[50:99]) == [] and judge.tracker.jobs[job_id].upto["memory"] > 0  # judged now
+    assert store(rows[99:100]) == [] and judge.tracker.fresh(job_id)  # an ordinary sample waits
+    (a,) = store(rows[100:101])  # the rise does not
+    assert a.open and a.t == T0 + 100
+
+
 def test_the_log_prefilter_lets_every_oom_and_flush_line_through():
     """The engine reads only log lines its LIKE prefilter passes: each kind of line the detectors know
     must pass it (a line the regex knows and the prefilter drops is an OOM nobody is told of)."""

@@ -23,6 +23,7 @@ from tunedeck.config import Settings
 from tunedeck.services.errors import NotFound
 from tunedeck.services.pyramid import Fresh
 from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
+from tunedeck.telemetry.base import RISE_BYTES, RISE_SHARE
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
@@ -109,13 +110,15 @@ def _log_rows(q: Select) -> Select:
 class _Followed:
     """A job's detector state and where in its stored series it stands."""
 
-    __slots__ = ("fresh", "line", "log_line", "run", "said", "upto")
+    __slots__ = ("fresh", "last_used", "line", "log_line", "risen", "run", "said", "upto")
 
     def __init__(self, run: Run, upto: dict[str, int]):
         self.run, self.upto = run, upto  # upto: the last id of each table already fed
         self.line = self.log_line = -1  # the last metric and log line fed
         self.fresh = False  # fed memory samples or metric points since its last evaluation
         self.said: list[Finding] | None = None  # the findings last stored (the job's alerts change only here)
+        self.last_used: dict[tuple[str, int], float] = {}  # each device's last sample
+        self.risen = False  # fed a sample well above the one before it since its last evaluation
 
 
 class Tracker:
@@ -136,6 +139,11 @@ class Tracker:
         """Whether the job was fed memory samples or metric points since its last evaluation."""
         st = self.jobs.get(job_id)
         return st is not None and st.fresh
+
+    def risen(self, job_id: int) -> bool:
+        """Whether the job was fed a sample well above the one before it since its last evaluation."""
+        st = self.jobs.get(job_id)
+        return st is not None and st.risen
 
     @staticmethod
     def _top(conn: Connection) -> dict[str, int]:
@@ -256,6 +264,12 @@ class Tracker:
             log.info("alerts: job %s got memory samples out of order; rebuilding its state", job_id)
             del self.jobs[job_id]
             return
+        if len(used):
+            before = st.last_used.get((node, gpu))
+            steps = np.diff(used) if before is None else np.diff(used, prepend=before)
+            floor = np.maximum(RISE_BYTES, RISE_SHARE * np.asarray(total, dtype=np.float64))
+            st.risen = st.risen or bool(np.any(steps >= floor[len(floor) - len(steps) :]))
+            st.last_used[(node, gpu)] = float(used[-1])
         if name:
             st.run.meta.gpu_names[gpu] = name
 
@@ -334,7 +348,7 @@ class Tracker:
                 self.jobs.pop(job_id, None)
                 raise NotFound(f"job {job_id} not found")
             st = self.jobs.get(job_id) or self.build(job)
-            st.fresh = False
+            st.fresh = st.risen = False
             running = job.status == JobStatus.running
             findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
             if findings == st.said and not job.status.finished:  # stored as they are: nothing to do
@@ -535,6 +549,7 @@ class AlertEngine(Worker):
                 for j in self._dirty
                 if now - self._last.get(j, 0.0) >= interval
                 or (self.tracker.fresh(j) and now - self._last_fresh.get(j, 0.0) >= interval / 2)
+                or self.tracker.risen(j)  # a spike's first sample is judged at once, whatever came before
             }
             self._dirty -= due
         for job_id in sorted(due):

@@ -23,6 +23,16 @@ class Reading:
     pids: dict[int, int] = field(default_factory=dict)  # pid -> bytes, where the library tells
 
 
+# A sample this far above the one before it is a rise worth sending and judging at once.
+RISE_BYTES = 1 << 30
+RISE_SHARE = 0.05
+
+
+def rise_floor(total: float | None) -> float:
+    """How far above the last sample a device's reading is a rise: RISE_BYTES or RISE_SHARE of it."""
+    return max(RISE_BYTES, RISE_SHARE * (total or 0))
+
+
 def num(v, scale: float = 1.0) -> float | None:
     """SMI getters answer -1 (or raise) for "unknown": both become None, and so does a NaN or an
     infinity (the server refuses a batch that holds one)."""

@@ -2,8 +2,8 @@
 
 It polls `polls` times per interval and reports, per device, the reading with the highest used
 memory inside the interval: a short peak is kept, never averaged away (Determined averages ten
-1 s samples; W&B and MLflow sample every 10 s). A poll that finds a device risen by RISE_BYTES or
-RISE_SHARE of it (whichever is larger) above its last sample ends the interval there: the spike is
+1 s samples; W&B and MLflow sample every 10 s). A poll that finds a device risen by its rise floor
+(base.rise_floor) above its last sample ends the interval there: the spike is
 sent when it is seen, not up to an interval later. The interval after such a sample runs whole.
 """
 
@@ -15,10 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunedeck.telemetry import open_backend, select
-from tunedeck.telemetry.base import Reading
-
-RISE_BYTES = 1 << 30
-RISE_SHARE = 0.05
+from tunedeck.telemetry.base import Reading, rise_floor
 
 
 class Sampler:
@@ -68,7 +65,7 @@ class Sampler:
         """Whether a device stands well above its last sample."""
         for idx, r in best.items():
             last = self._last.get(idx)
-            if last is not None and r.used_bytes - last >= max(RISE_BYTES, RISE_SHARE * (r.total_bytes or 0)):
+            if last is not None and r.used_bytes - last >= rise_floor(r.total_bytes):
                 return True
         return False
 
