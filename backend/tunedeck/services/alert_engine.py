@@ -27,6 +27,7 @@ from tunedeck.telemetry.base import RISE_BYTES, RISE_SHARE
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
+TAKE_WAIT_S = 0.1  # the writer's longest wait for the detector state (an evaluation reads it in ms)
 LOG_PATTERNS = (
     "%out of memory%",
     "%OutOfMemoryError%",
@@ -161,8 +162,9 @@ class Tracker:
     def take(self, fresh: Fresh) -> bool:
         """Feed the memory samples a commit just stored from the writer's own columns, in its thread:
         no read back, and no second thread taking turns with the writer for each row. Only when they
-        are exactly the rows after the last one fed, and never waiting: False leaves them to `pull`."""
-        if fresh.top is None or not self.lock.acquire(blocking=False):
+        are exactly the rows after the last one fed, and waiting at most TAKE_WAIT_S for the engine to
+        read its findings (a state being built takes longer): False leaves them to `pull`."""
+        if fresh.top is None or not self.lock.acquire(timeout=TAKE_WAIT_S):
             return False
         try:
             if self.seen is None or self.seen["memory"] != fresh.before:
@@ -329,28 +331,19 @@ class Tracker:
         on_closed: Callable[[set[int]], None] | None = None,
     ) -> list[Alert]:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now.
-        `on_closed` hears of the job when any of its alerts closed or changed (after the commit)."""
-        with self.lock:
-            return self._evaluate(job_id, now=now, on_new=on_new, on_closed=on_closed)
-
-    def _evaluate(
-        self,
-        job_id: int,
-        *,
-        now: float | None,
-        on_new: Callable[[Job, list[Alert]], None] | None,
-        on_closed: Callable[[set[int]], None] | None,
-    ) -> list[Alert]:
-        self.pull()
+        `on_closed` hears of the job when any of its alerts closed or changed (after the commit). The
+        state is held only while the findings are read from it: the writer feeds it while they are stored."""
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
-            if job is None:  # deleted: nothing more to follow
-                self.jobs.pop(job_id, None)
-                raise NotFound(f"job {job_id} not found")
-            st = self.jobs.get(job_id) or self.build(job)
-            st.fresh = st.risen = False
-            running = job.status == JobStatus.running
-            findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
+            with self.lock:
+                if job is None:  # deleted: nothing more to follow
+                    self.jobs.pop(job_id, None)
+                    raise NotFound(f"job {job_id} not found")
+                self.pull()
+                st = self.jobs.get(job_id) or self.build(job)
+                st.fresh = st.risen = False
+                running = job.status == JobStatus.running
+                findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
             if findings == st.said and not job.status.finished:  # stored as they are: nothing to do
                 return []
             moved: list[Alert] = []  # closed or changed: the job's open pages read its alerts again
@@ -359,7 +352,8 @@ class Tracker:
             )
             st.said = findings
             if job.status.finished:  # nothing more comes; a late row builds it again
-                self.jobs.pop(job_id, None)
+                with self.lock:
+                    self.jobs.pop(job_id, None)
             if new and on_new:
                 on_new(job, new)
             if moved and on_closed:
