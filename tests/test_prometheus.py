@@ -147,6 +147,22 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
     assert one(found, "tunedeck_sse_clients") == 0
     assert one(found, "process_resident_memory_bytes") > 0
 
+    # The detectors take the samples from the writer's columns (the build read the first batch's rows):
+    # each further batch is one more chance, however the engine's passes fall.
+    def fed_from_columns(seq=iter(range(1, 10**6))) -> float:
+        k = next(seq)
+        more = [{**m, "line": 10 * k + m["line"], "t": m["t"] + 5 * k} for m in memory]
+        r = api.post(
+            f"/api/jobs/{running}/telemetry",
+            json={"seq": k, "memory": more},
+            headers={"Authorization": f"Bearer {runner_token}"},
+        )
+        assert r.status_code == 200, r.text
+        return one(scrape(server, token), "tunedeck_alert_samples_fed_total", path="columns")
+
+    assert one(found, "tunedeck_alert_samples_fed_total", path="rows") >= len(memory)
+    until(fed_from_columns, "samples fed from the writer's columns", interval=0.5)
+
     # A live stream counts while it is open.
     with api.stream("GET", "/api/stream", params={"job": running, "access_token": token}) as s:
         assert s.status_code == 200

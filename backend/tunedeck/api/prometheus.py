@@ -16,7 +16,8 @@ def registry_of(request: Request) -> CollectorRegistry:
     registry = getattr(state, "prometheus", None)
     if registry is None:  # per app, not prometheus_client's global registry: tests start many apps
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(Collector(state.engine, writer=state.writer, events=state.events))
+        tracker = state.alerts.tracker if getattr(state, "alerts", None) is not None else None
+        registry.register(Collector(state.engine, writer=state.writer, events=state.events, tracker=tracker))
         ProcessCollector(registry=registry)  # the server's own CPU and resident memory
         state.prometheus = registry
     return registry

@@ -134,6 +134,8 @@ class Tracker:
         self.jobs: dict[int, _Followed] = {}
         self.seen: dict[str, int] | None = None  # the last id of each table read
         self.rows = 0  # series rows read so far (for the scaling benchmark and tests)
+        # Memory samples fed to the detectors from the writer's columns, and from rows read back.
+        self.fed = {"columns": 0, "rows": 0}
         self._sql: dict[str, tuple[str, list[str], dict]] = {}
 
     def fresh(self, job_id: int) -> bool:
@@ -196,6 +198,7 @@ class Tracker:
             self._memory(st, job_id, g, t[at], used[at], tot[at], name, node)
             if job_id not in self.jobs:  # out of order: it is built again from the stored series
                 return
+            self.fed["columns"] += len(at)
 
     def _rows(self, conn: Connection, shape: str, query: Callable[[], Select], **values):
         """The rows of `query` (compiled once per `shape`, its bind parameters from `values`), straight
@@ -255,6 +258,7 @@ class Tracker:
                 if not len(sel):
                     continue
             self._memory(st, job_id, int(gpus[i]), t[sel], used[sel], total[sel], names[sel[-1]], nodes[i])
+            self.fed["rows"] += len(sel)
 
     def _memory(
         self, st: _Followed, job_id: int, gpu: int, t, used, total, name: str | None, node: str

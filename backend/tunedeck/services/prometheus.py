@@ -86,11 +86,12 @@ class Collector:
         *,
         writer: Any = None,
         events: Any = None,
+        tracker: Any = None,
         node: str = NODE,
         recent_s: float = RECENT_S,
         clock: Callable[[], float] = time.time,
     ):
-        self.engine, self.writer, self.events = engine, writer, events
+        self.engine, self.writer, self.events, self.tracker = engine, writer, events, tracker
         self.node, self.recent_s, self.clock = node, recent_s, clock
 
     def collect(self) -> Iterator[Metric]:
@@ -199,3 +200,13 @@ class Collector:
             yield GaugeMetricFamily(
                 "tunedeck_sse_clients", "Open live (SSE) streams", value=self.events.clients
             )
+        if self.tracker is not None:
+            fed = CounterMetricFamily(
+                "tunedeck_alert_samples_fed",
+                "Memory samples fed to the alert detectors: from the columns the ingest writer stored "
+                "(`columns`), or read back from the database (`rows`: a state built, or a writer's turn missed)",
+                labels=["path"],
+            )
+            for path, n in self.tracker.fed.items():
+                fed.add_metric([path], n)
+            yield fed
