@@ -213,6 +213,8 @@ class Training:
         return max(10 * self.usual(), self.stall_min_s)
 
     def _judge(self, gap: tuple[float, float, int | None]) -> None:
+        if gap[1] - gap[0] <= self.stall_min_s:  # under the bar's floor: no median of the steps needed
+            return
         bar = self._bar()
         if gap[1] - gap[0] > bar:
             self.stalls.add(gap[0] + bar)
