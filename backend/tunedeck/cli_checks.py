@@ -28,7 +28,7 @@ def lint(
     from tunedeck import lint as linter
 
     node = _preflight() if doctor else None
-    results = {str(f): linter.lint_file(f, gpus=gpus, preflight=node) for f in files}
+    results = {str(f): linter.lint_file(f, gpus=gpus, preflight=node) + _datasets(f) for f in files}
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     else:
@@ -45,6 +45,28 @@ def lint(
         typer.echo(f"{len(results)} file(s): {n[0]} error(s), {n[1]} warning(s), {n[2]} note(s)")
     if any(f["severity"] == "error" for fs in results.values() for f in fs):
         raise typer.Exit(1)
+
+
+def _datasets(file: Path) -> list[dict]:
+    """A train YAML's dataset names against the dataset_info.json LLaMA-Factory would read: its
+    `dataset_dir` (default `data`) from the folder the run starts in, here the current one."""
+    import yaml
+
+    from tunedeck import catalog
+    from tunedeck import lint as linter
+    from tunedeck.config import Settings
+
+    if file.suffix == ".json":
+        return []
+    try:
+        config = yaml.safe_load(file.read_text())
+    except yaml.YAMLError:
+        return []  # lint_file reports it
+    if not isinstance(config, dict) or linter.yaml_kind(config) != "train":
+        return []
+    # This machine's own files, read by its user: any folder may hold the data, as for LLaMA-Factory.
+    here = Settings(workspace=Path.cwd(), allowed_roots=[Path("/")])
+    return catalog.lint_datasets(config, here)
 
 
 def estimate(

@@ -257,6 +257,30 @@ def test_cli(tmp_path):
     assert yaml.safe_load(good.read_text())["deepspeed"] == "ds_z3_rocm"
 
 
+def test_cli_checks_dataset_names_where_the_run_would_read_them(tmp_path):
+    """As LLaMA-Factory does: `dataset_dir` (default `data`) from the folder the run starts in."""
+    config = yaml.safe_load((CONFIGS / "qwen2_lora_sft.yaml").read_text())
+    config.pop("deepspeed", None)
+    config.update(dataset="alpaca_en_demo,alpaca_zh_dem", dataset_dir="data")
+    file = tmp_path / "train.yaml"
+    file.write_text(yaml.safe_dump(config))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dataset_info.json").write_text(
+        json.dumps({"alpaca_en_demo": {"file_name": "a.json"}, "alpaca_zh_demo": {"file_name": "z.json"}})
+    )
+    cli = [sys.executable, "-m", "tunedeck.cli", "lint", "--json", str(file)]
+    r = subprocess.run(cli, check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    (f,) = [f for f in json.loads(r.stdout)[str(file)] if f["code"] == "LF014"]
+    assert (
+        f["path"] == "config.dataset" and "'alpaca_zh_dem'" in f["message"] and "alpaca_zh_demo" in f["fix"]
+    )
+    config["dataset"] = "alpaca_en_demo,alpaca_zh_demo"
+    file.write_text(yaml.safe_dump(config))
+    r = subprocess.run(cli, check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert not [f for f in json.loads(r.stdout)[str(file)] if f["code"] in ("LF014", "LF015")], r.stdout
+
+
 def test_yamls_that_are_not_train_configs_are_skipped(tmp_path):
     files = {
         "accelerate.yaml": {
