@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import textwrap
+
+import pytest
 
 from tests.conftest import ROOT
 
 TESTS = ROOT / "tests"
 WAIT = TESTS / "utils" / "wait.py"
 # What the checks must find, kept as text (not .py) so no scan, collector or linter takes it for code.
-SAMPLES = TESTS / "utils" / "style_samples"
 # Modules that do arithmetic on a clock for something other than waiting; no assert compares what
 # they read.
 CLOCKS = {
@@ -37,7 +39,11 @@ def polling_loops(tree: ast.AST) -> list[int]:
         if isinstance(node, (ast.While, ast.For, ast.AsyncFor)):
             if any(called(n, SLEEPS) for n in ast.walk(node)):
                 found.append(node.lineno)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "sleep" in node.value:
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and any(s in node.value for s in SLEEPS)
+        ):
             try:
                 inner = ast.parse(textwrap.dedent(node.value))
             except SyntaxError:
@@ -65,11 +71,49 @@ def modules() -> dict[str, ast.AST]:
     }
 
 
-def test_the_checks_find_a_private_polling_loop():
-    # A private deadline loop, and a child script in a string that sleeps in a loop.
-    tree = ast.parse((SAMPLES / "polling.txt").read_text())
-    assert polling_loops(tree) == [3, 6]
-    assert clock_reads(tree) == [2, 4]
+def _call(module: str, name: str, *args: float) -> ast.Call:
+    return ast.Call(ast.Attribute(ast.Name(module), name), [ast.Constant(a) for a in args], [])
+
+
+def _sample(timer: str, sleep: str) -> ast.AST:
+    """A private deadline loop, and a child script in a string that sleeps in a loop, built as syntax
+    from the names the checks look for (so no such code stands in any file), then parsed back:
+        deadline = time.<timer>() + 120
+        while not ready():
+            assert time.<timer>() < deadline
+            time.<sleep>(0.1)
+        CHILD = 'for _ in range(100):\n    time.<sleep>(0.1)'"""
+    child = ast.For(
+        ast.Name("_", ast.Store()),
+        ast.Call(ast.Name("range"), [ast.Constant(100)], []),
+        [ast.Expr(_call("time", sleep, 0.1))],
+        [],
+    )
+    body = [
+        ast.Assign(
+            [ast.Name("deadline", ast.Store())], ast.BinOp(_call("time", timer), ast.Add(), ast.Constant(120))
+        ),
+        ast.While(
+            ast.UnaryOp(ast.Not(), ast.Call(ast.Name("ready"), [], [])),
+            [
+                ast.Assert(ast.Compare(_call("time", timer), [ast.Lt()], [ast.Name("deadline")])),
+                ast.Expr(_call("time", sleep, 0.1)),
+            ],
+            [],
+        ),
+        ast.Assign(
+            [ast.Name("CHILD", ast.Store())],
+            ast.Constant(ast.unparse(ast.fix_missing_locations(ast.Module([child], [])))),
+        ),
+    ]
+    return ast.parse(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))))
+
+
+@pytest.mark.parametrize(("timer", "sleep"), list(itertools.product(sorted(TIMERS), sorted(SLEEPS))))
+def test_the_checks_find_a_private_polling_loop(timer, sleep):
+    tree = _sample(timer, sleep)
+    assert polling_loops(tree) == [2, 5]  # the loop, and the string that holds one
+    assert clock_reads(tree) == [1, 3]  # the deadline set, and the deadline compared
 
 
 def test_only_the_shared_helper_polls():
