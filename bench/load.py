@@ -89,19 +89,10 @@ async def runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float
 
 
 def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes:
-    """One batch of `n` samples of 8 GPUs, built from strings: the bench must stay cheap next to the server."""
+    """One batch of `n` samples of 8 GPUs: the bench must stay cheap next to the server."""
     lines = range(first, first + n)
-    if encoding == "packed":  # what runners send (tunedeck.wire), packed as the runner packs it
-        from tunedeck import wire
-
-        cols = {
-            "line": list(lines),
-            "t": [round(t0 + i / 8, 3) for i in lines],
-            "gpu": [i % 8 for i in lines],
-            "used_bytes": [40_000_000_000 + (i * 7919) % 1_000_000_000 for i in lines],
-            "total_bytes": [206158430208] * n,
-        }
-        return wire.encode({"seq": seq, "memory": cols})
+    if encoding == "packed":  # what runners send (tunedeck.wire), built with numpy: see packed_like_runner
+        return packed_body(seq, first, n, t0)
     if encoding == "columns":
         cols = {
             "line": ",".join(map(str, lines)),
@@ -120,12 +111,47 @@ def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes
     return f'{{"seq":{seq},"memory":[{rows}]}}'.encode()
 
 
+def packed_columns(first: int, n: int, t0: float) -> dict:
+    import numpy as np
+
+    i = np.arange(first, first + n, dtype=np.int64)
+    return {
+        "line": i,
+        "t": np.round(t0 + i / 8, 3),
+        "gpu": (i % 8).astype(np.int32),
+        "used_bytes": 40_000_000_000 + (i * 7919) % 1_000_000_000,
+        "total_bytes": np.full(n, 206158430208, dtype=np.int64),
+    }
+
+
+def packed_body(seq: int, first: int, n: int, t0: float) -> bytes:
+    """The packed batch the runner's `wire.encode` makes of these samples, laid out with numpy
+    (the runner's pure-Python packing would cost this one-process client more than the server)."""
+    import struct
+
+    cols = packed_columns(first, n, t0)
+    head = json.dumps({"seq": seq, "memory": {"n": n, "columns": list(cols)}}, separators=(",", ":")).encode()
+    layout = {"line": "<i8", "t": "<f8", "gpu": "<i4", "used_bytes": "<i8", "total_bytes": "<i8"}
+    return b"".join(
+        (b"TDB1", struct.pack("<I", len(head)), head, *(cols[k].astype(layout[k]).tobytes() for k in cols))
+    )
+
+
+def packed_like_runner(t0: float) -> None:
+    """The numpy layout is byte for byte what the runner sends; checked before every run."""
+    from tunedeck import wire
+
+    cols = {k: v.tolist() for k, v in packed_columns(16, 40, t0).items()}
+    if wire.encode({"seq": 3, "memory": cols}) != packed_body(3, 16, 40, t0):
+        raise SystemExit("bench/load.py: the packed bodies differ from tunedeck.wire.encode's")
+
+
 async def memory_runner(
     client: httpx.AsyncClient, job_id: int, token: str, stop: float, stats: dict, batch: int, encoding: str
 ) -> None:
     kind = "application/vnd.tunedeck.batch" if encoding == "packed" else "application/json"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": kind}
-    seq, line, t0 = 0, 0, time.time()
+    seq, line, t0 = 1, 1, time.time()  # line 0: the warm-up batch
     while time.time() < stop:
         body = memory_body(seq, line, batch, t0, encoding)
         start = time.perf_counter()
@@ -150,19 +176,32 @@ def watch_stored(db: Path, jobs: list[int], stored: dict, stop: threading.Event)
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     while not stop.is_set():
         now = time.time()
-        for job in jobs:
-            top = conn.execute("SELECT max(line) FROM memory_samples WHERE job_id=?", (job,)).fetchone()[0]
+        for job in jobs:  # (the key's index answers max(line) only with its node given)
+            top = conn.execute(
+                "SELECT max(line) FROM memory_samples WHERE job_id=? AND node=''", (job,)
+            ).fetchone()[0]
             if top is not None:
                 stored[job].append((top, now))
         stop.wait(0.05)
     conn.close()
 
 
+def tree_cpu(proc: psutil.Process) -> dict[int, float]:
+    """CPU seconds so far of the server and of its child processes (its ingest store), by pid."""
+    out = {}
+    for p in (proc, *proc.children(recursive=True)):
+        try:
+            out[p.pid] = sum(p.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return out
+
+
 def watch_rss(proc: psutil.Process, seen: list[float], stop: threading.Event) -> None:
     """The server's resident memory (MiB), read every 0.2 s while the writers run."""
     while not stop.is_set():
         try:
-            seen.append(proc.memory_info().rss / 2**20)
+            seen.append(sum(p.memory_info().rss for p in (proc, *proc.children(recursive=True))) / 2**20)
         except psutil.Error:
             return
         stop.wait(0.2)
@@ -278,10 +317,27 @@ async def main() -> None:
             await asyncio.sleep(1)
             if args.shape == "memory":
                 watcher.start()
+            if args.shape == "memory":
+                # One sample a job first: the server starts its ingest store with the first batch,
+                # and that start-up is not ingest's cost.
+                if args.encoding == "packed":
+                    packed_like_runner(time.time())
+                for j in jobs:
+                    r = await client.post(
+                        f"/api/jobs/{j}/telemetry",
+                        content=memory_body(0, 0, 1, time.time(), args.encoding),
+                        headers={
+                            "Authorization": f"Bearer {tokens[j]}",
+                            "Content-Type": "application/vnd.tunedeck.batch"
+                            if args.encoding == "packed"
+                            else "application/json",
+                        },
+                    )
+                    r.raise_for_status()
             rss: list[float] = []
             rss_stop = threading.Event()
             threading.Thread(target=watch_rss, args=(proc, rss, rss_stop), daemon=True).start()
-            cpu0, wall0, me0 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
+            cpu0, wall0, me0 = tree_cpu(proc), time.time(), time.process_time()
             if args.shape == "memory":
                 await asyncio.gather(
                     *(
@@ -291,7 +347,9 @@ async def main() -> None:
                 )
             else:
                 await asyncio.gather(*(runner(client, j, tokens[j], stop, stats) for j in jobs))
-            cpu1, wall1, me1 = sum(proc.cpu_times()[:2]), time.time(), time.process_time()
+            cpu1, wall1, me1 = tree_cpu(proc), time.time(), time.process_time()
+            per_pid = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
+            cpu0, cpu1 = 0.0, sum(per_pid.values())
             rss_stop.set()
             await asyncio.sleep(1.5)
             done.set()
@@ -308,12 +366,18 @@ async def main() -> None:
         )
         print(
             f"ingest: {len(post)} batches, {items / wall:.0f} values/s, "
-            f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core), "
+            f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core"
+            + (
+                f": {' + '.join(f'{v / wall:.0%}' for v in per_pid.values())} by process"
+                if len(per_pid) > 1
+                else ""
+            )
+            + "), "
             f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}; "
             f"this client {(me1 - me0) / wall:.0%} of a core, load average {os.getloadavg()[0]:.1f}"
         )
         print(
-            f"server RSS under load: peak {max(rss, default=float('nan')):.0f} MiB, end {rss[-1] if rss else float('nan'):.0f} MiB"
+            f"server RSS under load (its store process included): peak {max(rss, default=float('nan')):.0f} MiB, end {rss[-1] if rss else float('nan'):.0f} MiB"
         )
         if args.shape == "memory":
             watcher.join(timeout=10)

@@ -227,6 +227,12 @@ class Settings(BaseSettings):
         description="Most keys and list items (nested ones counted, DeepSpeed config included) a job spec or "
         "train YAML may have; lint, preview and YAML parsing refuse larger ones before doing the work.",
     )
+    ingest_process: bool = Field(
+        True,
+        description="Store runners' telemetry in a process of its own, started with the first runner: "
+        "inserts and chart tiles use a second core instead of taking turns for the server's GIL. "
+        "Off: in a thread of the server's process.",
+    )
     db_busy_timeout_s: float = Field(
         30.0,
         gt=0,

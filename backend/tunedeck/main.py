@@ -28,6 +28,7 @@ from tunedeck.services.chat import ChatIdle
 from tunedeck.services.cluster import RayNodes
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
+from tunedeck.services.ingest_process import ProcessStore
 from tunedeck.services.jobstate import JobState
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.services.notify import Notifier
@@ -78,7 +79,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         jobstate = JobState(
             engine, notifier=notifier, alerts=alerts
         )  # every status change, and who hears of it
-        writer = IngestWriter(engine, state=jobstate)
+        store = (
+            ProcessStore(settings.db_path, jobstate, busy_timeout_s=settings.db_busy_timeout_s)
+            if settings.ingest_process
+            else None
+        )
+        writer = IngestWriter(engine, state=jobstate, store=store)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         app.state.cluster = (
             RayNodes(engine, address=settings.ray_address, cache_s=settings.nodes_cache_s)

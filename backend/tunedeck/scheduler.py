@@ -172,6 +172,7 @@ class Scheduler(Worker):
         session.refresh(job)
         if not started:  # cancelled since this pass read the queue
             return
+        self.writer.warm()  # its store ready while the runner starts
         try:
             pid, started_at = self.executor.launch(
                 job, devices=devices, token=token, server_url=self.settings.url

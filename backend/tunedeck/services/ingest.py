@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from functools import lru_cache
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
@@ -24,8 +25,8 @@ from sqlalchemy.dialects.sqlite import insert
 from tunedeck.lflog import METRICS as POINT_KEYS
 from tunedeck.lflog import parse_point
 from tunedeck.protocol import MemoryColumns, TelemetryBatch
-from tunedeck.services import jobstate, pace, pyramid
-from tunedeck.services.jobstate import JobState
+from tunedeck.services import bulk, jobstate, pace, pyramid
+from tunedeck.services.jobstate import Ended, JobState
 from tunedeck.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
 
@@ -37,6 +38,7 @@ MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w
 MEMORY_REQUIRED = MEMORY_KEYS[:4]
 
 log = logging.getLogger("tunedeck.ingest")
+AHEAD = 2  # groups at the store at once
 
 
 def plain(batch: TelemetryBatch) -> dict[str, Any]:
@@ -65,24 +67,24 @@ def samples(memory: Any) -> int:
     return len(memory or ())
 
 
-@lru_cache(maxsize=64)
-def _memory_sql(names: tuple[str, ...]) -> str:
-    # Column names come from MEMORY_KEYS only, never from a request.
-    return (
-        f"INSERT INTO {MEMORY.name} (job_id, node, {', '.join(names)}) VALUES (?, ?{', ?' * len(names)}) "
-        "ON CONFLICT (job_id, node, line) DO NOTHING"
-    )
-
-
 def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: str = "") -> None:
-    """The sampler's per-interval maxima, keyed by node and sample number: one executemany of plain
-    tuples (no object per sample; a third of the cost of a Core insert of dicts)."""
+    """The sampler's per-interval maxima, keyed by node and sample number: plain tuples (no object per
+    sample), a few hundred rows a statement (`bulk.insert`)."""
     n = len(cols.get("line") or ())
     if not n:
         return
+    # Column names come from MEMORY_KEYS only, never from a request.
     names = tuple(k for k in MEMORY_KEYS if k in cols)
-    rows = list(zip(repeat(job_id, n), repeat(node, n), *(cols[k] for k in names)))
-    conn.exec_driver_sql(_memory_sql(names), rows)
+    cur = conn.connection.driver_connection.cursor()
+    try:
+        bulk.insert(
+            cur,
+            f"INSERT INTO {MEMORY.name} (job_id, node, {', '.join(names)})",
+            list(zip(repeat(job_id, n), repeat(node, n), *(cols[k] for k in names))),
+            "ON CONFLICT (job_id, node, line) DO NOTHING",
+        )
+    finally:
+        cur.close()
 
 
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
@@ -164,16 +166,91 @@ def durable(conn: Connection) -> None:
     conn.exec_driver_sql("PRAGMA synchronous=FULL")
 
 
+@dataclass
+class Stored:
+    """What storing a group of batches did: each batch's error (None: stored); when the group went in
+    as one transaction, the newest memory sample id before it and, if its rows are exactly the samples
+    handed over, after it (`pyramid.Fresh`); and the job ends it caused, when the store runs where the
+    server's JobState cannot tell them itself (the store process)."""
+
+    errors: list[Exception | None]
+    before: int | None = None
+    top: int | None = None
+    ended: list[Ended] = field(default_factory=list)
+
+
+def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Stored:
+    """Store batches in one transaction with one WAL sync, their chart tiles included; if that fails,
+    each on its own, so that one bad batch fails alone."""
+    try:
+        with state.begin() as conn:
+            durable(conn)
+            fresh = pyramid.Fresh(pyramid.newest_sample(conn))
+            for job_id, batch in group:
+                apply_batch(conn, job_id, batch)
+                fresh.add(job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
+            fresh.seal(conn)
+            # The chart tiles of what this group stored, in its transaction, from its columns.
+            pyramid.catch_up(conn, fresh)
+        return Stored([None] * len(group), fresh.before, fresh.top)
+    except Exception:
+        errors: list[Exception | None] = []
+        for job_id, batch in group:
+            try:
+                with state.begin() as conn:
+                    durable(conn)
+                    apply_batch(conn, job_id, batch)
+                    pyramid.catch_up(conn)
+                errors.append(None)
+            except Exception as e:  # the waiting request gets the error
+                errors.append(e)
+        return Stored(errors)
+
+
+class LocalStore:
+    """Groups stored in the writer's own thread (the store process's fallback, and tests' writer)."""
+
+    def __init__(self, state: JobState):
+        self.state = state
+        self._done: deque[Stored] = deque()
+
+    def warm(self) -> None:
+        pass
+
+    def send(self, group: list[tuple[int, dict[str, Any]]]) -> None:
+        self._done.append(store_group(self.state, group))
+
+    def receive(self) -> Stored:
+        return self._done.popleft()
+
+    def close(self) -> None:
+        pass
+
+
 class IngestWriter(Worker):
-    """A thread that owns telemetry writes and commits whatever batches are waiting together."""
+    """A thread that owns telemetry writes and commits whatever batches are waiting together.
+
+    Its store does the writing: in this thread (`LocalStore`), or in a process of its own
+    (`ingest_process.ProcessStore`, the server's). Up to AHEAD groups are at the store at once, one
+    being stored and the next waiting, so the store never waits for this process; a second thread
+    takes the store's answers in order, answers the requests, feeds the new samples to the alert
+    detectors and tells the listeners."""
 
     name = "ingest-writer"
     final_pass = True  # batches handed over before stop() are stored and answered
 
-    def __init__(self, engine: Engine, *, state: JobState | None = None, group_max: int = 200):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        state: JobState | None = None,
+        group_max: int = 200,
+        store: LocalStore | Any = None,
+    ):
         super().__init__()
         self.engine = engine
         self.state = state or JobState(engine)  # a runner's exit report moves its job
+        self.store = store if store is not None else LocalStore(self.state)
         self.group_max = group_max
         self.listeners: list[Callable[[set[int]], None]] = []  # called after each commit
         # Called after each commit, before the listeners, with the memory samples just stored.
@@ -182,6 +259,9 @@ class IngestWriter(Worker):
         # For /metrics: arrival times of batches not yet stored (FIFO, like the queue), and totals.
         self._arrived: deque[float] = deque()
         self.batches = self.items = 0
+        self._window = threading.Semaphore(AHEAD)
+        self._sent: queue.Queue[list[tuple[int, dict[str, Any], Future]] | None] = queue.Queue()
+        self._answers: threading.Thread | None = None
 
     def submit(self, job_id: int, batch: dict[str, Any]) -> Future:
         fut: Future = Future()
@@ -189,6 +269,22 @@ class IngestWriter(Worker):
         self._q.put((job_id, batch, fut))
         self.wake()
         return fut
+
+    def warm(self) -> None:
+        """Get the store ready before the first batch (a runner is starting)."""
+        self.store.warm()
+
+    def start(self) -> None:
+        self._answers = threading.Thread(target=self._answer_all, name=f"{self.name}-answers", daemon=True)
+        self._answers.start()
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()  # its final pass has sent every batch handed over
+        self._sent.put(None)  # and they are all answered before the store ends
+        if self._answers is not None:
+            self._answers.join(timeout=self.stop_timeout_s)
+        self.store.close()
 
     def backlog(self) -> tuple[int, float]:
         """Batches received and not yet stored, and how long the oldest of them has waited (s)."""
@@ -198,8 +294,26 @@ class IngestWriter(Worker):
             return 0, 0.0
 
     def run_once(self) -> None:
-        while group := self._take():
-            self._store(group)
+        while True:
+            self._window.acquire()  # (while the store is full, the waiting batches make a bigger group)
+            group = self._take()
+            if not group:
+                self._window.release()
+                return
+            self.store.send([(job_id, batch) for job_id, batch, _ in group])
+            self._sent.put(group)
+
+    def _answer_all(self) -> None:
+        while (group := self._sent.get()) is not None:
+            try:
+                self._answer(group, self.store.receive())
+            except Exception as e:  # no request is left waiting
+                log.exception("ingest: answering a group failed")
+                for *_, fut in group:
+                    if not fut.done():
+                        fut.set_exception(e)
+            finally:
+                self._window.release()
 
     def _take(self) -> list[tuple[int, dict[str, Any], Future]]:
         group = []
@@ -210,34 +324,21 @@ class IngestWriter(Worker):
                 break
         return group
 
-    def _store(self, group: list[tuple[int, dict[str, Any], Future]]) -> None:
-        try:
-            with self.state.begin() as conn:
-                durable(conn)
-                fresh = pyramid.Fresh(pyramid.newest_sample(conn))
-                for job_id, batch, _ in group:
-                    apply_batch(conn, job_id, batch)
-                    fresh.add(job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
-                fresh.seal(conn)
-                # The chart tiles of what this group stored, in its transaction, from its columns.
-                pyramid.catch_up(conn, fresh)
-            for *_, fut in group:
+    def _answer(self, group: list[tuple[int, dict[str, Any], Future]], stored: Stored) -> None:
+        for (*_, fut), error in zip(group, stored.errors):
+            if error is None:
                 fut.set_result(None)
+            else:
+                fut.set_exception(error)
+        if stored.before is not None:
+            fresh = pyramid.Fresh(stored.before, top=stored.top)
+            for job_id, batch, _ in group:
+                fresh.add(job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
             for hook in self.stored:
                 try:
                     hook(fresh)
                 except Exception:  # a hook never stops ingest
                     log.exception("ingest: a stored-samples hook failed")
-        except Exception:  # one bad batch must not fail its neighbours
-            for job_id, batch, fut in group:
-                try:
-                    with self.state.begin() as conn:
-                        durable(conn)
-                        apply_batch(conn, job_id, batch)
-                        pyramid.catch_up(conn)
-                    fut.set_result(None)
-                except Exception as e:  # the waiting request gets the error
-                    fut.set_exception(e)
         for _, batch, _ in group:
             self._arrived.popleft()
             self.items += (

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from tunedeck.lflog import METRICS
+from tunedeck.services import bulk
 
 log = logging.getLogger("tunedeck.pyramid")
 
@@ -45,20 +46,16 @@ _WINS = {
     "last": "excluded.x_last > x_last OR (excluded.x_last = x_last AND excluded.y_last >= y_last)",
 }
 _KEPT = {"min": "y", "max": "y", "first": "x", "last": "x"}  # the column min() / max() can merge
-UPSERT = (
-    f"INSERT INTO chart_tiles (job_id, series, level, tile, {', '.join(FIELDS)}) "
-    f"VALUES (?, ?, ?, ?{', ?' * len(FIELDS)}) "
-    "ON CONFLICT (job_id, series, level, tile) DO UPDATE SET n = n + excluded.n, "
-    + ", ".join(
-        f"{c}_{p} = "
-        + (
-            f"{'min' if p in ('min', 'first') else 'max'}({c}_{p}, excluded.{c}_{p})"
-            if c == _KEPT[p]
-            else f"CASE WHEN {_WINS[p]} THEN excluded.{c}_{p} ELSE {c}_{p} END"
-        )
-        for p in _WINS
-        for c in "xya"
+INTO_TILES = f"INSERT INTO chart_tiles (job_id, series, level, tile, {', '.join(FIELDS)})"
+MERGE = "ON CONFLICT (job_id, series, level, tile) DO UPDATE SET n = n + excluded.n, " + ", ".join(
+    f"{c}_{p} = "
+    + (
+        f"{'min' if p in ('min', 'first') else 'max'}({c}_{p}, excluded.{c}_{p})"
+        if c == _KEPT[p]
+        else f"CASE WHEN {_WINS[p]} THEN excluded.{c}_{p} ELSE {c}_{p} END"
     )
+    for p in _WINS
+    for c in "xya"
 )  # every right-hand side reads the stored row as it was before this update
 
 
@@ -203,17 +200,15 @@ def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     level = np.concatenate((np.full(len(s), FINEST), keys[0]))
     job, sid, tile = (np.concatenate(p) for p in zip((job, sid, tile), keys[1:]))
     s = np.vstack((s, rows))
-    cur.executemany(
-        UPSERT,
-        zip(
-            job.astype(np.int64).tolist(),
-            [key(v) for v in sid.tolist()],
-            level.astype(np.int64).tolist(),
-            tile.astype(np.int64).tolist(),
-            s[:, N].astype(np.int64).tolist(),
-            *s[:, 1:].T.tolist(),
-        ),
+    rows = zip(
+        job.astype(np.int64).tolist(),
+        [key(v) for v in sid.tolist()],
+        level.astype(np.int64).tolist(),
+        tile.astype(np.int64).tolist(),
+        s[:, N].astype(np.int64).tolist(),
+        *s[:, 1:].T.tolist(),
     )
+    bulk.insert(cur, INTO_TILES, list(rows), MERGE)
 
 
 def newest_sample(conn: Connection) -> int:

@@ -1,0 +1,95 @@
+"""The server stores runners' telemetry in a process of its own: a real server, a real runner (with the
+stand-in trainer), and the store process killed, signalled and orphaned for real."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from http.server import HTTPServer
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import demo_config, free_port
+from tests.utils.standin import release, training_env
+from tests.utils.wait import until
+from tests.utils.webhooks import Receiver
+
+STORE = "tunedeck.services.ingest_process"
+
+
+def store_of(server) -> psutil.Process | None:
+    """The server's live store process, if it has one."""
+    for p in psutil.Process(server.proc.pid).children():
+        try:
+            if any(STORE in part for part in p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                return p
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def lines(server, job_id: int) -> list[str]:
+    return [g["text"] for g in server.all(job_id, "logs")]
+
+
+def test_a_store_process_that_dies_is_replaced_and_the_job_ends_told_by_the_server(
+    server_factory, assets, tmp_path
+):
+    Receiver.got = []
+    hooks = HTTPServer(("127.0.0.1", free_port()), Receiver)
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
+    server = server_factory(
+        TUNEDECK_GPU_SLOTS="0",
+        TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "env")),
+        TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{hooks.server_port}/hook"]),
+    )
+    try:
+        job = server.submit({"name": "held", "config": demo_config(assets), "gpus": 0})
+        server.wait(job["id"], ("running",))
+        # Started with the runner, before its first batch; the first lines go through it.
+        first = until(lambda: store_of(server), "the server's store process")
+        until(lambda: "first line" in lines(server, job["id"]), "the runner's first line stored")
+
+        first.kill()  # the next batch starts another
+        until(lambda: gone(first), "the killed store process to end")
+        release(Path(job["run_dir"]))
+        done = server.wait(job["id"], ("succeeded",))
+        second = store_of(server)
+        assert second is not None and second.pid != first.pid
+        # The runner's exit report was stored by the new store process; the end was told by the server:
+        # its webhook, once.
+        assert done["exit_code"] == 0
+        assert "last line" in lines(server, job["id"])
+        ends = until(
+            lambda: [g for g in Receiver.got if g["event"] == "job_finished" and g["job_id"] == job["id"]],
+            "the job's end webhook",
+        )
+        assert len(ends) == 1 and ends[0]["status"] == "succeeded"
+    finally:
+        hooks.shutdown()
+
+
+def test_the_store_process_ignores_sigterm_and_ends_with_the_server_even_a_killed_one(
+    server_factory, assets, tmp_path
+):
+    server = server_factory(TUNEDECK_GPU_SLOTS="0", TUNEDECK_TRAIN_PYTHON=str(training_env(tmp_path / "env")))
+    job = server.submit({"name": "held", "config": demo_config(assets), "gpus": 0})
+    until(lambda: "first line" in lines(server, job["id"]), "the runner's first line stored")
+    store = store_of(server)
+    assert store is not None
+    store.send_signal(signal.SIGTERM)  # a terminal's Ctrl-C or a service stop reaches the whole group
+    release(Path(job["run_dir"]))
+    server.wait(job["id"], ("succeeded",))
+    assert store_of(server).pid == store.pid  # the same process stored the rest
+
+    server.kill()  # SIGKILL: no clean-up at all; the store sees its socket close and ends
+    until(lambda: gone(store), "the store process of a killed server to end", timeout=60)
