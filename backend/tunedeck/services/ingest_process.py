@@ -6,7 +6,7 @@ the alert engine to give the GIL back (up to a switch interval, 5 ms). The child
 while the writer thread answers the group before it and feeds its samples to the alert detectors,
 so ingest uses the second core.
 
-The child runs `main()` here, given FD DB BUSY_S. It reads pickled groups of
+The child is `python -m tunedeck.services.ingest_process FD DB BUSY_S`. It reads pickled groups of
 (job id, batch) from its end of a socket pair and answers each with its `Stored` once committed; job
 ends it caused travel back in that answer and are told by the server's JobState. It ends when the
 server's end closes (the server stopped or died: it never outlives the server), and it ignores the
@@ -68,8 +68,8 @@ class ProcessStore:
             self._proc = subprocess.Popen(
                 [
                     sys.executable,
-                    "-c",
-                    f"from {__name__} import main; main()",
+                    "-m",
+                    __name__,
                     str(theirs.fileno()),
                     str(self.db_path),
                     repr(self.busy_timeout_s),
@@ -177,7 +177,10 @@ def serve(fd: int, db_path: Path, busy_timeout_s: float) -> None:
         engine.dispose()
 
 
-def main() -> None:
+if __name__ == "__main__":
+    # Imported by its name, so that what it pickles (StoreFailed) is what the server unpickles.
+    from tunedeck.services.ingest_process import serve as store
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    serve(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
+    store(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
