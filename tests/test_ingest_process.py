@@ -95,7 +95,7 @@ def test_the_store_process_ignores_sigterm_and_ends_with_the_server_even_a_kille
     until(lambda: gone(store), "the store process of a killed server to end", timeout=60)
 
 
-def test_the_store_process_stores_a_group_and_fails_only_its_bad_batch(tmp_path):
+def test_the_store_process_fails_only_a_bad_batch_and_ends_when_idle(tmp_path):
     from sqlalchemy import text
 
     from tunedeck.db import make_engine, upgrade
@@ -117,6 +117,12 @@ def test_the_store_process_stores_a_group_and_fails_only_its_bad_batch(tmp_path)
     store.send([(1, {"seq": 0, "memory": memory}), (2, {"seq": 0, "memory": memory})])
     stored = store.receive()
     pid = store.pid
+    store.rest(idle_s=3600)  # not idle for that long: it stays
+    assert store.pid == pid
+    store.rest(idle_s=0)  # idle: it ends, and the next group starts another
+    assert store.pid is None and not psutil.pid_exists(pid)
+    store.send([(1, {"seq": 1, "memory": {**memory, "line": [2, 3]}})])
+    assert store.receive().errors == [None] and store.pid not in (None, pid)
     store.close()
     ok, bad = stored.errors
     assert ok is None and isinstance(bad, StoreFailed) and "FOREIGN KEY" in str(bad)
@@ -125,5 +131,6 @@ def test_the_store_process_stores_a_group_and_fails_only_its_bad_batch(tmp_path)
         assert c.execute(text("SELECT job_id, line, used_bytes FROM memory_samples")).all() == [
             (1, 0, 5),
             (1, 1, 7),
+            (1, 2, 5),
+            (1, 3, 7),
         ]
-    assert pid is not None and not psutil.pid_exists(pid)  # ended (and reaped) once closed

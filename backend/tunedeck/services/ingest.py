@@ -217,6 +217,9 @@ class LocalStore:
     def warm(self) -> None:
         pass
 
+    def rest(self) -> None:
+        pass
+
     def send(self, group: list[tuple[int, dict[str, Any]]]) -> None:
         self._done.append(store_group(self.state, group))
 
@@ -299,6 +302,7 @@ class IngestWriter(Worker):
             group = self._take()
             if not group:
                 self._window.release()
+                self.store.rest()  # (a store that was idle long enough lets its resources go)
                 return
             self.store.send([(job_id, batch) for job_id, batch, _ in group])
             self._sent.put(group)
