@@ -210,6 +210,8 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
 class LocalStore:
     """Groups stored in the writer's own thread (the store process's fallback, and tests' writer)."""
 
+    pid = None  # no process of its own
+
     def __init__(self, state: JobState):
         self.state = state
         self._done: deque[Stored] = deque()
