@@ -93,3 +93,44 @@ def test_the_store_process_ignores_sigterm_and_ends_with_the_server_even_a_kille
 
     server.kill()  # SIGKILL: no clean-up at all; the store sees its socket close and ends
     until(lambda: gone(store), "the store process of a killed server to end", timeout=60)
+
+
+def test_the_store_process_fails_only_a_bad_batch_and_ends_when_idle(tmp_path):
+    from sqlalchemy import text
+
+    from tunedeck.db import make_engine, upgrade
+    from tunedeck.services.ingest_process import ProcessStore, StoreFailed
+    from tunedeck.services.jobstate import JobState
+
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    with engine.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
+                "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"
+            )
+        )
+    store = ProcessStore(tmp_path / "t.db", JobState(engine))
+    memory = {"line": [0, 1], "t": [1.0, 2.0], "gpu": [0, 0], "used_bytes": [5, 7]}
+    # Job 2 does not exist: its rows break the foreign key, in the child's transaction.
+    store.send([(1, {"seq": 0, "memory": memory}), (2, {"seq": 0, "memory": memory})])
+    stored = store.receive()
+    pid = store.pid
+    store.rest(idle_s=3600)  # not idle for that long: it stays
+    assert store.pid == pid
+    store.rest(idle_s=0)  # idle: it ends, and the next group starts another
+    assert store.pid is None and not psutil.pid_exists(pid)
+    store.send([(1, {"seq": 1, "memory": {**memory, "line": [2, 3]}})])
+    assert store.receive().errors == [None] and store.pid not in (None, pid)
+    store.close()
+    ok, bad = stored.errors
+    assert ok is None and isinstance(bad, StoreFailed) and "FOREIGN KEY" in str(bad)
+    assert stored.before is None  # the group was stored batch by batch: no columns to feed from
+    with engine.connect() as c:
+        assert c.execute(text("SELECT job_id, line, used_bytes FROM memory_samples")).all() == [
+            (1, 0, 5),
+            (1, 1, 7),
+            (1, 2, 5),
+            (1, 3, 7),
+        ]

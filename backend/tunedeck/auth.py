@@ -192,18 +192,32 @@ async def principal_for(request: Request, settings: Settings, engine: Engine) ->
     return principal
 
 
-def install(app, settings: Settings) -> None:
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
+class Auth:
+    """Puts the request's principal in its state, or answers 401/403 itself. Plain ASGI: it reads only
+    the head of the request, so the body streams through untouched (no task and no copy per request,
+    as an `@app.middleware("http")` would add to every telemetry batch)."""
+
+    def __init__(self, app, settings: Settings):
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
         try:
-            request.state.principal = await principal_for(request, settings, request.app.state.engine)
+            request.state.principal = await principal_for(request, self.settings, scope["app"].state.engine)
         except AuthError as e:
-            return JSONResponse(
+            response = JSONResponse(
                 status_code=e.status,
                 content={"detail": str(e)},
                 headers={"WWW-Authenticate": "Bearer"} if e.status == 401 else None,
             )
-        return await call_next(request)
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def install(app, settings: Settings) -> None:
+    app.add_middleware(Auth, settings=settings)
 
 
 def may_cancel(principal: Principal | None, owner: str | None, settings: Settings) -> bool:

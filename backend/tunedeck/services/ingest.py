@@ -20,7 +20,6 @@ from itertools import repeat
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, or_, update
-from sqlalchemy.dialects.sqlite import insert
 
 from tunedeck.lflog import METRICS as POINT_KEYS
 from tunedeck.lflog import parse_point
@@ -65,6 +64,18 @@ def samples(memory: Any) -> int:
     if isinstance(memory, dict):
         return len(memory.get("line") or ())
     return len(memory or ())
+
+
+def _insert_keyed(conn: Connection, table: str, names: tuple[str, ...], values: list[tuple]) -> None:
+    """Rows of lines keyed by (job_id, line): a line already stored stays as it is. Table and column
+    names come from code, never from a request."""
+    cur = conn.connection.driver_connection.cursor()
+    try:
+        bulk.insert(
+            cur, f"INSERT INTO {table} ({', '.join(names)})", values, "ON CONFLICT (job_id, line) DO NOTHING"
+        )
+    finally:
+        cur.close()
 
 
 def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: str = "") -> None:
@@ -113,14 +124,11 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
         progress = dict([r for r in rows if r["step"] is not None][-1])
     for r in rows:
         del r["percentage"], r["eta_seconds"]  # the job's progress, not columns of a point
-    if rows:
-        conn.execute(insert(METRICS).on_conflict_do_nothing(index_elements=["job_id", "line"]), rows)
-    logs = [
-        {"job_id": job_id, **{k: g[k] for k in ("line", "t", "stream", "text")}}
-        for g in batch.get("logs", ())
-    ]
+    if rows:  # every row has the same keys, in the same order: metric_points columns
+        _insert_keyed(conn, METRICS.name, tuple(rows[0]), [tuple(r.values()) for r in rows])
+    logs = [(job_id, g["line"], g["t"], g["stream"], g["text"]) for g in batch.get("logs", ())]
     if logs:
-        conn.execute(insert(LOGS).on_conflict_do_nothing(index_elements=["job_id", "line"]), logs)
+        _insert_keyed(conn, LOGS.name, ("job_id", "line", "t", "stream", "text"), logs)
     insert_memory(conn, job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
         conn.execute(
@@ -210,11 +218,16 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
 class LocalStore:
     """Groups stored in the writer's own thread (the store process's fallback, and tests' writer)."""
 
+    pid = None  # no process of its own
+
     def __init__(self, state: JobState):
         self.state = state
         self._done: deque[Stored] = deque()
 
     def warm(self) -> None:
+        pass
+
+    def rest(self) -> None:
         pass
 
     def send(self, group: list[tuple[int, dict[str, Any]]]) -> None:
@@ -299,6 +312,7 @@ class IngestWriter(Worker):
             group = self._take()
             if not group:
                 self._window.release()
+                self.store.rest()  # (a store that was idle long enough lets its resources go)
                 return
             self.store.send([(job_id, batch) for job_id, batch, _ in group])
             self._sent.put(group)

@@ -6,7 +6,7 @@ the alert engine to give the GIL back (up to a switch interval, 5 ms). The child
 while the writer thread answers the group before it and feeds its samples to the alert detectors,
 so ingest uses the second core.
 
-The child runs `main()` here, given FD DB BUSY_S. It reads pickled groups of
+The child is `python -m tunedeck.services.ingest_process FD DB BUSY_S`. It reads pickled groups of
 (job id, batch) from its end of a socket pair and answers each with its `Stored` once committed; job
 ends it caused travel back in that answer and are told by the server's JobState. It ends when the
 server's end closes (the server stopped or died: it never outlives the server), and it ignores the
@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -34,6 +35,9 @@ from tunedeck.services.jobstate import Ended, JobState
 
 log = logging.getLogger("tunedeck.ingest")
 CLOSE_WAIT_S = 10.0
+IDLE_S = (
+    300.0  # a store process given nothing this long ends (its memory back); the next batch starts another
+)
 CACHE_KIB = 64 * 1024
 
 
@@ -50,6 +54,7 @@ class ProcessStore:
         self._conn: Connection | None = None
         self._sent: deque[tuple[int, Connection | None]] = deque()  # (batches, the child's end) per group
         self._lock = threading.Lock()  # warm() comes from the scheduler's thread too
+        self._last = time.monotonic()  # of the last group sent
 
     @property
     def pid(self) -> int | None:
@@ -63,13 +68,14 @@ class ProcessStore:
     def _start(self) -> None:
         if self._proc is not None:
             log.warning("ingest: the store process ended (exit code %s); starting another", self._proc.poll())
+        self._last = time.monotonic()  # a child started ahead of its first group has its time to get one
         ours, theirs = socket.socketpair()
         with ours, theirs:
             self._proc = subprocess.Popen(
                 [
                     sys.executable,
-                    "-c",
-                    f"from {__name__} import main; main()",
+                    "-m",
+                    __name__,
                     str(theirs.fileno()),
                     str(self.db_path),
                     repr(self.busy_timeout_s),
@@ -81,6 +87,7 @@ class ProcessStore:
 
     def send(self, group: list[tuple[int, dict[str, Any]]]) -> None:
         self.warm()
+        self._last = time.monotonic()
         conn = self._conn
         try:
             assert conn is not None
@@ -110,6 +117,13 @@ class ProcessStore:
                 log.exception("after a job change")
         return stored
 
+    def rest(self, idle_s: float = IDLE_S) -> None:
+        """End the child if it was sent nothing for `idle_s` and holds no group (called by the sending
+        thread, so nothing is sent meanwhile)."""
+        with self._lock:
+            if self._proc is not None and not self._sent and time.monotonic() - self._last > idle_s:
+                self._close()
+
     def close(self) -> None:
         """End the child once it has answered what it was sent (the writer's final pass is done)."""
         with self._lock:
@@ -126,6 +140,7 @@ class ProcessStore:
                 log.warning("ingest: the store process did not end; killing it")
                 self._proc.kill()
                 self._proc.wait()
+            self._proc = None
 
 
 class _Telling(JobState):
@@ -177,7 +192,10 @@ def serve(fd: int, db_path: Path, busy_timeout_s: float) -> None:
         engine.dispose()
 
 
-def main() -> None:
+if __name__ == "__main__":
+    # Imported by its name, so that what it pickles (StoreFailed) is what the server unpickles.
+    from tunedeck.services.ingest_process import serve as store
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    serve(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
+    store(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
