@@ -134,3 +134,53 @@ def test_the_store_process_fails_only_a_bad_batch_and_ends_when_idle(tmp_path):
             (1, 2, 5),
             (1, 3, 7),
         ]
+
+
+def test_runners_waiting_for_a_locked_database_hold_no_thread_the_other_requests_need(server_factory, assets):
+    import hashlib
+    import secrets
+    import sqlite3
+
+    import httpx
+
+    # Launches held: the test plays 60 runners of one queued job (more than the 40 worker threads).
+    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_DB_BUSY_TIMEOUT_S="600")
+    job = server.submit({"name": "j", "config": demo_config(assets), "gpus": 0})
+    token = secrets.token_urlsafe(16)
+    db = sqlite3.connect(server.workspace / "tunedeck.db", isolation_level=None, timeout=60)
+    db.execute(
+        "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+        (hashlib.sha256(token.encode()).hexdigest(), job["id"]),
+    )
+    db.execute("BEGIN IMMEDIATE")  # another program holds the write lock: no batch can be stored
+    answers: list[int] = []
+
+    def post(i: int) -> None:
+        r = httpx.post(
+            f"{server.url}/api/jobs/{job['id']}/telemetry",
+            json={"seq": i, "logs": [{"line": i, "t": 1.0, "stream": "stdout", "text": f"line {i}"}]},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=600,
+        )
+        answers.append(r.status_code)
+
+    posts = [threading.Thread(target=post, args=(i,)) for i in range(60)]
+    try:
+        for t in posts:
+            t.start()
+
+        def waiting() -> bool:
+            text = server.api.get("/metrics").text
+            return "tunedeck_ingest_queue_batches 60.0" in text
+
+        until(waiting, "all 60 batches handed to the writer while the database is locked")
+        # A route that needs a worker thread still gets one.
+        assert server.api.get(f"/api/jobs/{job['id']}", timeout=120).json()["name"] == "j"
+        assert answers == []
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+        for t in posts:
+            t.join(timeout=120)
+    assert answers == [200] * 60
+    assert sorted(lines(server, job["id"])) == sorted(f"line {i}" for i in range(60))

@@ -7,6 +7,7 @@ acknowledged batch survives a crash of the server or of the machine.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from typing import Annotated, Any
@@ -14,6 +15,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from tunedeck import wire
 from tunedeck.api.responses import Stored, errors
@@ -25,6 +28,7 @@ from tunedeck.services.ingest import plain
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 JSON_TYPES = ("", "application/json")
+STORE_WAIT_S = 60.0
 
 
 def _refused(e: ValidationError) -> RequestValidationError:
@@ -91,15 +95,7 @@ BODY = {
 }
 
 
-@router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413), openapi_extra=BODY)
-def ingest(
-    job_id: int,
-    batch: Annotated[dict[str, Any], Depends(batch_of)],
-    request: Request,
-    session: SessionDep,
-    authorization: Annotated[str | None, Header()] = None,
-) -> dict:
-    """Store a runner's batch (idempotent: items are keyed by their line numbers)."""
+def _check_runner(session: Session, job_id: int, authorization: str | None) -> None:
     job = service.get_job(session, job_id)
     token = (authorization or "").removeprefix("Bearer ").strip()
     if job.status.finished:  # its token was revoked when it ended (rows from before then still hold one)
@@ -108,6 +104,21 @@ def ingest(
         )
     if not job.runner_token_hash or not hmac.compare_digest(token_hash(token), job.runner_token_hash):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
-    session.close()  # the writer thread does the writing
-    request.app.state.writer.submit(job_id, batch).result(timeout=60)
+    session.close()  # the writer does the writing
+
+
+@router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413), openapi_extra=BODY)
+async def ingest(
+    job_id: int,
+    batch: Annotated[dict[str, Any], Depends(batch_of)],
+    request: Request,
+    session: SessionDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> dict:
+    """Store a runner's batch (idempotent: items are keyed by their line numbers)."""
+    await run_in_threadpool(_check_runner, session, job_id, authorization)
+    # Awaited here, not in a worker thread: a slow commit holds no thread of the pool, whatever the
+    # number of runners. Shielded: a runner that hangs up leaves its batch to be stored all the same.
+    stored = asyncio.wrap_future(request.app.state.writer.submit(job_id, batch))
+    await asyncio.wait_for(asyncio.shield(stored), STORE_WAIT_S)
     return {"stored": batch["seq"]}

@@ -8,13 +8,14 @@ file, is stored once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -324,7 +325,7 @@ class IngestWriter(Worker):
             except Exception as e:  # no request is left waiting
                 log.exception("ingest: answering a group failed")
                 for *_, fut in group:
-                    if not fut.done():
+                    with contextlib.suppress(InvalidStateError):  # (answered before the failure)
                         fut.set_exception(e)
             finally:
                 self._window.release()
@@ -340,10 +341,11 @@ class IngestWriter(Worker):
 
     def _answer(self, group: list[tuple[int, dict[str, Any], Future]], stored: Stored) -> None:
         for (*_, fut), error in zip(group, stored.errors):
-            if error is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(error)
+            with contextlib.suppress(InvalidStateError):  # (a future its waiter cancelled)
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
         if stored.before is not None:
             fresh = pyramid.Fresh(stored.before, top=stored.top)
             for job_id, batch, _ in group:
