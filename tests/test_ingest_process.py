@@ -98,19 +98,11 @@ def test_the_store_process_ignores_sigterm_and_ends_with_the_server_even_a_kille
 def test_the_store_process_fails_only_a_bad_batch_and_ends_when_idle(tmp_path):
     from sqlalchemy import text
 
-    from tunedeck.db import make_engine, upgrade
+    from tests.utils.factories import running_job_database
     from tunedeck.services.ingest_process import ProcessStore, StoreFailed
     from tunedeck.services.jobstate import JobState
 
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    with engine.begin() as c:
-        c.execute(
-            text(
-                "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
-                "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"
-            )
-        )
+    engine = running_job_database(tmp_path / "t.db")
     store = ProcessStore(tmp_path / "t.db", JobState(engine))
     memory = {"line": [0, 1], "t": [1.0, 2.0], "gpu": [0, 0], "used_bytes": [5, 7]}
     # Job 2 does not exist: its rows break the foreign key, in the child's transaction.

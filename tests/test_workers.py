@@ -7,6 +7,7 @@ import threading
 
 from sqlalchemy import text
 
+from tests.utils.factories import running_job_database
 from tests.utils.wait import until
 from tunedeck.config import Settings
 from tunedeck.db import make_engine, upgrade
@@ -47,15 +48,7 @@ def test_a_failing_pass_is_logged_and_the_next_one_still_runs(caplog):
 
 
 def test_the_writer_stores_every_batch_handed_over_before_stop(tmp_path):
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    with engine.begin() as c:
-        c.execute(
-            text(
-                "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
-                "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"
-            )
-        )
+    engine = running_job_database(tmp_path / "t.db")
     writer = IngestWriter(engine)
     writer.start()
     futures = [

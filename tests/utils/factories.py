@@ -23,6 +23,25 @@ from tunedeck.submission import Node
 from tunedeck.tables import Job, JobStatus
 
 
+def running_job_database(path: Path) -> Engine:
+    """A migrated SQLite file holding one running job (id 1) and nothing else: for the ingest writer
+    and its store, without a submission's run folder."""
+    from sqlalchemy import text
+
+    from tunedeck.db import make_engine, upgrade
+
+    engine = make_engine(path)
+    upgrade(engine)
+    with engine.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at) "
+                "VALUES ('j', 'running', 0, '{}', '', '', '', '2026-01-01 00:00:00')"
+            )
+        )
+    return engine
+
+
 def create_token(engine: Engine, name: str, role: str = "submitter") -> str:
     """A bearer token as `tunedeck token create` makes it; returns its value."""
     with Session(engine) as session:
