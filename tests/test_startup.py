@@ -50,3 +50,18 @@ def test_a_database_behind_is_still_migrated(tmp_path):
     assert version(db) == {"0007_jobs_finished"}
     upgrade(engine)
     assert version(db) == script_heads()
+
+
+def test_the_first_health_check_builds_no_other_router(app_factory):
+    # FastAPI builds an included router's routes on the first request that reaches it, trying them in
+    # order: a health check that came after the job routers paid for building them all.
+    from tunedeck.api import system
+
+    app = app_factory()
+    assert app.api.get("/api/health").status_code == 200
+    built = [
+        r.original_router
+        for r in app.app.router.routes
+        if getattr(r, "_effective_candidates_version", None) is not None
+    ]
+    assert built == [system.router]

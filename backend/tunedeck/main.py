@@ -140,12 +140,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     errors.install(app, settings)  # domain errors and bad input as clear answers, never a bare 500
 
+    # FastAPI builds an included router's routes when a request first reaches it, trying routers in
+    # order: the health check (what a starting server is asked first) comes before the rest.
     for module in (
+        system,
         jobs,
         lifecycle_api,
         artifacts_api,
         telemetry,
-        system,
         stream,
         series,
         checks,
