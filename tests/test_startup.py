@@ -67,3 +67,25 @@ def test_the_first_health_check_builds_no_other_router(app_factory):
         if getattr(r, "_effective_candidates_version", None) is not None
     ]
     assert built == [system.router]
+
+
+def test_a_start_checks_the_database_file_once(tmp_path, assets):
+    # The check is a quick_check, which reads every page: seconds on a long history, paid at each pass.
+    from tests.conftest import Server
+
+    upgrade(make_engine(tmp_path / "ws" / "tunedeck.db"))
+    server = Server(tmp_path / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true")
+    log = tmp_path / "checks.log"
+    # Only check_file opens the database read-write by URI; the audit hook sees every opening.
+    hook = (
+        f"import sys\nlog = open({str(log)!r}, 'a')\n"
+        "sys.addaudithook(lambda e, a: e == 'sqlite3.connect' and 'mode=rw' in str(a[0]) "
+        "and (log.write(str(a[0]) + '\\n'), log.flush()))\n"
+        "from tunedeck.cli import app\napp(['serve'])"
+    )
+    server.command = [PYTHON, "-c", hook]
+    try:
+        server.start()
+    finally:
+        server.stop()
+    assert len(log.read_text().splitlines()) == 1
