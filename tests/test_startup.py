@@ -1,6 +1,6 @@
 """A server start loads only what serving needs: Alembic only when the database is behind, the HTTP
-client only for a webhook or a CLI command, the Prometheus client only when scraped. Checked in fresh
-interpreters, where imports are real."""
+client only for a webhook or a CLI command, the Prometheus client only when scraped, PyYAML only for a
+job's YAML. Checked in fresh interpreters, where imports are real."""
 
 from __future__ import annotations
 
@@ -38,9 +38,15 @@ def test_a_restart_at_head_loads_neither_alembic_nor_the_http_client(tmp_path):
         "from pathlib import Path\nimport tunedeck.cli\nfrom tunedeck.db import make_engine, upgrade\n"
         f"from tunedeck.main import create_app\nupgrade(make_engine(Path({str(db)!r})))\ncreate_app()"
     )
-    found = loaded_after(code, "alembic", "httpx", "ray", "prometheus_client")
-    # Ray: only with the ray executor; prometheus_client: at the first scrape
-    assert found == {"alembic": False, "httpx": False, "ray": False, "prometheus_client": False}
+    found = loaded_after(code, "alembic", "httpx", "ray", "prometheus_client", "yaml")
+    # Ray: only with the ray executor; prometheus_client: at the first scrape; PyYAML: at the first spec
+    assert found == {
+        "alembic": False,
+        "httpx": False,
+        "ray": False,
+        "prometheus_client": False,
+        "yaml": False,
+    }
     assert version(db) == script_heads()
 
 
