@@ -1,5 +1,6 @@
 """A server start loads only what serving needs: Alembic only when the database is behind, the HTTP
-client only for a webhook or a CLI command. Checked in fresh interpreters, where imports are real."""
+client only for a webhook or a CLI command, the Prometheus client only when scraped, PyYAML only for a
+job's YAML. Checked in fresh interpreters, where imports are real."""
 
 from __future__ import annotations
 
@@ -37,8 +38,15 @@ def test_a_restart_at_head_loads_neither_alembic_nor_the_http_client(tmp_path):
         "from pathlib import Path\nimport tunedeck.cli\nfrom tunedeck.db import make_engine, upgrade\n"
         f"from tunedeck.main import create_app\nupgrade(make_engine(Path({str(db)!r})))\ncreate_app()"
     )
-    found = loaded_after(code, "alembic", "httpx", "ray")
-    assert found == {"alembic": False, "httpx": False, "ray": False}  # Ray: only with the ray executor
+    found = loaded_after(code, "alembic", "httpx", "ray", "prometheus_client", "yaml")
+    # Ray: only with the ray executor; prometheus_client: at the first scrape; PyYAML: at the first spec
+    assert found == {
+        "alembic": False,
+        "httpx": False,
+        "ray": False,
+        "prometheus_client": False,
+        "yaml": False,
+    }
     assert version(db) == script_heads()
 
 
@@ -50,3 +58,40 @@ def test_a_database_behind_is_still_migrated(tmp_path):
     assert version(db) == {"0007_jobs_finished"}
     upgrade(engine)
     assert version(db) == script_heads()
+
+
+def test_the_first_health_check_builds_no_other_router(app_factory):
+    # FastAPI builds an included router's routes on the first request that reaches it, trying them in
+    # order: a health check that came after the job routers paid for building them all.
+    from tunedeck.api import system
+
+    app = app_factory()
+    assert app.api.get("/api/health").status_code == 200
+    built = [
+        r.original_router
+        for r in app.app.router.routes
+        if getattr(r, "_effective_candidates_version", None) is not None
+    ]
+    assert built == [system.router]
+
+
+def test_a_start_checks_the_database_file_once(tmp_path, assets):
+    # The check is a quick_check, which reads every page: seconds on a long history, paid at each pass.
+    from tests.conftest import Server
+
+    upgrade(make_engine(tmp_path / "ws" / "tunedeck.db"))
+    server = Server(tmp_path / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true")
+    log = tmp_path / "checks.log"
+    # Only check_file opens the database read-write by URI; the audit hook sees every opening.
+    hook = (
+        f"import sys\nlog = open({str(log)!r}, 'a')\n"
+        "sys.addaudithook(lambda e, a: e == 'sqlite3.connect' and 'mode=rw' in str(a[0]) "
+        "and (log.write(str(a[0]) + '\\n'), log.flush()))\n"
+        "from tunedeck.cli import app\napp(['serve'])"
+    )
+    server.command = [PYTHON, "-c", hook]
+    try:
+        server.start()
+    finally:
+        server.stop()
+    assert len(log.read_text().splitlines()) == 1

@@ -67,7 +67,7 @@ def _run_server(settings: Settings) -> None:
         if why := check_file(settings.db_path):  # one clear line, not a traceback from the lifespan
             typer.echo(f"error: {why}", err=True)
             raise typer.Exit(2)
-        app = create_app(settings)
+        app = create_app(settings, db_checked=True)
     finally:
         gc.freeze()
         gc.enable()

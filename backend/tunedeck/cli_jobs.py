@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-import yaml
 
 from tunedeck.cli_http import call, client, refused, unreachable
 
@@ -150,6 +149,8 @@ def resume(
 
 
 def _value(text: str) -> Any:
+    import yaml  # not loaded by the other verbs (nor by `serve`, which imports this module)
+
     return yaml.safe_load(text) if text != "" else None
 
 
@@ -239,6 +240,8 @@ def compare(
     server: ServerOpt = None,
 ) -> None:
     """Compare jobs: the config keys that differ, and where each ended (step, loss, tokens/s)."""
+    import yaml
+
     configs, ends = {}, {}
     for j in job_ids:
         configs[j] = yaml.safe_load(call(server, "GET", f"/api/jobs/{j}/config")["train_yaml"]) or {}

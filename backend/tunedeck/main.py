@@ -48,7 +48,9 @@ def check_workspace(settings: Settings) -> None:
         raise RuntimeError(f"workspace {settings.workspace} is not writable: {e.strerror or e}") from None
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, db_checked: bool = False) -> FastAPI:
+    """The app; `db_checked`: the caller has just run `check_file` on the database (a quick_check reads
+    every page, seconds on a long history: a start does it once)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -59,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # (inherited by the runners and trainers this server starts).
         os.umask(0o077)
         check_workspace(settings)
-        if why := check_file(settings.db_path):
+        if not db_checked and (why := check_file(settings.db_path)):
             raise RuntimeError(why)
         engine = make_engine(settings.db_path, busy_timeout_s=settings.db_busy_timeout_s)
         upgrade(engine)
@@ -146,12 +148,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     errors.install(app, settings)  # domain errors and bad input as clear answers, never a bare 500
 
+    # FastAPI builds an included router's routes when a request first reaches it, trying routers in
+    # order: the health check (what a starting server is asked first) comes before the rest.
     for module in (
+        system,
         jobs,
         lifecycle_api,
         artifacts_api,
         telemetry,
-        system,
         stream,
         series,
         checks,

@@ -4,9 +4,9 @@ tunedeck/submission.py's work."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from tunedeck import jobenv, tree
@@ -28,42 +28,51 @@ def detail(loc: list[Any], msg: str) -> dict[str, Any]:
     return {"loc": loc, "msg": msg, "type": "value_error"}
 
 
-class _TooMany(yaml.YAMLError):
-    pass
+class _TooMany(Exception):
+    """More keys and list items than allowed: ends the parse at once."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader without aliases (no "billion laughs"), with a nesting limit and, when given, a limit
-    on keys and list items that stops the parse as soon as it is passed (a parse costs ~30 µs a node)."""
+@cache
+def _bounded_loader() -> type:
+    # Built by the first parse: PyYAML is loaded when a spec is read, not by every server start.
+    import yaml
 
-    max_depth = 32
-    max_items: int | None = None
+    class BoundedLoader(yaml.SafeLoader):
+        """SafeLoader without aliases (no "billion laughs"), with a nesting limit and, when given, a limit
+        on keys and list items that stops the parse as soon as it is passed (a parse costs ~30 µs a node)."""
 
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("YAML aliases (*name) are not accepted in job configs")
-        # A mapping's keys come with index None, a sequence's items with their position.
-        if (
-            self.max_items is not None
-            and parent is not None
-            and (index is None or isinstance(parent, yaml.SequenceNode))
-        ):
-            self._items = getattr(self, "_items", 0) + 1
-            if self._items > self.max_items:
-                raise _TooMany(f"more than {self.max_items} keys and list items (TUNEDECK_SPEC_MAX_KEYS)")
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > self.max_depth:
-                raise yaml.YAMLError(f"YAML nested deeper than {self.max_depth} levels")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+        max_depth = 32
+        max_items: int | None = None
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("YAML aliases (*name) are not accepted in job configs")
+            # A mapping's keys come with index None, a sequence's items with their position.
+            if (
+                self.max_items is not None
+                and parent is not None
+                and (index is None or isinstance(parent, yaml.SequenceNode))
+            ):
+                self._items = getattr(self, "_items", 0) + 1
+                if self._items > self.max_items:
+                    raise _TooMany(f"more than {self.max_items} keys and list items (TUNEDECK_SPEC_MAX_KEYS)")
+            self._depth = getattr(self, "_depth", 0) + 1
+            try:
+                if self._depth > self.max_depth:
+                    raise yaml.YAMLError(f"YAML nested deeper than {self.max_depth} levels")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    return BoundedLoader
 
 
 def load_yaml(text: str, *, max_items: int | None = None) -> dict[str, Any]:
     if len(text.encode(errors="replace")) > MAX_YAML_BYTES:
         raise SpecError([detail(["config"], f"YAML is larger than {MAX_YAML_BYTES} bytes")])
-    loader = _BoundedLoader(text)
+    import yaml
+
+    loader = _bounded_loader()(text)
     loader.max_items = max_items
     try:
         data = loader.get_single_data()

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
 from tunedeck import catalog, hubcache, jobenv, kinds, lint, placement, reach, runfiles, tree
 from tunedeck import estimate as est
 from tunedeck.config import Settings
@@ -102,6 +100,8 @@ class Submission:
             config[key] = str(output_dir)
         if self.ds_config is not None:
             config["deepspeed"] = str(ds_path)
+        import yaml  # loaded by the first launch or preview, not by every server start
+
         train_yaml = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
         ds = None if self.ds_config is None else json.dumps(self.ds_config, indent=2) + "\n"
         return train_yaml, ds

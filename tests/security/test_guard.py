@@ -3,6 +3,7 @@ security headers, and the bind rule wherever the app runs (plain uvicorn too).""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -144,6 +145,26 @@ class Uvicorn:
             self.proc.kill()
             self.proc.wait()
         return self.log.read_text()
+
+
+def test_the_bind_rule_reads_only_this_processs_own_sockets():
+    # The host's connection tables (what psutil reads) grow with everything else on the host; the
+    # first request waits for this check. Run apart: an audit hook stays for the interpreter's life.
+    code = """
+import json, socket, sys
+opened = []
+sys.addaudithook(lambda e, a: e == "open" and str(a[0]).startswith("/proc/net/") and opened.append(a[0]))
+from tunedeck.guard import listening_exposed
+loop, every, idle = socket.socket(), socket.socket(), socket.socket()
+loop.bind(("127.0.0.1", 0)), every.bind(("0.0.0.0", 0)), idle.bind(("127.0.0.1", 0))
+loop.listen(), every.listen()
+ports = [s.getsockname()[1] for s in (loop, every, idle)]
+print(json.dumps([[listening_exposed(p) for p in ports], opened]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(out.stdout) == [[False, True, None], []]
 
 
 def test_open_writes_on_all_addresses_are_refused_under_plain_uvicorn(tmp_path, assets):

@@ -14,8 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunedeck import runfiles
 from tunedeck.alerts.series import Point, Series
 from tunedeck.alerts.training import FLUSH, OOM
@@ -103,6 +101,8 @@ def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str,
 def parse_config(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
+    import yaml  # loaded by the first import of a run, not by every server start
+
     try:
         cfg = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
-from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.exposition import choose_encoder
+from typing import TYPE_CHECKING
 
-from tunedeck.services.prometheus import Collector
+from fastapi import APIRouter, Request, Response
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 router = APIRouter(tags=["system"])
 
 
 def registry_of(request: Request) -> CollectorRegistry:
+    # prometheus_client is loaded by the first scrape, not by every start of a server nobody scrapes.
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    from tunedeck.services.prometheus import Collector
+
     state = request.app.state
     registry = getattr(state, "prometheus", None)
     if registry is None:  # per app, not prometheus_client's global registry: tests start many apps
@@ -31,5 +37,7 @@ def registry_of(request: Request) -> CollectorRegistry:
 )
 def metrics(request: Request) -> Response:
     """Jobs' step, loss, tokens/s and VRAM; open alerts; queue; ingest backlog; live streams."""
+    from prometheus_client.exposition import choose_encoder
+
     encode, content_type = choose_encoder(request.headers.get("accept"))
     return Response(encode(registry_of(request)), media_type=content_type)

@@ -14,7 +14,6 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
-import yaml
 from sqlalchemy import Connection, Engine, Select, bindparam, func, or_
 from sqlmodel import Session, col, select
 
@@ -52,6 +51,8 @@ def limits_of(settings: Settings) -> Limits:
 
 
 def job_config(job: Job) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    import yaml  # loaded by the first job followed, not by every server start
+
     try:
         cfg = yaml.safe_load(job.train_yaml or "") or {}
     except yaml.YAMLError:

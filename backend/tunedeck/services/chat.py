@@ -12,7 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import Engine, update
 from sqlmodel import Session, select
 
@@ -30,6 +29,8 @@ CARRIED = ("template", "finetuning_type", "trust_remote_code", "default_system",
 
 
 def _config(job: Job) -> dict[str, Any]:
+    import yaml  # loaded by the first job that needs it, not by every server start
+
     try:
         data = yaml.safe_load(job.train_yaml or "")
     except yaml.YAMLError:

@@ -12,8 +12,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunedeck.services.jobs import run_files
 from tunedeck.tables import Job
 
@@ -93,6 +91,8 @@ def weights_bytes(path: Path) -> int:
 
 
 def _config(job: Job) -> dict[str, Any]:
+    import yaml  # loaded by the first job that needs it, not by every server start
+
     try:
         data = yaml.safe_load(job.train_yaml or "")
     except yaml.YAMLError:
