@@ -320,15 +320,20 @@ class IngestWriter(Worker):
 
     def _answer_all(self) -> None:
         while (group := self._sent.get()) is not None:
+            held = True
             try:
-                self._answer(group, self.store.receive())
+                stored = self.store.receive()
+                self._window.release()  # the store is done with it: the next group goes now, not after
+                held = False  # the detectors and listeners below
+                self._answer(group, stored)
             except Exception as e:  # no request is left waiting
                 log.exception("ingest: answering a group failed")
                 for *_, fut in group:
                     with contextlib.suppress(InvalidStateError):  # (answered before the failure)
                         fut.set_exception(e)
             finally:
-                self._window.release()
+                if held:
+                    self._window.release()
 
     def _take(self) -> list[tuple[int, dict[str, Any], Future]]:
         group = []
