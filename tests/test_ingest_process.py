@@ -176,3 +176,29 @@ def test_runners_waiting_for_a_locked_database_hold_no_thread_the_other_requests
             t.join(timeout=120)
     assert answers == [200] * 60
     assert sorted(lines(server, job["id"])) == sorted(f"line {i}" for i in range(60))
+
+
+def test_a_batch_that_cannot_reach_the_store_fails_alone_and_frees_its_place(tmp_path):
+    from sqlalchemy import text
+
+    from tests.utils.factories import running_job_database
+    from tunedeck.services.ingest import IngestWriter
+    from tunedeck.services.ingest_process import ProcessStore
+    from tunedeck.services.jobstate import JobState
+
+    engine = running_job_database(tmp_path / "t.db")
+    writer = IngestWriter(engine, store=ProcessStore(tmp_path / "t.db", JobState(engine)))
+    writer.start()
+    try:
+        # Nothing a request decodes is like this, but a fault on the way must not hold the writer:
+        # more such groups than the store takes at once, then a good batch.
+        for seq in range(3):
+            bad = writer.submit(1, {"seq": seq, "logs": [], "hook": lambda: None})
+            until(bad.done, "the unpicklable batch answered")
+            assert bad.exception() is not None
+        good = {"seq": 3, "logs": [{"line": 0, "t": 1.0, "stream": "stdout", "text": "stored"}]}
+        writer.submit(1, good).result(timeout=120)
+    finally:
+        writer.stop()
+    with engine.connect() as c:
+        assert c.execute(text("SELECT text FROM log_lines")).scalars().all() == ["stored"]

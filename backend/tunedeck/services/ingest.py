@@ -315,7 +315,13 @@ class IngestWriter(Worker):
                 self._window.release()
                 self.store.rest()  # (a store that was idle long enough lets its resources go)
                 return
-            self.store.send([(job_id, batch) for job_id, batch, _ in group])
+            try:
+                self.store.send([(job_id, batch) for job_id, batch, _ in group])
+            except Exception as e:  # (a batch that cannot be handed over): its requests hear why
+                log.exception("ingest: a group could not be handed to the store")
+                self._window.release()
+                self._answer(group, Stored([e] * len(group)))
+                continue
             self._sent.put(group)
 
     def _answer_all(self) -> None:

@@ -88,10 +88,12 @@ class ProcessStore:
     def send(self, group: list[tuple[int, dict[str, Any]]]) -> None:
         self.warm()
         self._last = time.monotonic()
+        data = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)  # (an error here is the caller's)
         conn = self._conn
         try:
-            assert conn is not None
-            conn.send_bytes(pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL))
+            if conn is None:
+                raise OSError("no store process")
+            conn.send_bytes(data)
         except OSError:
             conn = None  # the child is gone: this group fails when it is answered
         self._sent.append((len(group), conn))
