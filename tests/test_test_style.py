@@ -11,18 +11,16 @@ import textwrap
 import pytest
 
 from tests.conftest import ROOT
+from tests.utils.wait import CLOCKS, PAUSES
 
 TESTS = ROOT / "tests"
 WAIT = TESTS / "utils" / "wait.py"
-# What the checks must find, kept as text (not .py) so no scan, collector or linter takes it for code.
 # Modules that do arithmetic on a clock for something other than waiting; no assert compares what
 # they read.
-CLOCKS = {
+CLOCK_USERS = {
     "tests/security/test_fuzz.py": "tallies the seconds each fuzz operation took, for the run's report",
     "tests/test_node_telemetry.py": "dates its scripted samples half a minute back, as a runner's are",
 }
-SLEEPS = {"sleep", "wait_for_timeout"}
-TIMERS = {"monotonic", "perf_counter", "monotonic_ns", "perf_counter_ns"}
 
 
 def called(node: ast.AST, names: set[str]) -> bool:
@@ -33,16 +31,17 @@ def called(node: ast.AST, names: set[str]) -> bool:
 
 
 def polling_loops(tree: ast.AST) -> list[int]:
-    """Lines of loops that sleep (`while ...: ... time.sleep(...)`), also in code kept in a string."""
+    """Lines of loops that pause (any of PAUSES called inside a while or for), also in code kept in a
+    string."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.While, ast.For, ast.AsyncFor)):
-            if any(called(n, SLEEPS) for n in ast.walk(node)):
+            if any(called(n, PAUSES) for n in ast.walk(node)):
                 found.append(node.lineno)
         elif (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
-            and any(s in node.value for s in SLEEPS)
+            and any(s in node.value for s in PAUSES)
         ):
             try:
                 inner = ast.parse(textwrap.dedent(node.value))
@@ -53,13 +52,14 @@ def polling_loops(tree: ast.AST) -> list[int]:
 
 
 def clock_reads(tree: ast.AST) -> list[int]:
-    """Reads of a timer clock, and comparisons or sums involving any clock (`time.time() + 120`)."""
-    found = [n.lineno for n in ast.walk(tree) if called(n, TIMERS)]
+    """Reads of one of CLOCKS, and comparisons, sums or differences that involve any clock (the wall
+    clock's `time` included)."""
+    found = [n.lineno for n in ast.walk(tree) if called(n, CLOCKS)]
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Compare)
             or (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)))
-        ) and any(called(n, TIMERS | {"time"}) for n in ast.walk(node)):
+        ) and any(called(n, CLOCKS | {"time"}) for n in ast.walk(node)):
             found.append(node.lineno)
     return sorted(set(found))
 
@@ -75,29 +75,26 @@ def _call(module: str, name: str, *args: float) -> ast.Call:
     return ast.Call(ast.Attribute(ast.Name(module), name), [ast.Constant(a) for a in args], [])
 
 
-def _sample(timer: str, sleep: str) -> ast.AST:
-    """A private deadline loop, and a child script in a string that sleeps in a loop, built as syntax
-    from the names the checks look for (so no such code stands in any file), then parsed back:
-        deadline = time.<timer>() + 120
-        while not ready():
-            assert time.<timer>() < deadline
-            time.<sleep>(0.1)
-        CHILD = 'for _ in range(100):\n    time.<sleep>(0.1)'"""
+def _sample(clock: str, pause: str) -> ast.AST:
+    """Syntax the checks must find, built from the names they look for (so no such code stands in any
+    file), then parsed back. Line 1 sets a deadline from `clock`; line 2 loops until ready; line 3
+    asserts `clock` is before the deadline; line 4 calls `pause`; line 5 keeps, in a string, a
+    child script whose loop calls `pause`."""
     child = ast.For(
         ast.Name("_", ast.Store()),
         ast.Call(ast.Name("range"), [ast.Constant(100)], []),
-        [ast.Expr(_call("time", sleep, 0.1))],
+        [ast.Expr(_call("time", pause, 0.1))],
         [],
     )
     body = [
         ast.Assign(
-            [ast.Name("deadline", ast.Store())], ast.BinOp(_call("time", timer), ast.Add(), ast.Constant(120))
+            [ast.Name("deadline", ast.Store())], ast.BinOp(_call("time", clock), ast.Add(), ast.Constant(120))
         ),
         ast.While(
             ast.UnaryOp(ast.Not(), ast.Call(ast.Name("ready"), [], [])),
             [
-                ast.Assert(ast.Compare(_call("time", timer), [ast.Lt()], [ast.Name("deadline")])),
-                ast.Expr(_call("time", sleep, 0.1)),
+                ast.Assert(ast.Compare(_call("time", clock), [ast.Lt()], [ast.Name("deadline")])),
+                ast.Expr(_call("time", pause, 0.1)),
             ],
             [],
         ),
@@ -109,9 +106,9 @@ def _sample(timer: str, sleep: str) -> ast.AST:
     return ast.parse(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))))
 
 
-@pytest.mark.parametrize(("timer", "sleep"), list(itertools.product(sorted(TIMERS), sorted(SLEEPS))))
-def test_the_checks_find_a_private_polling_loop(timer, sleep):
-    tree = _sample(timer, sleep)
+@pytest.mark.parametrize(("clock", "pause"), list(itertools.product(sorted(CLOCKS), sorted(PAUSES))))
+def test_the_checks_find_a_private_polling_loop(clock, pause):
+    tree = _sample(clock, pause)
     assert polling_loops(tree) == [2, 5]  # the loop, and the string that holds one
     assert clock_reads(tree) == [1, 3]  # the deadline set, and the deadline compared
 
@@ -123,4 +120,4 @@ def test_only_the_shared_helper_polls():
 
 def test_no_test_reads_a_clock_to_wait_or_to_judge_speed():
     found = [f"{name}:{line}" for name, tree in modules().items() for line in clock_reads(tree)]
-    assert sorted({f.split(":")[0] for f in found}) == sorted(CLOCKS), found
+    assert sorted({f.split(":")[0] for f in found}) == sorted(CLOCK_USERS), found

@@ -10,6 +10,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+# The calls that pause a test and the clocks that time one: only until() below may use them
+# (tests/test_test_style.py reads every other test module for them).
+PAUSES = frozenset({"sleep", "wait_for_timeout"})
+CLOCKS = frozenset({"monotonic", "perf_counter", "monotonic_ns", "perf_counter_ns"})
 # Bounds a hang, for until() and for waits on an event or a future (`.result(timeout=DEADLINE)`).
 DEADLINE = 120.0
 
