@@ -147,8 +147,8 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
     assert one(found, "tunedeck_sse_clients") == 0
     assert one(found, "process_resident_memory_bytes") > 0
     # The store process that wrote the batch, apart (process_* is the server's own process).
-    assert one(found, "tunedeck_ingest_store_cpu_seconds_total") > 0
-    assert one(found, "tunedeck_ingest_store_resident_memory_bytes") > 0
+    assert one(found, "tunedeck_ingest_store_process_cpu_seconds_total") > 0
+    assert one(found, "tunedeck_ingest_store_process_resident_memory_bytes") > 0
 
     # The detectors take the samples from the writer's columns (the build read the first batch's rows):
     # each further batch is one more chance, however the engine's passes fall.

@@ -25,6 +25,10 @@ def registry_of(request: Request) -> CollectorRegistry:
         tracker = state.alerts.tracker if getattr(state, "alerts", None) is not None else None
         registry.register(Collector(state.engine, writer=state.writer, events=state.events, tracker=tracker))
         ProcessCollector(registry=registry)  # the server's own CPU and resident memory
+        # and its ingest store process's, while it runs (no process: nothing exported)
+        ProcessCollector(
+            namespace="tunedeck_ingest_store", pid=lambda: state.writer.store.pid, registry=registry
+        )
         state.prometheus = registry
     return registry
 

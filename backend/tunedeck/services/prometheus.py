@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Connection, Engine, text
 
@@ -197,7 +196,6 @@ class Collector:
                 "Metric lines, log lines and memory samples in those batches (rate(): items/s)",
                 value=w.items,
             )
-            yield from _store_process(getattr(w.store, "pid", None))
         if self.events is not None:
             yield GaugeMetricFamily(
                 "tunedeck_sse_clients", "Open live (SSE) streams", value=self.events.clients
@@ -212,22 +210,3 @@ class Collector:
             for path, n in self.tracker.fed.items():
                 fed.add_metric([path], n)
             yield fed
-
-
-def _store_process(pid: int | None) -> Iterator[Metric]:
-    """The ingest store process's CPU and memory (process_* describe the server's own process only)."""
-    try:
-        p = psutil.Process(pid) if pid else None
-        if p is None:
-            return
-        cpu, rss = sum(p.cpu_times()[:2]), p.memory_info().rss
-    except psutil.Error:  # it ended between the two reads
-        return
-    yield CounterMetricFamily(
-        "tunedeck_ingest_store_cpu_seconds", "CPU time of the ingest store process", value=cpu
-    )
-    yield GaugeMetricFamily(
-        "tunedeck_ingest_store_resident_memory_bytes",
-        "Resident memory of the ingest store process",
-        value=rss,
-    )
