@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, and_, or_, update
 
@@ -67,36 +67,24 @@ def samples(memory: Any) -> int:
     return len(memory or ())
 
 
-def _insert_keyed(conn: Connection, table: str, names: tuple[str, ...], values: list[tuple]) -> None:
-    """Rows of lines keyed by (job_id, line): a line already stored stays as it is. Table and column
-    names come from code, never from a request."""
+def _insert(conn: Connection, table: str, names: tuple[str, ...], rows: list[tuple], key: str) -> None:
+    """Plain tuples, a few hundred rows a statement (`bulk.insert`); a row whose `key` is already stored
+    stays as it is. Table, column and key names come from code, never from a request."""
     cur = conn.connection.driver_connection.cursor()
     try:
-        bulk.insert(
-            cur, f"INSERT INTO {table} ({', '.join(names)})", values, "ON CONFLICT (job_id, line) DO NOTHING"
-        )
+        bulk.insert(cur, f"INSERT INTO {table} ({', '.join(names)})", rows, f"ON CONFLICT ({key}) DO NOTHING")
     finally:
         cur.close()
 
 
 def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: str = "") -> None:
-    """The sampler's per-interval maxima, keyed by node and sample number: plain tuples (no object per
-    sample), a few hundred rows a statement (`bulk.insert`)."""
+    """The sampler's per-interval maxima, keyed by node and sample number (no object per sample)."""
     n = len(cols.get("line") or ())
     if not n:
         return
-    # Column names come from MEMORY_KEYS only, never from a request.
     names = tuple(k for k in MEMORY_KEYS if k in cols)
-    cur = conn.connection.driver_connection.cursor()
-    try:
-        bulk.insert(
-            cur,
-            f"INSERT INTO {MEMORY.name} (job_id, node, {', '.join(names)})",
-            list(zip(repeat(job_id, n), repeat(node, n), *(cols[k] for k in names))),
-            "ON CONFLICT (job_id, node, line) DO NOTHING",
-        )
-    finally:
-        cur.close()
+    rows = list(zip(repeat(job_id, n), repeat(node, n), *(cols[k] for k in names)))
+    _insert(conn, MEMORY.name, ("job_id", "node", *names), rows, "job_id, node, line")
 
 
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
@@ -126,10 +114,10 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     for r in rows:
         del r["percentage"], r["eta_seconds"]  # the job's progress, not columns of a point
     if rows:  # every row has the same keys, in the same order: metric_points columns
-        _insert_keyed(conn, METRICS.name, tuple(rows[0]), [tuple(r.values()) for r in rows])
+        _insert(conn, METRICS.name, tuple(rows[0]), [tuple(r.values()) for r in rows], "job_id, line")
     logs = [(job_id, g["line"], g["t"], g["stream"], g["text"]) for g in batch.get("logs", ())]
     if logs:
-        _insert_keyed(conn, LOGS.name, ("job_id", "line", "t", "stream", "text"), logs)
+        _insert(conn, LOGS.name, ("job_id", "line", "t", "stream", "text"), logs, "job_id, line")
     insert_memory(conn, job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
         conn.execute(
@@ -216,6 +204,19 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
         return Stored(errors)
 
 
+class Store(Protocol):
+    """Where the writer's groups are stored: `send` hands one over, `receive` gives the oldest one's
+    `Stored`; `warm` gets ready ahead of the first, `rest` lets an idle store's resources go."""
+
+    pid: int | None  # of its own process, while one runs
+
+    def warm(self) -> None: ...
+    def rest(self) -> None: ...
+    def send(self, group: list[tuple[int, dict[str, Any]]]) -> None: ...
+    def receive(self) -> Stored: ...
+    def close(self) -> None: ...
+
+
 class LocalStore:
     """Groups stored in the writer's own thread (the store process's fallback, and tests' writer)."""
 
@@ -259,12 +260,12 @@ class IngestWriter(Worker):
         *,
         state: JobState | None = None,
         group_max: int = 200,
-        store: LocalStore | Any = None,
+        store: Store | None = None,
     ):
         super().__init__()
         self.engine = engine
         self.state = state or JobState(engine)  # a runner's exit report moves its job
-        self.store = store if store is not None else LocalStore(self.state)
+        self.store: Store = store if store is not None else LocalStore(self.state)
         self.group_max = group_max
         self.listeners: list[Callable[[set[int]], None]] = []  # called after each commit
         # Called after each commit, before the listeners, with the memory samples just stored.
