@@ -351,6 +351,12 @@ async def main() -> None:
             per_pid = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
             cpu0, cpu1 = 0.0, sum(per_pid.values())
             rss_stop.set()
+            # How the alert detectors got the samples: from the writer's columns, or read back.
+            fed = {
+                line.split('"')[1]: float(line.split()[-1])
+                for line in (await client.get("/metrics")).text.splitlines()
+                if line.startswith("tunedeck_alert_samples_fed_total{")
+            }
             await asyncio.sleep(1.5)
             done.set()
             for v in viewers:
@@ -376,6 +382,8 @@ async def main() -> None:
             f"POST p50 {statistics.median(post):.1f} ms, p99 {pct(post, 99):.1f} ms, errors {stats['errors']}; "
             f"this client {(me1 - me0) / wall:.0%} of a core, load average {os.getloadavg()[0]:.1f}"
         )
+        if fed:
+            print("alert detectors fed: " + ", ".join(f"{k} {v:.0f}" for k, v in fed.items()))
         print(
             f"server RSS under load (its store process included): peak {max(rss, default=float('nan')):.0f} MiB, end {rss[-1] if rss else float('nan'):.0f} MiB"
         )

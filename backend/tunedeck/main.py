@@ -116,6 +116,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         app.state.notifier, app.state.alerts = notifier, alerts
         app.state.writer, app.state.executor, app.state.scheduler = writer, executor, scheduler
         writer.stored.append(alerts.tracker.take)  # the detectors fed in the writer's thread, no read back
+        alerts.tracker.busy = writer.busy  # (and while it has batches in hand, only there)
         writer.listeners += [events.notify, alerts.notify]
         alerts.on_closed.append(events.notify)
         events.start()

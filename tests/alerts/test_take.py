@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from sqlmodel import Session
 
-from tests.alerts.corpus import generate
+from tests.alerts.corpus import T0, TOTAL, generate
 from tests.utils.wait import DEADLINE, until
 from tunedeck.db import make_engine, upgrade
 from tunedeck.services import alert_engine as alerts
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.tables import Job, JobStatus
 
+GiB = 1024**3
 TRACES = ("single-spike", "periodic-ga4", "ramp-oom", "fragmentation")
 
 
@@ -65,8 +67,135 @@ def test_columns_fed_in_the_writer_find_what_the_stored_rows_find(tmp_path):
     finally:
         writer.stop()
     assert resends and taken.count(False) == resends  # every resend left to the read back, nothing else
+    fed.settle()  # (the samples taken and not yet handed to the detectors: an evaluation does this)
     got = fed.jobs[job_id].run.findings(running=True, now=mems[0][-1][0] + 1)
     want = read.jobs[job_id].run.findings(running=True, now=mems[0][-1][0] + 1)
     assert {f.kind for f in want} >= {"vram_spike", "vram_periodic_spikes", "vram_near_oom"}
     assert got == want
     assert fed.jobs[job_id].run.meta.gpu_names == {g: "AMD Instinct MI300X" for g in range(4)}
+
+
+def _running_job(engine) -> int:
+    with Session(engine) as s:
+        job = Job(name="j", spec="{}", train_yaml="", status=JobStatus.running, devices="0,1,2,3")
+        s.add(job)
+        s.commit()
+        return job.id
+
+
+def _columns(mems, k: int, per: int, line: int) -> dict:
+    rows = [(g, *m[i]) for i in range(k, min(k + per, len(mems[0]))) for g, m in enumerate(mems)]
+    return {
+        "line": list(range(line, line + len(rows))),
+        "t": [r[1] for r in rows],
+        "gpu": [r[0] for r in rows],
+        "used_bytes": [r[2] for r in rows],
+        "total_bytes": [r[3] for r in rows],
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_each_sample_reaches_the_detectors_once_however_takes_and_passes_fall(tmp_path, seed):
+    """The engine's pass may read rows a moment before the writer's take of them, a take may miss its
+    turn (the state busy), and a resend is never the exact rows: whatever the order, every stored
+    sample is fed once, from the columns or read back, and the findings are the read-back ones. While
+    the writer has batches in hand, a pass leaves the memory samples to its takes."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = _running_job(engine)
+    corpus = {t.name.rsplit("-", 1)[0]: t for t in generate(seed)}
+    mems = [corpus[name].series.memory[0] for name in TRACES]
+    fed, read = (alerts.Tracker(engine, alerts.Limits()) for _ in range(2))
+    for tracker in (fed, read):
+        tracker.pull()
+        with Session(engine) as s:
+            tracker.build(s.get(Job, job_id))
+    rng = random.Random(seed)
+    busy = [False]
+    fed.busy = lambda: busy[0]
+    done: list[str] = []
+
+    def hook(fresh) -> None:
+        way = rng.choice(("take", "take", "pass first", "missed", "busy pass"))
+        if way == "pass first":  # the engine's pass reads the rows before the take comes
+            fed.pull()
+        elif way == "busy pass":
+            rows = fed.fed["rows"]
+            busy[0] = True
+            fed.pull()
+            busy[0] = False
+            assert fed.fed["rows"] == rows  # nothing read back while the writer holds batches
+        if way != "missed":
+            fed.take(fresh)
+        done.append(way)
+
+    writer = IngestWriter(engine)
+    writer.stored.append(hook)
+    writer.start()
+    k = line = seq = stored = 0
+    last = None
+    try:
+        while k < len(mems[0]):
+            if last is not None and rng.random() < 0.1:  # a resend: nothing new, not the exact rows
+                batch = last
+            else:
+                per = rng.choice((1, 3, 10, 40))
+                cols = _columns(mems, k, per, line)
+                batch = last = {"seq": seq, "memory": cols, "metrics": [], "logs": [], "states": []}
+                k, line, stored = k + per, line + len(cols["line"]), stored + len(cols["line"])
+            seq += 1
+            writer.submit(job_id, batch).result(timeout=DEADLINE)
+            until(lambda: len(done) == seq, "the writer's hook to have run")
+            read.pull()
+    finally:
+        writer.stop()
+    fed.pull()  # (what the last missed takes left)
+    fed.settle()
+    assert {"take", "pass first", "missed", "busy pass"} <= set(done)
+    assert fed.fed["columns"] > 0 and fed.fed["rows"] > 0
+    assert fed.fed["columns"] + fed.fed["rows"] == stored  # each once
+    now = mems[0][-1][0] + 1
+    assert fed.jobs[job_id].run.findings(running=True, now=now) == read.jobs[job_id].run.findings(
+        running=True, now=now
+    )
+
+
+def test_a_rise_in_the_columns_is_judged_before_the_detectors_are_handed_them(tmp_path):
+    """Taken samples wait for the job's next evaluation to reach the detectors (fed in bigger chunks),
+    but a sample well above the one before it marks the job at once, and that evaluation finds it."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = _running_job(engine)
+    tracker = alerts.Tracker(engine, alerts.Limits())
+    tracker.pull()
+    writer = IngestWriter(engine)
+    writer.stored.append(tracker.take)
+    writer.start()
+    used = [50 * GiB + (i % 7) * 2**20 for i in range(120)]
+    used[110] += 30 * GiB
+
+    def send(seq: int, lo: int, hi: int) -> None:
+        cols = {
+            "line": list(range(lo, hi)),
+            "t": [T0 + i for i in range(lo, hi)],
+            "gpu": [0] * (hi - lo),
+            "used_bytes": used[lo:hi],
+            "total_bytes": [TOTAL] * (hi - lo),
+        }
+        batch = {"seq": seq, "memory": cols, "metrics": [], "logs": [], "states": []}
+        writer.submit(job_id, batch).result(timeout=DEADLINE)
+
+    try:
+        send(0, 0, 60)
+        assert tracker.evaluate(job_id, now=T0 + 59) == []  # (builds the state)
+        send(1, 60, 110)
+        until(lambda: tracker.fresh(job_id), "the second batch taken")
+        assert not tracker.risen(job_id) and tracker.jobs[job_id].queued == 50
+        send(2, 110, 112)
+        until(lambda: tracker.jobs[job_id].queued == 52, "the third batch taken")
+        assert tracker.risen(job_id)  # noted on the take, before any detector saw the sample
+        (a,) = tracker.evaluate(job_id, now=T0 + 111)
+        assert a.kind == "vram_spike" and a.t == T0 + 110 and a.open
+        assert tracker.jobs[job_id].queued == 0 and not tracker.risen(job_id)
+    finally:
+        writer.stop()

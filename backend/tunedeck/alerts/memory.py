@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
+from operator import add
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -166,9 +167,24 @@ def periodic(times: list[float]) -> float | None:
     return p if np.mean(regular) >= 0.75 else None
 
 
-def _merged(a: list, c: list) -> list:
-    """Two consecutive plateau blocks as one."""
-    return [a[0], a[1], c[2], a[3] + c[3], min(a[4], c[4]), max(a[5], c[5]), a[6] + c[6], a[7] + c[7]]
+def _halved(blocks: list[list]) -> list[list]:
+    """Consecutive plateau blocks merged two by two (column by column: one call per field, not per pair)."""
+    a, c = list(zip(*blocks[::2])), list(zip(*blocks[1::2]))
+    return list(
+        map(
+            list,
+            zip(
+                a[0],
+                a[1],
+                c[2],
+                map(add, a[3], c[3]),
+                map(min, a[4], c[4]),
+                map(max, a[5], c[5]),
+                map(add, a[6], c[6]),
+                map(add, a[7], c[7]),
+            ),
+        )
+    )
 
 
 class _Up:
@@ -375,7 +391,7 @@ class Gpu:
                 self.blocks.append(b)
                 self._cur = None
             if len(self.blocks) == BLOCKS:  # twice as coarse: the summary stays this size however long
-                self.blocks = [_merged(a, c) for a, c in zip(self.blocks[::2], self.blocks[1::2])]
+                self.blocks = _halved(self.blocks)
                 self.block *= 2
 
     # ------------------------------------------------------------------ findings

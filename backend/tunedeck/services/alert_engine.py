@@ -26,6 +26,9 @@ from tunedeck.telemetry.base import RISE_BYTES, RISE_SHARE
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.alerts")
+# Samples from the writer's columns a job's detectors take at most at once: a feed costs ~0.1 ms
+# whatever its size, then ~0.5 µs a sample (bench/ingest_cpu.py).
+SETTLE_AT = 32768
 TAKE_WAIT_S = 0.1  # the writer's longest wait for the detector state (an evaluation reads it in ms)
 LOG_PATTERNS = (
     "%out of memory%",
@@ -112,7 +115,18 @@ def _log_rows(q: Select) -> Select:
 class _Followed:
     """A job's detector state and where in its stored series it stands."""
 
-    __slots__ = ("fresh", "last_used", "line", "log_line", "risen", "run", "said", "upto")
+    __slots__ = (
+        "fresh",
+        "last_used",
+        "line",
+        "log_line",
+        "pending",
+        "queued",
+        "risen",
+        "run",
+        "said",
+        "upto",
+    )
 
     def __init__(self, run: Run, upto: dict[str, int]):
         self.run, self.upto = run, upto  # upto: the last id of each table already fed
@@ -121,6 +135,10 @@ class _Followed:
         self.said: list[Finding] | None = None  # the findings last stored (the job's alerts change only here)
         self.last_used: dict[tuple[str, int], float] = {}  # each device's last sample
         self.risen = False  # fed a sample well above the one before it since its last evaluation
+        # Memory samples taken from the writer's columns and not yet handed to the detectors, which
+        # cost less a sample in bigger chunks: (node, gpu, t, used, total, names) of each batch.
+        self.pending: list[tuple] = []
+        self.queued = 0  # samples in `pending`
 
 
 class Tracker:
@@ -138,6 +156,8 @@ class Tracker:
         # Memory samples fed to the detectors from the writer's columns, and from rows read back.
         self.fed = {"columns": 0, "rows": 0}
         self._sql: dict[str, tuple[str, list[str], dict]] = {}
+        # Whether the ingest writer has batches in hand: their samples come through `take`.
+        self.busy: Callable[[], bool] = lambda: False
 
     def fresh(self, job_id: int) -> bool:
         """Whether the job was fed memory samples or metric points since its last evaluation."""
@@ -154,9 +174,13 @@ class Tracker:
         return {k: conn.execute(select(func.max(t.c.id))).scalar() or 0 for k, t in TABLES.items()}
 
     def pull(self) -> None:
-        """Feed the followed jobs the rows stored since the last pass."""
+        """Feed the followed jobs the rows stored since the last pass. While the ingest writer has
+        batches in hand (`busy`), the memory samples are left to its `take`s, which feed them from its
+        columns: a pass here would read back rows stored a moment before their take."""
         with self.lock, self.engine.connect() as conn:
             top = self._top(conn)
+            if self.seen is not None and self.busy():
+                top["memory"] = self.seen["memory"]
             if self.seen is not None and self.jobs:
                 self._feed(conn, self.seen, top)
             # Never past the newest id: when the newest rows were deleted (retention) their ids are handed out again.
@@ -164,42 +188,89 @@ class Tracker:
 
     def take(self, fresh: Fresh) -> bool:
         """Feed the memory samples a commit just stored from the writer's own columns, in its thread:
-        no read back, and no second thread taking turns with the writer for each row. Only when they
-        are exactly the rows after the last one fed, and waiting at most TAKE_WAIT_S for the engine to
-        read its findings (a state being built takes longer): False leaves them to `pull`."""
-        if fresh.top is None or not self.lock.acquire(timeout=TAKE_WAIT_S):
+        no read back, and no second thread taking turns with the writer for each row. Rows stored
+        before them and not yet fed (a batch stored on its own, a take that found the state busy) are
+        read back first; a batch a pass already read is skipped. Waits at most TAKE_WAIT_S for the
+        engine to read its findings (a state being built takes longer). True: fed from the columns;
+        False: from the stored rows, or left to the next take or pass."""
+        if not self.lock.acquire(timeout=TAKE_WAIT_S):
             return False
         try:
-            if self.seen is None or self.seen["memory"] != fresh.before:
+            if self.seen is None:  # nothing followed yet: the first pass reads from the newest row
                 return False
+            if fresh.top is None:  # not exactly the samples handed over (a resend): read what is new
+                self._read_memory()
+                return False
+            if self.seen["memory"] < fresh.before:
+                self._read_memory(fresh.before)
             first = fresh.before + 1  # the rows hold ids before + 1 ... top, in insert order
             for job_id, node, cols in fresh.batches:
                 last = first + len(cols["line"]) - 1
                 st = self.jobs.get(job_id)
-                if st is not None and last > st.upto["memory"]:  # not already in a state built since
-                    self._batch(st, job_id, node, cols)
+                # Not if a pass or a state built since read it (a reader sees whole transactions).
+                if st is not None and max(self.seen["memory"], st.upto["memory"]) < first:
+                    self._queue(st, job_id, node, cols)
                 first = last + 1
-            self.seen["memory"] = fresh.top
+            self.seen["memory"] = max(self.seen["memory"], fresh.top)
             for st in self.jobs.values():
-                st.upto["memory"] = max(st.upto["memory"], fresh.top)
+                st.upto["memory"] = max(st.upto["memory"], self.seen["memory"])
             return True
         finally:
             self.lock.release()
 
-    def _batch(self, st: _Followed, job_id: int, node: str, cols: dict[str, Any]) -> None:
-        """One batch's samples, as stored, device by device in the order they came."""
+    def _read_memory(self, through: int | None = None) -> None:
+        """Feed the memory samples stored after the last one fed, through the id given (the newest)."""
+        assert self.seen is not None
+        with self.engine.connect() as conn:
+            if through is None:
+                through = self._top(conn)["memory"]
+            if through > self.seen["memory"] and self.jobs:
+                self._feed(conn, self.seen, {**self.seen, "memory": through})
+            self.seen["memory"] = max(self.seen["memory"], through)
+
+    def _queue(self, st: _Followed, job_id: int, node: str, cols: dict[str, Any]) -> None:
+        """One batch's samples, as stored, for the detectors' next `settle`; their rises noted now (a
+        spike's first sample is judged at once)."""
         gpu = np.asarray(cols["gpu"])
-        t = np.asarray(cols["t"], dtype=np.float64)
         used = np.asarray(cols["used_bytes"], dtype=np.float64)
-        total, names = cols.get("total_bytes"), cols.get("name")
-        tot = np.zeros(len(t)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
-        for g in dict.fromkeys(gpu.tolist()):
-            at = np.flatnonzero(gpu == g)
-            name = names[at[-1]] if names is not None else None
-            self._memory(st, job_id, g, t[at], used[at], tot[at], name, node)
-            if job_id not in self.jobs:  # out of order: it is built again from the stored series
-                return
-            self.fed["columns"] += len(at)
+        total = cols.get("total_bytes")
+        tot = np.zeros(len(used)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
+        self._rises(st, node, gpu, used, tot)
+        st.fresh = True
+        st.pending.append((node, gpu, np.asarray(cols["t"], dtype=np.float64), used, tot, cols.get("name")))
+        st.queued += len(used)
+        if st.queued >= SETTLE_AT:
+            self._settle(job_id, st)
+
+    def settle(self, job_id: int | None = None) -> None:
+        """Hand the detectors of a job (None: of every job) the samples taken and not yet fed."""
+        with self.lock:
+            for j in [job_id] if job_id is not None else list(self.jobs):
+                st = self.jobs.get(j)
+                if st is not None:
+                    self._settle(j, st)
+
+    def _settle(self, job_id: int, st: _Followed) -> None:
+        """The pending samples, node by node and device by device in the order they came."""
+        pending, st.pending, st.queued = st.pending, [], 0
+        for node in dict.fromkeys(p[0] for p in pending):
+            parts = [p for p in pending if p[0] == node]
+            gpu, t, used, tot = (np.concatenate(c) for c in list(zip(*parts))[1:5])
+            names = [p[5] or [None] * len(p[1]) for p in parts] if any(p[5] for p in parts) else None
+            for g in dict.fromkeys(gpu.tolist()):
+                at = np.flatnonzero(gpu == g)
+                i = int(at[-1])
+                name = None
+                if names is not None:  # the device's newest sample's name
+                    for p in names:
+                        if i < len(p):
+                            name = p[i]
+                            break
+                        i -= len(p)
+                self._device(st, job_id, g, t[at], used[at], tot[at], name, node)
+                if job_id not in self.jobs:  # out of order: it is built again from the stored series
+                    return
+                self.fed["columns"] += len(at)
 
     def _rows(self, conn: Connection, shape: str, query: Callable[[], Select], **values):
         """The rows of `query` (compiled once per `shape`, its bind parameters from `values`), straight
@@ -235,8 +306,8 @@ class Tracker:
         for part in fetch("logs", _log_rows):
             for job_id, rows in _by_job(part, self.jobs, "logs").items():
                 self._logs(job_id, rows)
-        for st in self.jobs.values():
-            st.upto = dict(hi)
+        for st in self.jobs.values():  # (a state built since the last pass may stand further)
+            st.upto = {k: max(v, st.upto[k]) for k, v in hi.items()}
 
     def _memory_part(self, ids, jobs, gpus, t, used, total, names, nodes, building: int = 0) -> None:
         """Rows of memory samples, as columns, fed by device with numpy (a Python step a row costs more
@@ -264,6 +335,34 @@ class Tracker:
     def _memory(
         self, st: _Followed, job_id: int, gpu: int, t, used, total, name: str | None, node: str
     ) -> None:
+        if st.pending:  # (taken samples are older than any row read after them)
+            self._settle(job_id, st)
+            if job_id not in self.jobs:
+                return
+        self._rises(st, node, np.full(len(used), gpu), used, np.asarray(total, dtype=np.float64))
+        self._device(st, job_id, gpu, t, used, total, name, node)
+
+    def _rises(self, st: _Followed, node: str, gpu: np.ndarray, used: np.ndarray, total: np.ndarray) -> None:
+        """Note whether any sample is well above the one before it on its device, and each device's last."""
+        if not len(used):
+            return
+        order = np.argsort(gpu, kind="stable")
+        g, u = gpu[order], used[order]
+        start = np.ones(len(g), dtype=bool)
+        start[1:] = g[1:] != g[:-1]
+        before = np.empty(len(u))
+        before[1:] = u[:-1]
+        before[start] = [st.last_used.get((node, int(x)), np.nan) for x in g[start]]  # NaN: none yet
+        floor = np.maximum(RISE_BYTES, RISE_SHARE * total[order])
+        with np.errstate(invalid="ignore"):
+            st.risen = st.risen or bool(np.any(u - before >= floor))
+        last = np.r_[start[1:], True]
+        for x, v in zip(g[last].tolist(), u[last].tolist()):
+            st.last_used[(node, x)] = v
+
+    def _device(
+        self, st: _Followed, job_id: int, gpu: int, t, used, total, name: str | None, node: str
+    ) -> None:
         st.fresh = True
         try:
             st.run.feed_memory(gpu, t, used, total, node)
@@ -271,12 +370,6 @@ class Tracker:
             log.info("alerts: job %s got memory samples out of order; rebuilding its state", job_id)
             del self.jobs[job_id]
             return
-        if len(used):
-            before = st.last_used.get((node, gpu))
-            steps = np.diff(used) if before is None else np.diff(used, prepend=before)
-            floor = np.maximum(RISE_BYTES, RISE_SHARE * np.asarray(total, dtype=np.float64))
-            st.risen = st.risen or bool(np.any(steps >= floor[len(floor) - len(steps) :]))
-            st.last_used[(node, gpu)] = float(used[-1])
         if name:
             st.run.meta.gpu_names[gpu] = name
 
@@ -345,6 +438,8 @@ class Tracker:
                     self.jobs.pop(job_id, None)
                     raise NotFound(f"job {job_id} not found")
                 self.pull()
+                if job_id in self.jobs:
+                    self._settle(job_id, self.jobs[job_id])
                 st = self.jobs.get(job_id) or self.build(job)
                 st.fresh = st.risen = False
                 running = job.status == JobStatus.running

@@ -308,6 +308,10 @@ class IngestWriter(Worker):
         except IndexError:
             return 0, 0.0
 
+    def busy(self) -> bool:
+        """Whether batches were received that are not yet stored and answered (hooks run)."""
+        return bool(self._arrived)
+
     def run_once(self) -> None:
         while True:
             self._window.acquire()  # (while the store is full, the waiting batches make a bigger group)
