@@ -174,12 +174,15 @@ async def memory_runner(
 def watch_stored(db: Path, jobs: list[int], stored: dict, stop: threading.Event) -> None:
     """Polls the newest stored sample of each job: (job, line) -> first time seen stored."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    # The newest sample of each of the job's 8 devices: one seek each in the (job, node, gpu, t) key.
+    newest = (
+        "SELECT max((SELECT line FROM memory_samples m WHERE m.job_id = ? AND m.node = '' "
+        "AND m.gpu = g.value ORDER BY m.t DESC LIMIT 1)) FROM json_each('[0,1,2,3,4,5,6,7]') g"
+    )
     while not stop.is_set():
         now = time.time()
-        for job in jobs:  # (the key's index answers max(line) only with its node given)
-            top = conn.execute(
-                "SELECT max(line) FROM memory_samples WHERE job_id=? AND node=''", (job,)
-            ).fetchone()[0]
+        for job in jobs:
+            top = conn.execute(newest, (job,)).fetchone()[0]
             if top is not None:
                 stored[job].append((top, now))
         stop.wait(0.05)

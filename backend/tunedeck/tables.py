@@ -148,12 +148,13 @@ class ApiToken(SQLModel, table=True):
 
 
 class MemorySample(SQLModel, table=True):
-    """One sampler interval of one device: the MAX seen inside it. (job_id, node, line) keys a resend."""
+    """One sampler interval of one device: the MAX seen inside it. One index keys a resend (a sample
+    sent again is the same sample: same node, device, time and line) and orders each device's series
+    by time; a second index would double what each stored sample costs the disk's writer."""
 
     __tablename__ = "memory_samples"
     __table_args__ = (
-        UniqueConstraint("job_id", "node", "line", name="uq_memory_job_node_line"),
-        Index("ix_memory_job_node_gpu_t", "job_id", "node", "gpu", "t"),
+        UniqueConstraint("job_id", "node", "gpu", "t", "line", name="uq_memory_job_node_gpu_t_line"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

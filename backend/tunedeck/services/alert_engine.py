@@ -406,8 +406,8 @@ class Tracker:
             def fetch(name: str, query: Callable[[], Select]):
                 return self._rows(conn, f"all {name}", query, job=job.id, top=top[name])
 
-            q = lambda: _memory_rows(of("memory")).order_by(
-                MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.id
+            q = lambda: _memory_rows(of("memory")).order_by(  # the key's order: no sort
+                MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.line, MEMORY.c.id
             )
             for part in fetch("memory", q):  # rows: id, gpu, t, used, total, name, node
                 ids, gpus, t, used, total, names, nodes = _columns(

@@ -78,13 +78,14 @@ def _insert(conn: Connection, table: str, names: tuple[str, ...], rows: list[tup
 
 
 def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: str = "") -> None:
-    """The sampler's per-interval maxima, keyed by node and sample number (no object per sample)."""
+    """The sampler's per-interval maxima, keyed by node, device, time and sample number (no object
+    per sample)."""
     n = len(cols.get("line") or ())
     if not n:
         return
     names = tuple(k for k in MEMORY_KEYS if k in cols)
     rows = list(zip(repeat(job_id, n), repeat(node, n), *(cols[k] for k in names)))
-    _insert(conn, MEMORY.name, ("job_id", "node", *names), rows, "job_id, node, line")
+    _insert(conn, MEMORY.name, ("job_id", "node", *names), rows, "job_id, node, gpu, t, line")
 
 
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:

@@ -14,7 +14,7 @@ from tunedeck.services.jobs import get_job
 from tunedeck.services.pyramid import Reader, Series
 from tunedeck.tables import MemorySample
 
-# The job's devices, (node, gpu) in order, one index seek each on ix_memory_job_node_gpu_t: the queries
+# The job's devices, (node, gpu) in order, one index seek each on the samples' key: the queries
 # that go on from `g` add their own SELECT.
 DEVICES = """
 WITH RECURSIVE g(node, gpu) AS (
@@ -34,7 +34,7 @@ GPUS = (
 )
 RAW = (
     "SELECT t, used_bytes, id FROM memory_samples WHERE job_id = ? AND node = ? AND gpu = ? AND t >= ? "
-    "AND t <= ? ORDER BY t, id"
+    "AND t <= ? ORDER BY t, line, id"
 )
 COLUMNS = ("id", "t", "node", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c")
 
