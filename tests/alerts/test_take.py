@@ -189,8 +189,8 @@ def test_a_rise_in_the_columns_is_judged_before_the_detectors_are_handed_them(tm
         send(0, 0, 60)
         assert tracker.evaluate(job_id, now=T0 + 59) == []  # (builds the state)
         send(1, 60, 110)
-        until(lambda: tracker.fresh(job_id), "the second batch taken")
-        assert not tracker.risen(job_id) and tracker.jobs[job_id].queued == 50
+        until(lambda: tracker.jobs[job_id].queued == 50, "the second batch taken")
+        assert tracker.fresh(job_id) and not tracker.risen(job_id)
         send(2, 110, 112)
         until(lambda: tracker.jobs[job_id].queued == 52, "the third batch taken")
         assert tracker.risen(job_id)  # noted on the take, before any detector saw the sample
