@@ -484,7 +484,12 @@ def reconcile(
     now are appended to `closed`, open ones whose count, message or severity changed to `changed`."""
     was_open = {}
     latest: dict[tuple[str, str, int | None], Alert] = {}
-    for a in session.exec(select(Alert).where(Alert.job_id == job_id).order_by(col(Alert.id))):
+    # Only each condition's newest episode matters: the job's older ones are never loaded (a run whose
+    # alerts come and go holds thousands).
+    newest = (
+        select(func.max(Alert.id)).where(Alert.job_id == job_id).group_by(Alert.kind, Alert.node, Alert.gpu)
+    )
+    for a in session.exec(select(Alert).where(col(Alert.id).in_(newest)).order_by(col(Alert.id))):
         latest[(a.kind, a.node, a.gpu)] = a
         was_open[a.id] = a.open
     new: list[Alert] = []

@@ -200,9 +200,11 @@ def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     level = np.concatenate((np.full(len(s), FINEST), keys[0]))
     job, sid, tile = (np.concatenate(p) for p in zip((job, sid, tile), keys[1:]))
     s = np.vstack((s, rows))
+    sids = sid.tolist()
+    named = {v: key(v) for v in set(sids)}  # (a few series, many tiles each)
     rows = zip(
         job.astype(np.int64).tolist(),
-        [key(v) for v in sid.tolist()],
+        [named[v] for v in sids],
         level.astype(np.int64).tolist(),
         tile.astype(np.int64).tolist(),
         s[:, N].astype(np.int64).tolist(),
