@@ -189,6 +189,17 @@ def watch_stored(db: Path, jobs: list[int], stored: dict, stop: threading.Event)
     conn.close()
 
 
+def play_runner(db: sqlite3.Connection, job: int, token: str) -> None:
+    """This process as the job's runner, as the scheduler records one it launched: the runner token,
+    the job running, and this process's pid and start time (so the server sees its runner alive, and
+    judges the job's series as a running job's)."""
+    db.execute(
+        "UPDATE jobs SET runner_token_hash = ?, status = 'running', started_at = datetime('now'), "
+        "runner_pid = ?, runner_started = ? WHERE id = ?",
+        (hashlib.sha256(token.encode()).hexdigest(), os.getpid(), psutil.Process().create_time(), job),
+    )
+
+
 def machine_speed() -> float:
     """CPU ms of a fixed piece of work like the server's (rows into SQLite, a Python loop), best of 3:
     this VM's speed swings by a third within the hour, and this says which speed a run had."""
@@ -311,14 +322,11 @@ async def main() -> None:
                 )
                 r.raise_for_status()
                 jobs.append(r.json()["id"])
-            # The bench plays the runners: give each job a runner token as the scheduler would.
+            # The bench plays the runners.
             tokens = {j: secrets.token_urlsafe(16) for j in jobs}
             with sqlite3.connect(ws / "tunedeck.db") as db:
                 for j, tok in tokens.items():
-                    db.execute(
-                        "UPDATE jobs SET runner_token_hash=? WHERE id=?",
-                        (hashlib.sha256(tok.encode()).hexdigest(), j),
-                    )
+                    play_runner(db, j, tok)
             stats = {
                 "post_ms": [],
                 "items": 0,

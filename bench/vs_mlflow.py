@@ -20,7 +20,6 @@ runs/log-batch, at most 1000 metrics a call), then the table is printed with rat
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,9 @@ from pathlib import Path
 
 import httpx
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import play_runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / "bench" / ".venv-mlflow"
@@ -158,10 +160,7 @@ class Tunedeck:
         r.raise_for_status()
         job, token = r.json()["id"], secrets.token_urlsafe(16)
         with sqlite3.connect(self.ws / "tunedeck.db", timeout=60) as db:  # the bench plays the runner
-            db.execute(
-                "UPDATE jobs SET runner_token_hash=? WHERE id=?",
-                (hashlib.sha256(token.encode()).hexdigest(), job),
-            )
+            play_runner(db, job, token)
         return job, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def post(self, job: int, headers: dict, body: bytes) -> None:
