@@ -199,3 +199,49 @@ def test_a_rise_in_the_columns_is_judged_before_the_detectors_are_handed_them(tm
         assert tracker.jobs[job_id].queued == 0 and not tracker.risen(job_id)
     finally:
         writer.stop()
+
+
+def test_samples_older_than_the_state_rebuild_it_from_the_stored_series(tmp_path):
+    """A batch stored late (a runner's outbox replayed after newer samples went in) reaches the
+    detectors out of time order: the job's state is built again from the stored rows, and then finds
+    what a tracker reading them back finds."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = _running_job(engine)
+    fed, read = (alerts.Tracker(engine, alerts.Limits()) for _ in range(2))
+    for tracker in (fed, read):
+        tracker.pull()
+    writer = IngestWriter(engine)
+    writer.stored.append(fed.take)
+    writer.start()
+    used = [50 * GiB + (i % 5) * 2**20 for i in range(300)]
+    used[250] += 30 * GiB
+
+    def send(seq: int, lo: int, hi: int) -> None:
+        cols = {
+            "line": list(range(lo, hi)),
+            "t": [T0 + i for i in range(lo, hi)],
+            "gpu": [0] * (hi - lo),
+            "used_bytes": used[lo:hi],
+            "total_bytes": [TOTAL] * (hi - lo),
+        }
+        writer.submit(job_id, {"seq": seq, "memory": cols, "metrics": [], "logs": [], "states": []}).result(
+            timeout=DEADLINE
+        )
+
+    try:
+        send(0, 0, 100)
+        fed.evaluate(job_id, now=T0 + 99)  # (builds the state)
+        send(1, 200, 300)
+        until(lambda: fed.jobs[job_id].queued == 100, "the newer batch taken")
+        send(2, 100, 200)  # older than what the state holds
+        until(lambda: job_id not in fed.jobs or fed.jobs[job_id].queued == 200, "the late batch taken")
+        fed.evaluate(job_id, now=T0 + 299)
+    finally:
+        writer.stop()
+    read.evaluate(job_id, now=T0 + 299)
+    now = T0 + 300
+    got = fed.jobs[job_id].run.findings(running=True, now=now)
+    assert got == read.jobs[job_id].run.findings(running=True, now=now)
+    assert "vram_spike" in {f.kind for f in got}
+    assert fed.fed["rows"] >= 300  # the state built again: every stored sample read back
