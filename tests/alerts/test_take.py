@@ -5,6 +5,7 @@ the read back, never fed twice."""
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import pytest
 from sqlmodel import Session
@@ -20,14 +21,30 @@ GiB = 1024**3
 TRACES = ("single-spike", "periodic-ga4", "ramp-oom", "fragmentation")
 
 
-def test_columns_fed_in_the_writer_find_what_the_stored_rows_find(tmp_path):
+def _running_job(tmp_path):
+    """A new database holding one running job: its engine and the job's id."""
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
     with Session(engine) as s:
         job = Job(name="j", spec="{}", train_yaml="", status=JobStatus.running, devices="0,1,2,3")
         s.add(job)
         s.commit()
-        job_id = job.id
+        return engine, job.id
+
+
+def _columns(mems, k: int, per: int, line: int) -> dict:
+    rows = [(g, *m[i]) for i in range(k, min(k + per, len(mems[0]))) for g, m in enumerate(mems)]
+    return {
+        "line": list(range(line, line + len(rows))),
+        "t": [r[1] for r in rows],
+        "gpu": [r[0] for r in rows],
+        "used_bytes": [r[2] for r in rows],
+        "total_bytes": [r[3] for r in rows],
+    }
+
+
+def test_columns_fed_in_the_writer_find_what_the_stored_rows_find(tmp_path):
+    engine, job_id = _running_job(tmp_path)
     corpus = {t.name.rsplit("-", 1)[0]: t for t in generate(3)}
     mems = [corpus[name].series.memory[0] for name in TRACES]  # one trace a device
     fed, read = (alerts.Tracker(engine, alerts.Limits()) for _ in range(2))
@@ -48,19 +65,12 @@ def test_columns_fed_in_the_writer_find_what_the_stored_rows_find(tmp_path):
                 batch, resends = last, resends + 1
             else:
                 per = rng.choice((1, 3, 10, 40))
-                rows = [(g, *m[i]) for i in range(k, min(k + per, len(mems[0]))) for g, m in enumerate(mems)]
-                cols = {
-                    "line": list(range(line, line + len(rows))),
-                    "t": [r[1] for r in rows],
-                    "gpu": [r[0] for r in rows],
-                    "used_bytes": [r[2] for r in rows],
-                    "total_bytes": [r[3] for r in rows],
-                    "name": ["AMD Instinct MI300X"] * len(rows),
-                }
+                cols = _columns(mems, k, per, line)
+                cols["name"] = ["AMD Instinct MI300X"] * len(cols["line"])
                 # Both forms a batch may carry: samples as rows or as columns.
                 memory = cols if seq % 2 else [dict(zip(cols, v)) for v in zip(*cols.values())]
                 batch = last = {"seq": seq, "memory": memory, "metrics": [], "logs": [], "states": []}
-                k, line, seq = k + per, line + len(rows), seq + 1
+                k, line, seq = k + per, line + len(cols["line"]), seq + 1
             writer.submit(job_id, batch).result(timeout=DEADLINE)
             until(lambda: len(taken) == seq + resends, "the writer's hook to have run")
             read.pull()
@@ -75,34 +85,13 @@ def test_columns_fed_in_the_writer_find_what_the_stored_rows_find(tmp_path):
     assert fed.jobs[job_id].run.meta.gpu_names == {g: "AMD Instinct MI300X" for g in range(4)}
 
 
-def _running_job(engine) -> int:
-    with Session(engine) as s:
-        job = Job(name="j", spec="{}", train_yaml="", status=JobStatus.running, devices="0,1,2,3")
-        s.add(job)
-        s.commit()
-        return job.id
-
-
-def _columns(mems, k: int, per: int, line: int) -> dict:
-    rows = [(g, *m[i]) for i in range(k, min(k + per, len(mems[0]))) for g, m in enumerate(mems)]
-    return {
-        "line": list(range(line, line + len(rows))),
-        "t": [r[1] for r in rows],
-        "gpu": [r[0] for r in rows],
-        "used_bytes": [r[2] for r in rows],
-        "total_bytes": [r[3] for r in rows],
-    }
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_each_sample_reaches_the_detectors_once_however_takes_and_passes_fall(tmp_path, seed):
     """The engine's pass may read rows a moment before the writer's take of them, a take may miss its
     turn (the state busy), and a resend is never the exact rows: whatever the order, every stored
     sample is fed once, from the columns or read back, and the findings are the read-back ones. While
     the writer has batches in hand, a pass leaves the memory samples to its takes."""
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = _running_job(engine)
+    engine, job_id = _running_job(tmp_path)
     corpus = {t.name.rsplit("-", 1)[0]: t for t in generate(seed)}
     mems = [corpus[name].series.memory[0] for name in TRACES]
     fed, read = (alerts.Tracker(engine, alerts.Limits()) for _ in range(2))
@@ -160,30 +149,41 @@ def test_each_sample_reaches_the_detectors_once_however_takes_and_passes_fall(tm
     )
 
 
+def _taking(tracker: alerts.Tracker) -> IngestWriter:
+    """A started ingest writer whose stored samples the tracker takes."""
+    writer = IngestWriter(tracker.engine)
+    writer.stored.append(tracker.take)
+    writer.start()
+    return writer
+
+
+def _flat_with_spike(n: int, spike: int, wobble: int) -> list[int]:
+    used = [50 * GiB + (i % wobble) * 2**20 for i in range(n)]
+    used[spike] += 30 * GiB
+    return used
+
+
+def _one_gpu(writer: IngestWriter, job_id: int, used: list[int], seq: int, lo: int, hi: int) -> None:
+    """Samples lo ... hi - 1 of GPU 0, one a second, as one batch through the writer, stored."""
+    cols = {
+        "line": list(range(lo, hi)),
+        "t": [T0 + i for i in range(lo, hi)],
+        "gpu": [0] * (hi - lo),
+        "used_bytes": used[lo:hi],
+        "total_bytes": [TOTAL] * (hi - lo),
+    }
+    batch = {"seq": seq, "memory": cols, "metrics": [], "logs": [], "states": []}
+    writer.submit(job_id, batch).result(timeout=DEADLINE)
+
+
 def test_a_rise_in_the_columns_is_judged_before_the_detectors_are_handed_them(tmp_path):
     """Taken samples wait for the job's next evaluation to reach the detectors (fed in bigger chunks),
     but a sample well above the one before it marks the job at once, and that evaluation finds it."""
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = _running_job(engine)
+    engine, job_id = _running_job(tmp_path)
     tracker = alerts.Tracker(engine, alerts.Limits())
     tracker.pull()
-    writer = IngestWriter(engine)
-    writer.stored.append(tracker.take)
-    writer.start()
-    used = [50 * GiB + (i % 7) * 2**20 for i in range(120)]
-    used[110] += 30 * GiB
-
-    def send(seq: int, lo: int, hi: int) -> None:
-        cols = {
-            "line": list(range(lo, hi)),
-            "t": [T0 + i for i in range(lo, hi)],
-            "gpu": [0] * (hi - lo),
-            "used_bytes": used[lo:hi],
-            "total_bytes": [TOTAL] * (hi - lo),
-        }
-        batch = {"seq": seq, "memory": cols, "metrics": [], "logs": [], "states": []}
-        writer.submit(job_id, batch).result(timeout=DEADLINE)
+    writer = _taking(tracker)
+    send = partial(_one_gpu, writer, job_id, _flat_with_spike(120, 110, 7))
 
     try:
         send(0, 0, 60)
@@ -205,29 +205,12 @@ def test_samples_older_than_the_state_rebuild_it_from_the_stored_series(tmp_path
     """A batch stored late (a runner's outbox replayed after newer samples went in) reaches the
     detectors out of time order: the job's state is built again from the stored rows, and then finds
     what a tracker reading them back finds."""
-    engine = make_engine(tmp_path / "t.db")
-    upgrade(engine)
-    job_id = _running_job(engine)
+    engine, job_id = _running_job(tmp_path)
     fed, read = (alerts.Tracker(engine, alerts.Limits()) for _ in range(2))
     for tracker in (fed, read):
         tracker.pull()
-    writer = IngestWriter(engine)
-    writer.stored.append(fed.take)
-    writer.start()
-    used = [50 * GiB + (i % 5) * 2**20 for i in range(300)]
-    used[250] += 30 * GiB
-
-    def send(seq: int, lo: int, hi: int) -> None:
-        cols = {
-            "line": list(range(lo, hi)),
-            "t": [T0 + i for i in range(lo, hi)],
-            "gpu": [0] * (hi - lo),
-            "used_bytes": used[lo:hi],
-            "total_bytes": [TOTAL] * (hi - lo),
-        }
-        writer.submit(job_id, {"seq": seq, "memory": cols, "metrics": [], "logs": [], "states": []}).result(
-            timeout=DEADLINE
-        )
+    writer = _taking(fed)
+    send = partial(_one_gpu, writer, job_id, _flat_with_spike(300, 250, 5))
 
     try:
         send(0, 0, 100)
