@@ -10,6 +10,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -223,7 +224,7 @@ class Tracker:
         assert self.seen is not None
         with self.engine.connect() as conn:
             if through is None:
-                through = self._top(conn)["memory"]
+                through = conn.execute(select(func.max(MEMORY.c.id))).scalar() or 0
             if through > self.seen["memory"] and self.jobs:
                 self._feed(conn, self.seen, {**self.seen, "memory": through})
             self.seen["memory"] = max(self.seen["memory"], through)
@@ -256,18 +257,10 @@ class Tracker:
         for node in dict.fromkeys(p[0] for p in pending):
             parts = [p for p in pending if p[0] == node]
             gpu, t, used, tot = (np.concatenate(c) for c in list(zip(*parts))[1:5])
-            names = [p[5] or [None] * len(p[1]) for p in parts] if any(p[5] for p in parts) else None
+            names = list(chain.from_iterable(p[5] or [None] * len(p[1]) for p in parts))
             for g in dict.fromkeys(gpu.tolist()):
                 at = np.flatnonzero(gpu == g)
-                i = int(at[-1])
-                name = None
-                if names is not None:  # the device's newest sample's name
-                    for p in names:
-                        if i < len(p):
-                            name = p[i]
-                            break
-                        i -= len(p)
-                self._device(st, job_id, g, t[at], used[at], tot[at], name, node)
+                self._device(st, job_id, g, t[at], used[at], tot[at], names[at[-1]], node)
                 if job_id not in self.jobs:  # out of order: it is built again from the stored series
                     return
                 self.fed["columns"] += len(at)

@@ -162,7 +162,7 @@ def _portable(e: Exception | None) -> Exception | None:
 
 
 def _cache(dbapi_conn: Any, _record: Any) -> None:
-    # The pages that ingest touches (the newest leaves of the samples' table, of its two indexes and of
+    # The pages that ingest touches (the newest leaves of the samples' table, of its index and of
     # every tile level) stay in memory: a fifth less CPU a row than SQLite's default 2 MB.
     dbapi_conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
 
