@@ -2,7 +2,7 @@
 VENV ?= .venv
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup setup-dev serve bench clean
+.PHONY: demo test setup setup-dev serve bench clean migration
 
 demo: setup
 	$(VENV)/bin/tunedeck demo
@@ -18,6 +18,9 @@ setup-dev:
 
 serve: setup
 	$(VENV)/bin/tunedeck serve
+
+migration: setup-dev
+	PYTHONPATH=backend $(VENV)/bin/python scripts/new_migration.py "$(MSG)"
 
 clean:
 	rm -rf $(VENV) tunedeck-workspace test-output

@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import Server, demo_config
 from tests.utils.browser import ARGS, CHROMIUM
+from tests.utils.servers import Server, demo_config
 
 __all__ = ["ARGS", "CHROMIUM", "ROOT", "Server", "assets", "demo_config", "pct", "summary"]
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.conftest import PYTHON, Server, demo_config
 from tests.utils.browser import ARGS, CHROMIUM
+from tests.utils.servers import PYTHON, Server, demo_config
 
 GiB = 1024**3
 # On the page: each time the alert list is drawn, what it shows, with the wall-clock time.

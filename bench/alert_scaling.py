@@ -30,9 +30,9 @@ from sqlmodel import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunedeck.alerts import Limits
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services.alert_engine import Tracker
-from tunedeck.tables import Job, JobStatus, MemorySample, MetricPoint
+from tunedeck.services.alerting.engine import Tracker
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus, MemorySample, MetricPoint
 
 GiB = 1024**3
 GPUS = 8

@@ -26,10 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend"))
 
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services import pyramid
-from tunedeck.services.memory_charts import chart
-from tunedeck.services.metric_charts import metric_series
+from tunedeck.services.charts import pyramid
+from tunedeck.services.charts.memory import chart
+from tunedeck.services.charts.metrics import metric_series
+from tunedeck.store.db import make_engine, upgrade
 
 T0 = 1_800_000_000.0
 CHUNK = 20_000

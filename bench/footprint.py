@@ -53,7 +53,7 @@ def start(ws: Path, deadline_s: float = 120.0) -> tuple[subprocess.Popen, str, f
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck.cli", "serve"],
+        [sys.executable, "-m", "tunedeck.cli.main", "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -5,7 +5,7 @@
 
 On a busy machine a server's wall-clock throughput says more about its neighbours than about it;
 the CPU time of each stage, measured here on a real SQLite file, does not. Stages: the request's
-decode and validation (JSON columns, and the packed form runners send: tunedeck.wire), the
+decode and validation (JSON columns, and the packed form runners send: tunedeck.contract.wire), the
 writer's insert, chart tiles and commit (grouped transactions as the ingest writer commits them,
 the WAL synced), and the alert engine's pass (read back the new rows, feed the detectors), then
 the cost of one evaluation of a job with nothing new.
@@ -24,14 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import memory_body
 from sqlmodel import Session
 
-from tunedeck import wire
 from tunedeck.config import Settings
-from tunedeck.db import make_engine, upgrade
-from tunedeck.protocol import TelemetryBatch
-from tunedeck.services import pyramid
-from tunedeck.services.alert_engine import Tracker, limits_of
-from tunedeck.services.ingest import apply_batch, durable, plain
-from tunedeck.tables import Job, JobStatus
+from tunedeck.contract import wire
+from tunedeck.contract.protocol import TelemetryBatch
+from tunedeck.services.alerting.engine import Tracker, limits_of
+from tunedeck.services.charts import pyramid
+from tunedeck.services.ingest.writer import apply_batch, durable, plain
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ prints ingest throughput and latency, the server's CPU per ingested value, SSE d
 Shapes: `lines` is an ordinary runner (5 trainer_log lines and 20 log lines every 0.5 s); `memory`
 is one value a row (memory samples of 8 GPUs), posted back to back as fast as the server acks,
 as `rows` (a list of objects), `columns` (JSON, one array per field) or `packed` (binary columns after a
-JSON header, tunedeck.wire: what the runner sends; needs a server that takes it). For
+JSON header, tunedeck.contract.wire: what the runner sends; needs a server that takes it). For
 `memory`, a reader polls the SQLite file and reports how long after its ack a batch is stored.
 """
 
@@ -91,7 +91,9 @@ async def runner(client: httpx.AsyncClient, job_id: int, token: str, stop: float
 def memory_body(seq: int, first: int, n: int, t0: float, encoding: str) -> bytes:
     """One batch of `n` samples of 8 GPUs: the bench must stay cheap next to the server."""
     lines = range(first, first + n)
-    if encoding == "packed":  # what runners send (tunedeck.wire), built with numpy: see packed_like_runner
+    if (
+        encoding == "packed"
+    ):  # what runners send (tunedeck.contract.wire), built with numpy: see packed_like_runner
         return packed_body(seq, first, n, t0)
     if encoding == "columns":
         cols = {
@@ -139,11 +141,11 @@ def packed_body(seq: int, first: int, n: int, t0: float) -> bytes:
 
 def packed_like_runner(t0: float) -> None:
     """The numpy layout is byte for byte what the runner sends; checked before every run."""
-    from tunedeck import wire
+    from tunedeck.contract import wire
 
     cols = {k: v.tolist() for k, v in packed_columns(16, 40, t0).items()}
     if wire.encode({"seq": 3, "memory": cols}) != packed_body(3, 16, 40, t0):
-        raise SystemExit("bench/load.py: the packed bodies differ from tunedeck.wire.encode's")
+        raise SystemExit("bench/load.py: the packed bodies differ from tunedeck.contract.wire.encode's")
 
 
 async def memory_runner(
@@ -293,7 +295,7 @@ async def main() -> None:
         "TUNEDECK_LAUNCH_PAUSED": "true",
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck.cli", "serve"],
+        [sys.executable, "-m", "tunedeck.cli.main", "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

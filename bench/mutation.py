@@ -53,17 +53,18 @@ class Module:
 
 MODULES = {
     "estimate": Module(
-        "backend/tunedeck/estimate.py", ("tests/estimate/test_estimate.py", "tests/estimate/test_truth.py")
+        "backend/tunedeck/checks/estimate.py",
+        ("tests/estimate/test_estimate.py", "tests/estimate/test_truth.py"),
     ),
-    # test_body_limits is the body guard's (tunedeck.guard), not the tokens'.
+    # test_body_limits is the body guard's (tunedeck.api.guard), not the tokens'.
     "auth": Module(
-        "backend/tunedeck/auth.py",
+        "backend/tunedeck/api/auth.py",
         ("tests/security/test_auth.py", "--deselect", "tests/security/test_auth.py::test_body_limits"),
     ),
-    "reach": Module("backend/tunedeck/reach.py", (*REACH_TESTS, *NO_SERVER)),
+    "reach": Module("backend/tunedeck/checks/reach.py", (*REACH_TESTS, *NO_SERVER)),
     # Where the submission pipeline confines the spec's own files (DeepSpeed JSON, model config.json).
     "spec": Module(
-        "backend/tunedeck/submission.py",
+        "backend/tunedeck/checks/submission.py",
         (*REACH_TESTS, *NO_SERVER),
         functions=("_deepspeed", "_model_config"),
     ),

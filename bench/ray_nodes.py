@@ -3,7 +3,7 @@ resources only (no CPUs to schedule on, 8 GPUs each), a real server with the ray
 headless Chromium on /nodes. Prints the time Ray took to start the nodes, the first `/api/nodes`
 (it places one sampler actor per node), how long until every sampler answers, the later requests
 (median / p95) and the page's render
-(load to every node's card drawn). Then the placement the ray executor asks for (tunedeck.placement:
+(load to every node's card drawn). Then the placement the ray executor asks for (tunedeck.planning.placement:
 one bundle per node, STRICT_SPREAD across nodes) on the same cluster: a job mix that fills every GPU
 exactly, one more job that must wait, and that it is placed once a finished job's group is removed.
 
@@ -104,7 +104,7 @@ def placements(address: str, nodes: int) -> None:
     import ray
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-    from tunedeck import placement
+    from tunedeck.planning import placement
 
     ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:

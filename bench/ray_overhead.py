@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import Server, demo_config  # noqa: E402
+from tests.utils.servers import Server, demo_config  # noqa: E402
 
 STEPS = 30
 

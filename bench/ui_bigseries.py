@@ -23,7 +23,7 @@ from _common import ARGS, CHROMIUM, Server, assets, summary
 
 
 def fill(db: Path, n: int) -> int:
-    from tunedeck.db import make_engine, upgrade
+    from tunedeck.store.db import make_engine, upgrade
 
     engine = make_engine(db)
     upgrade(engine)
@@ -63,7 +63,7 @@ def fill(db: Path, n: int) -> int:
     )
     con.commit()
     con.close()
-    from tunedeck.services import pyramid
+    from tunedeck.services.charts import pyramid
 
     engine = make_engine(db)
     with engine.begin() as c:  # the chart tiles, as ingest would have kept them

@@ -28,7 +28,7 @@ STEP = re.compile(rb'"step": (\d+)')
 
 
 def make_job(ws: Path, token: str) -> int:
-    from tunedeck.db import make_engine, upgrade
+    from tunedeck.store.db import make_engine, upgrade
 
     engine = make_engine(ws / "tunedeck.db")
     upgrade(engine)

@@ -139,7 +139,7 @@ class Tunedeck:
             "TUNEDECK_LAUNCH_PAUSED": "true",
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tunedeck.cli", "serve"],
+            [sys.executable, "-m", "tunedeck.cli.main", "serve"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -197,8 +197,8 @@ def lf_lines(first: int, n: int, t0: float) -> list[dict]:
 
 
 def memory_body(seq: int, first: int, used: list[int], t0: float) -> bytes:
-    """Samples packed as a runner packs them (tunedeck.wire)."""
-    from tunedeck import wire
+    """Samples packed as a runner packs them (tunedeck.contract.wire)."""
+    from tunedeck.contract import wire
 
     lines = range(first, first + len(used))
     cols = {

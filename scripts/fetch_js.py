@@ -35,13 +35,14 @@ class Refused(Exception):
 
 
 def default_dest() -> Path:
-    """Inside the tunedeck package the server imports (a checkout's or an installed wheel's)."""
-    spec = importlib.util.find_spec("tunedeck")
+    """Inside the pages' folder the server imports (a checkout's top-level frontend/, or an installed
+    wheel's tunedeck/frontend)."""
+    spec = importlib.util.find_spec("tunedeck.frontend") if importlib.util.find_spec("tunedeck") else None
     if spec and spec.submodule_search_locations:
-        package = Path(next(iter(spec.submodule_search_locations)))
+        pages = Path(next(iter(spec.submodule_search_locations)))
     else:
-        package = Path(__file__).resolve().parents[1] / "backend" / "tunedeck"
-    return package / "frontend" / "vendor" / "plotly-basic.min.js"
+        pages = Path(__file__).resolve().parents[1] / "frontend"
+    return pages / "vendor" / "plotly-basic.min.js"
 
 
 def check(data: bytes, integrity: str) -> None:

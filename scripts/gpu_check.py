@@ -66,7 +66,7 @@ class Server:
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tunedeck.cli", "serve"],
+                [sys.executable, "-m", "tunedeck.cli.main", "serve"],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -5,7 +5,7 @@ Run in the training environment (it starts `llamafactory-cli`, found beside this
 
     python scripts/record_traces.py --assets /work/assets [--only nan healthy]
 
-Each run is the CPU demo preset (backend/tunedeck/configs/demo_cpu.yaml) on the tiny demo model
+Each run is the CPU demo preset (configs/demo_cpu.yaml) on the tiny demo model
 (`python -m tunedeck_train.demo build --workspace ASSETS`), with the overrides in RUNS, started as
 `llamafactory-cli train train.yaml` with HF_HUB_OFFLINE=1 in a fresh output folder. The host memory
 of the process tree (RSS, sampled every 0.5 s) is kept as memory.csv on "GPU -1".
@@ -31,7 +31,7 @@ import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "backend" / "tunedeck" / "configs" / "demo_cpu.yaml"
+PRESET = ROOT / "configs" / "demo_cpu.yaml"
 OUT = ROOT / "tests" / "alerts" / "traces"
 COMMON = {
     "max_steps": 40,

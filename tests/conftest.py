@@ -1,35 +1,17 @@
-"""Shared fixtures: one tiny model for the whole run, real servers on free ports."""
+"""Shared fixtures: one tiny model for the whole run, real servers on free ports (the harness they
+build on is tests/utils/servers.py, which the benchmarks share)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
-import yaml
 
-from tests.utils.wait import until
+from tests.utils.servers import PYTHON, Server
 
 pytest_plugins = ["tests.utils.browser"]  # one Playwright session for every module that drives pages
-
-ROOT = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
-OUTPUT = ROOT / "test-output"
-CONFIGS = ROOT / "backend" / "tunedeck" / "configs"  # the presets, shipped inside the package
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -42,141 +24,6 @@ def assets(tmp_path_factory) -> Path:
         stdout=subprocess.DEVNULL,
     )
     return cache
-
-
-def demo_config(assets: Path, **overrides) -> dict:
-    """The CPU demo preset, pointed at the shared assets, with fewer steps for tests."""
-    config = yaml.safe_load((CONFIGS / "demo_cpu.yaml").read_text())
-    config["model_name_or_path"] = str(assets / "demo" / "model")
-    config["dataset_dir"] = str(assets / "demo" / "data")
-    config.update({"max_steps": 20, "logging_steps": 2, "eval_steps": 10, "save_steps": 10})
-    config.update(overrides)
-    return config
-
-
-class Server:
-    """A real `tunedeck serve` process with its own workspace and SQLite file."""
-
-    def __init__(self, workspace: Path, assets: Path, **env: str):
-        self.workspace = workspace
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "TUNEDECK_WORKSPACE": str(workspace),
-            "TUNEDECK_PORT": str(self.port),
-            "TUNEDECK_ALLOWED_ROOTS": json.dumps([str(assets)]),
-            "TUNEDECK_SCHEDULER_INTERVAL_S": "0.3",
-            "TUNEDECK_RUNNER_RETRY_MAX_S": "1",
-            **env,
-        }
-        self.command = [PYTHON, "-m", "tunedeck.cli", "serve"]
-        self.proc: subprocess.Popen | None = None
-        # X-Tunedeck: the server refuses writes without it (a cross-site page cannot send it).
-        self.api = httpx.Client(base_url=self.url, timeout=30, headers={"X-Tunedeck": "1"})
-
-    def start(self) -> "Server":
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        log = open(self.workspace / f"server-{time.time():.0f}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        until(self._healthy, "healthy server")
-        return self
-
-    def _healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {self.proc.returncode}")
-        try:
-            return self.api.get("/api/health").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL, no cleanup: what a crash looks like."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def submit(self, spec: dict) -> dict:
-        r = self.api.post("/api/jobs", json=spec)
-        assert r.status_code == 201, r.text
-        return r.json()
-
-    def wait(self, job_id: int, statuses: tuple[str, ...], timeout: float = 240) -> dict:
-        def reached() -> dict | None:
-            job = self.api.get(f"/api/jobs/{job_id}").json()
-            return job if job["status"] in statuses else None
-
-        return until(reached, f"job {job_id} {'/'.join(statuses)}", timeout=timeout, interval=0.3)
-
-    def all(self, job_id: int, what: str) -> list[dict]:
-        """Every page of a job's metrics or logs, following the cursor."""
-        key = "points" if what == "metrics" else "lines"
-        out, after = [], None
-        while True:
-            page = self.api.get(
-                f"/api/jobs/{job_id}/{what}", params={"limit": 100, **({"after": after} if after else {})}
-            ).json()
-            out += page[key]
-            if not page[key]:
-                return out
-            after = page["next"]
-
-
-def runner_token(server: Server, job_id: int, timeout: float = 180) -> str:
-    """A token for the running job's telemetry route, as its runner holds one.
-
-    The server hands the real one to the runner alone (never to a file), so the test swaps the
-    stored hash for its own token's once the job runs; the real runner's later batches are refused."""
-    import hashlib
-    import secrets
-    import sqlite3
-    from contextlib import closing
-
-    server.wait(job_id, ("running",), timeout=timeout)
-    token = secrets.token_urlsafe(32)
-    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
-        db.execute(
-            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
-            (hashlib.sha256(token.encode()).hexdigest(), job_id),
-        )
-    return token
-
-
-def job_processes(run_dir: str, settle: float = 60.0) -> list:
-    """The job's live processes, once the runner has had `settle` seconds to exit after reporting."""
-    from tunedeck.procs import job_processes as find
-
-    left: list = []
-
-    def gone() -> bool:
-        left[:] = find(run_dir)
-        return not left
-
-    with contextlib.suppress(AssertionError):  # the caller asserts on what is left, and names it
-        until(gone, "the job's processes to exit", timeout=settle, interval=0.2)
-    return left
-
-
-def wait_buffered(run_dir: str, timeout: float = 120) -> None:
-    """Wait until the job's runner appends a batch to its outbox: called with the server down, it
-    proves the runner trains on and buffers while the server is away."""
-    outbox = Path(run_dir) / "outbox.jsonl"
-
-    def batches() -> int:
-        return outbox.read_bytes().count(b"\n") if outbox.exists() else 0
-
-    start = batches()
-    until(lambda: batches() > start, "a batch buffered by the runner while the server was away", timeout)
 
 
 @pytest.fixture

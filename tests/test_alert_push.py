@@ -11,8 +11,8 @@ from contextlib import closing
 
 import httpx
 
-from tests.conftest import demo_config
 from tests.sseclient import events
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
 
 GiB = 1024**3

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from tests.alerts.corpus import generate, write_run
-from tests.conftest import ROOT, demo_config
 from tests.sseclient import events
 from tests.utils.app import App
 from tests.utils.factories import create_job, post_telemetry
 from tests.utils.runs import decaying, imported, memory_csv
+from tests.utils.servers import ROOT, demo_config
 from tests.utils.wait import until
 from tunedeck.schemas import JobOut
-from tunedeck.services import feed
+from tunedeck.services.live import feed
 
 GiB = 1024**3
 
@@ -54,7 +54,7 @@ def test_the_stream_rows_add_only_columns_the_pages_read(app):
     job = imported(app.api, "columns", decaying())
     (row,) = feed.job_rows(app.engine, [job["id"]])
     extras = set(row) - set(JobOut.model_fields)
-    scripts = "\n".join(p.read_text() for p in sorted((ROOT / "backend/tunedeck/frontend/js").glob("*.js")))
+    scripts = "\n".join(p.read_text() for p in sorted((ROOT / "frontend/js").glob("*.js")))
     assert extras and sorted(k for k in extras if not re.search(rf"\.{k}\b", scripts)) == []
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.alerts.corpus import generate, write_run
-from tests.conftest import demo_config
 from tests.sseclient import events
 from tests.utils.factories import create_import, create_job, post_telemetry
+from tests.utils.servers import demo_config
 
 RUNNER = "runner-secret"
 

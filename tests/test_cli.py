@@ -10,14 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import demo_config, job_processes
+from tests.utils.servers import demo_config, job_processes
 from tests.utils.standin import release, training_env
 from tests.utils.wait import until
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", *args],
+        [sys.executable, "-m", "tunedeck.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -63,7 +63,7 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
         lambda: any(x["text"] == "first line" for x in server.all(held, "logs")), "the trainer's first line"
     )
     follow = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck.cli", "logs", str(held), "--follow"],
+        [sys.executable, "-m", "tunedeck.cli.main", "logs", str(held), "--follow"],
         env=alice,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -78,7 +78,7 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
 
     preset = submitted_id(cli("submit", "--preset", "demo_cpu", "--name", "from preset", env=alice))
     job = server.api.get(f"/api/jobs/{preset}").json()
-    demo = yaml.safe_load((Path(__file__).parents[1] / "backend/tunedeck/configs/demo_cpu.yaml").read_text())
+    demo = yaml.safe_load((Path(__file__).parents[1] / "configs/demo_cpu.yaml").read_text())
     config = yaml.safe_load(Path(job["run_dir"], "train.yaml").read_text())
     assert config["max_steps"] == demo["max_steps"] and config["dataset"] == demo["dataset"]
     assert config["model_name_or_path"] == str((ws / "demo" / "model").resolve())  # read from the workspace

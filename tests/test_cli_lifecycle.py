@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import demo_config
 from tests.test_cli import cli, until
+from tests.utils.servers import demo_config
 from tests.utils.standin import release, training_env
 
 ENDED = ("succeeded", "failed", "cancelled")

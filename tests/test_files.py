@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tunedeck.services.jobs import run_files
-from tunedeck.tables import Job
+from tunedeck.services.jobs.records import run_files
+from tunedeck.store.tables import Job
 
 
 def test_listing_is_bounded_and_sorted(tmp_path):

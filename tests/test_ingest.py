@@ -8,13 +8,13 @@ from sqlalchemy import Integer, func, select, text
 from sqlmodel import Session
 
 from tests.utils.wait import DEADLINE
-from tunedeck.db import downgrade, make_engine, upgrade
-from tunedeck.lflog import COUNTS, METRICS, parse_point, seconds
+from tunedeck.contract.lflog import COUNTS, METRICS, parse_point, seconds
 from tunedeck.schemas import MetricOut
-from tunedeck.services.feed import Cursor, job_events
-from tunedeck.services.ingest import IngestWriter, apply_batch
-from tunedeck.services.metric_charts import metric_series
-from tunedeck.tables import Job, JobStatus, LogLine, MetricPoint
+from tunedeck.services.charts.metrics import metric_series
+from tunedeck.services.ingest.writer import IngestWriter, apply_batch
+from tunedeck.services.live.feed import Cursor, job_events
+from tunedeck.store.db import downgrade, make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus, LogLine, MetricPoint
 
 # metric_points columns that are not trainer metrics: keys, time, progress, the line as written
 SERVICE_COLUMNS = ("id", "job_id", "line", "t", "step", "total_steps", "raw", "nonfinite", "extra")
@@ -86,7 +86,7 @@ def test_batches_are_idempotent(tmp_path):
 
 
 def test_exit_states():
-    from tunedeck.services.ingest import final_status
+    from tunedeck.services.ingest.writer import final_status
 
     assert final_status(exit_code=0, cancelled=True) == JobStatus.cancelled
     assert final_status(exit_code=-9, cancelled=False) == JobStatus.failed

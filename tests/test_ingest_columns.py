@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session
 
-from tests.conftest import demo_config
 from tests.utils.factories import create_job
 from tests.utils.refusal import refused_at
+from tests.utils.servers import demo_config
 from tests.utils.wait import DEADLINE
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services.ingest import IngestWriter
-from tunedeck.tables import Job, JobStatus
+from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus
 
 TOKEN = "runner-secret"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "X-Tunedeck": "1", "Content-Type": "application/json"}

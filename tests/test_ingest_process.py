@@ -11,12 +11,12 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import demo_config, free_port
+from tests.utils.servers import demo_config, free_port
 from tests.utils.standin import release, training_env
 from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
 
-STORE = "tunedeck.services.ingest_process"
+STORE = "tunedeck.services.ingest.store_process"
 
 
 def store_of(server) -> psutil.Process | None:
@@ -99,8 +99,8 @@ def test_the_store_process_fails_only_a_bad_batch_and_ends_when_idle(tmp_path):
     from sqlalchemy import text
 
     from tests.utils.factories import running_job_database
-    from tunedeck.services.ingest_process import ProcessStore, StoreFailed
-    from tunedeck.services.jobstate import JobState
+    from tunedeck.services.ingest.store_process import ProcessStore, StoreFailed
+    from tunedeck.services.jobs.jobstate import JobState
 
     engine = running_job_database(tmp_path / "t.db")
     store = ProcessStore(tmp_path / "t.db", JobState(engine))
@@ -182,9 +182,9 @@ def test_a_batch_that_cannot_reach_the_store_fails_alone_and_frees_its_place(tmp
     from sqlalchemy import text
 
     from tests.utils.factories import running_job_database
-    from tunedeck.services.ingest import IngestWriter
-    from tunedeck.services.ingest_process import ProcessStore
-    from tunedeck.services.jobstate import JobState
+    from tunedeck.services.ingest.store_process import ProcessStore
+    from tunedeck.services.ingest.writer import IngestWriter
+    from tunedeck.services.jobs.jobstate import JobState
 
     engine = running_job_database(tmp_path / "t.db")
     writer = IngestWriter(engine, store=ProcessStore(tmp_path / "t.db", JobState(engine)))

@@ -1,4 +1,4 @@
-"""Packed batches (tunedeck.wire, what runners send): every value stored exactly as JSON stores it,
+"""Packed batches (tunedeck.contract.wire, what runners send): every value stored exactly as JSON stores it,
 resends once, chart tiles equal to brute force over the stored rows, bad packings refused by field."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from sqlalchemy import text
 
 from tests.test_ingest_columns import COLUMNS, HEADERS, columns, new_job, samples, stored
 from tests.utils.refusal import refused_at
-from tunedeck import wire
-from tunedeck.protocol import TelemetryBatch
+from tunedeck.contract import wire
+from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.runner import report
-from tunedeck.services import pyramid
+from tunedeck.services.charts import pyramid
 
 PACKED = {**HEADERS, "Content-Type": wire.MEDIA_TYPE}
 

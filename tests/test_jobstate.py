@@ -16,19 +16,19 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session, select
 
-from tests.conftest import demo_config
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
 from tunedeck.config import Settings
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services.alert_engine import AlertEngine
-from tunedeck.services.jobstate import ALLOWED, JobState, move
-from tunedeck.services.notify import Notifier
-from tunedeck.tables import Alert, Job, JobStatus
+from tunedeck.services.alerting.engine import AlertEngine
+from tunedeck.services.alerting.notify import Notifier
+from tunedeck.services.jobs.jobstate import ALLOWED, JobState, move
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Alert, Job, JobStatus
 
 PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "tunedeck"
-OWNER = PACKAGE / "services" / "jobstate.py"
+OWNER = PACKAGE / "services" / "jobs" / "jobstate.py"
 GiB = 1 << 30
 
 
@@ -278,5 +278,5 @@ def test_only_the_transition_module_writes_job_status():
             continue
         if lines := status_writes(ast.parse(path.read_text(), str(path))):
             found[str(path.relative_to(PACKAGE))] = lines
-    assert found == {}, f"status written outside services/jobstate.py: {found}"
+    assert found == {}, f"status written outside services/jobs/jobstate.py: {found}"
     assert status_writes(ast.parse(OWNER.read_text()))  # the owner's own write is seen, so the scan works

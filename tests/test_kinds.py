@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from tests.conftest import demo_config
-from tunedeck import kinds, lint
+from tests.utils.servers import demo_config
+from tunedeck.checks import kinds, lint
 
 
 def model(assets) -> str:

@@ -1,5 +1,6 @@
-"""Import layering, read from the source: the checks do not lean on the pipeline that runs them, no
-module calls another's private names, and routes and services check specs only through submission."""
+"""Import layering, read from the source: each folder of the package imports only the layers below
+it, the checks do not lean on the pipeline that runs them, no module calls another's private names,
+and routes and services check specs only through submission."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import ast
 import re
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.utils.servers import ROOT
 
 PACKAGE = ROOT / "backend" / "tunedeck"
-CHECKS = {"tunedeck.lint", "tunedeck.reach", "tunedeck.estimate"}
+CHECKS = {"tunedeck.checks.lint", "tunedeck.checks.reach", "tunedeck.checks.estimate"}
 
 
 def modules() -> dict[str, Path]:
@@ -49,15 +50,77 @@ def private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+# The package's layers from the top down, each a folder (or a module at the package's root). A module
+# imports its own layer and the layers below it, never one above: the tree reads as the architecture.
+LAYERS = [
+    ("cli",),  # the command line: talks to the API, or opens the store for `db` and `token`
+    ("main",),  # the app factory: wires routes, services and workers
+    ("api",),  # thin routes, their guard and auth
+    ("scheduling",),  # the scheduler and the executors (local, ray), registered by name
+    ("services",),  # what routes and workers call: jobs, ingest, alerting, charts, live, views
+    ("checks",),  # the submit pipeline: spec, lint, reach, catalog, estimate, preflight
+    ("schemas",),  # what the REST API takes and answers
+    ("planning",),  # pure: who starts next, where
+    ("store", "migrations"),  # engine, tables, bulk insert; the schema's history
+    ("runner",),  # the per-job process: nothing of the server
+    ("alerts",),  # pure detectors
+    ("telemetry",),  # SMI backends
+    ("contract",),  # what server and runner agree on
+    ("config", "problems", "tree", "procs", "workers", "data", "__init__"),  # the base everything uses
+]
+
+
+def layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "__init__"
+    return next(i for i, names in enumerate(LAYERS) if part in names)
+
+
+def test_every_module_of_the_package_has_a_layer():
+    assert [
+        m
+        for m in modules()
+        if not any(m.split(".")[1:2] == [n] or m == "tunedeck" for g in LAYERS for n in g)
+    ] == []
+
+
+def test_each_folder_imports_only_the_layers_below_it():
+    up = []
+    for module, path in modules().items():
+        for target in imported_modules(path):
+            if target in modules() and layer(target) < layer(module):
+                up.append(f"{module} imports {target}, a layer above it")
+    assert up == []
+
+
+def test_the_layers_keep_the_named_boundaries():
+    """What the map promises in words, as checks of their own (the order above implies them)."""
+    rules = {
+        "tunedeck.checks": ("tunedeck.services", "tunedeck.scheduling", "tunedeck.api"),
+        "tunedeck.planning": ("tunedeck.checks", "tunedeck.services", "tunedeck.store.db"),
+        "tunedeck.contract": ("tunedeck.store", "tunedeck.services", "tunedeck.api"),
+        "tunedeck.alerts": ("tunedeck.store", "tunedeck.services", "tunedeck.api"),
+    }
+    found = [
+        f"{module} reaches {sorted(under(reaches(module), *banned))}"
+        for module in modules()
+        for folder, banned in rules.items()
+        if under({module}, folder) and under(reaches(module), *banned)
+    ]
+    assert found == []
+
+
 def test_lint_and_spec_do_not_import_each_other_or_the_pipeline():
-    assert not imported_modules(PACKAGE / "lint.py") & {"tunedeck.spec", "tunedeck.submission"}
-    assert not imported_modules(PACKAGE / "spec.py") & {
-        "tunedeck.lint",
-        "tunedeck.reach",
-        "tunedeck.submission",
+    assert not imported_modules(PACKAGE / "checks" / "lint.py") & {
+        "tunedeck.checks.spec",
+        "tunedeck.checks.submission",
+    }
+    assert not imported_modules(PACKAGE / "checks" / "spec.py") & {
+        "tunedeck.checks.lint",
+        "tunedeck.checks.reach",
+        "tunedeck.checks.submission",
     }
     for name in ("reach.py", "estimate.py", "presets.py"):
-        assert "tunedeck.submission" not in imported_modules(PACKAGE / name), name
+        assert "tunedeck.checks.submission" not in imported_modules(PACKAGE / "checks" / name), name
 
 
 def test_no_module_uses_another_modules_private_names():
@@ -106,7 +169,13 @@ def under(names: set[str], *packages: str) -> set[str]:
     return {n for n in names if any(n == p or n.startswith(p + ".") for p in packages)}
 
 
-SERVER = ("tunedeck.api", "tunedeck.services", "tunedeck.scheduler", "tunedeck.main", "tunedeck.executors")
+SERVER = (
+    "tunedeck.api",
+    "tunedeck.services",
+    "tunedeck.scheduling.scheduler",
+    "tunedeck.main",
+    "tunedeck.scheduling.executors",
+)
 
 
 def test_the_server_runs_no_runner_code():
@@ -124,22 +193,20 @@ def test_the_alert_package_reaches_no_service_or_route():
 def test_the_runner_imports_nothing_of_the_server():
     for module in modules():
         if under({module}, "tunedeck.runner"):
-            assert not under(
-                reaches(module), *SERVER, "tunedeck.db", "tunedeck.tables", "tunedeck.schemas"
-            ), module
+            assert not under(reaches(module), *SERVER, "tunedeck.store", "tunedeck.schemas"), module
 
 
 def test_the_metric_columns_are_listed_once():
     """lflog.METRICS is the list: no other module, nor a page script, spells most of it out again
     (migrations are history and keep theirs)."""
-    from tunedeck.lflog import METRICS
+    from tunedeck.contract.lflog import METRICS
 
     def listing(names: list[str]) -> bool:
         return len(set(names) & set(METRICS)) > len(METRICS) // 2
 
     found = []
     for module, path in modules().items():
-        if module == "tunedeck.lflog" or module.startswith("tunedeck.migrations"):
+        if module == "tunedeck.contract.lflog" or module.startswith("tunedeck.migrations"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -150,7 +217,7 @@ def test_the_metric_columns_are_listed_once():
                 continue
             if listing(names):
                 found.append(f"{module}:{node.lineno}")
-    for script in sorted((PACKAGE / "frontend").rglob("*.js")):
+    for script in sorted((ROOT / "frontend").rglob("*.js")):
         for n, text in enumerate(script.read_text().splitlines(), start=1):
             if listing(re.findall(r"[\"'](\w+)[\"']", text)):
                 found.append(f"{script.name}:{n}")

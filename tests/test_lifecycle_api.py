@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 
 
 @pytest.fixture

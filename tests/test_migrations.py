@@ -15,9 +15,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlmodel import SQLModel
 
-import tunedeck.tables  # noqa: F401  (the tables compared against)
-from tunedeck.db import MIGRATIONS_DIR, downgrade, make_engine, upgrade
-from tunedeck.legacy_heads import LINE, LegacyHeadsError
+import tunedeck.store.tables  # noqa: F401  (the tables compared against)
+from tunedeck.store.db import MIGRATIONS_DIR, downgrade, make_engine, upgrade
+from tunedeck.store.legacy_heads import LINE, LegacyHeadsError
 
 GiB = 1 << 30
 

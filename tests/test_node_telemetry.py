@@ -12,8 +12,8 @@ from http.server import HTTPServer
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import demo_config
 from tests.utils.browser import shot
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
 

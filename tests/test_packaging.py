@@ -9,17 +9,36 @@ import shutil
 import sqlite3
 import subprocess
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
 
-from tests.conftest import PYTHON, ROOT, Server
-from tunedeck.db import make_engine, upgrade
+from tests.utils.servers import PYTHON, ROOT, Server
+from tunedeck.store.db import make_engine, upgrade
 
 PACKAGE = ROOT / "backend" / "tunedeck"
 TRAINER = ROOT / "trainer" / "tunedeck_train"
 SHIPPED = ("frontend", "configs", "migrations")
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    """The wheel's packages are listed by hand (the shipped folders map onto tunedeck.*): the list
+    must name each folder of Python or shipped files, and nothing that is not there."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        "tunedeck_train": TRAINER,
+        **{name: ROOT / path for name, path in tool["package-dir"].items()},
+    }
+    found = set()
+    for name, path in folders.items():
+        found |= {
+            ".".join((name, *d.relative_to(path).parts))
+            for d in [path, *path.rglob("*")]
+            if d.is_dir() and "__pycache__" not in d.parts and any(f.is_file() for f in d.iterdir())
+        }
+    assert set(tool["packages"]) == found
 
 
 def _run(cmd: list, env: dict) -> str:
@@ -45,6 +64,8 @@ def installed(tmp_path_factory) -> dict:
         shutil.copytree(
             package, src / package.parent.name / package.name, ignore=shutil.ignore_patterns("__pycache__")
         )
+    for folder in SHIPPED:  # top-level folders that pyproject maps into the package
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     _run(
@@ -79,8 +100,8 @@ def installed(tmp_path_factory) -> dict:
 
 def test_wheel_ships_every_page_preset_and_migration(installed):
     for folder in SHIPPED:
-        assert _files(PACKAGE / folder), folder
-        assert _files(installed["package"] / folder) == _files(PACKAGE / folder), folder
+        assert _files(ROOT / folder), folder
+        assert _files(installed["package"] / folder) == _files(ROOT / folder), folder
 
 
 def test_wheel_ships_the_trainer_script_and_the_runner_finds_it_without_importing_it(installed):
@@ -110,12 +131,14 @@ def test_server_from_the_wheel_serves_pages_presets_and_migrates(installed, tmp_
         for path in assets:
             got = server.api.get(path)
             assert got.status_code == 200, path
-            assert got.content == (PACKAGE / "frontend" / path.removeprefix("/static/")).read_bytes(), path
+            assert got.content == (ROOT / "frontend" / path.removeprefix("/static/")).read_bytes(), path
 
         presets = {p["name"] for p in server.api.get("/api/presets").json()}
-        assert presets == {p.stem for p in (PACKAGE / "configs").iterdir()}
+        assert presets == {
+            p.stem for p in (ROOT / "configs").iterdir() if p.suffix in (".yaml", ".yml", ".json")
+        }
         demo = server.api.get("/api/presets/demo_cpu").json()["text"]
-        assert demo == (PACKAGE / "configs" / "demo_cpu.yaml").read_text()
+        assert demo == (ROOT / "configs" / "demo_cpu.yaml").read_text()
 
         reference = make_engine(tmp_path / "reference.db")
         upgrade(reference)

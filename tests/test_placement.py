@@ -11,12 +11,13 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
-from tunedeck import procs, runfiles
-from tunedeck.placement import ClusterNode, bundles, order, refusal, strategy
-from tunedeck.queueplan import STARTING
-from tunedeck.tables import Job
+from tunedeck import procs
+from tunedeck.contract import runfiles
+from tunedeck.planning.placement import ClusterNode, bundles, order, refusal, strategy
+from tunedeck.planning.queueplan import STARTING
+from tunedeck.store.tables import Job
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 CLUSTER = [

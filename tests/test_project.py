@@ -13,16 +13,19 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.conftest import ROOT, free_port
+from tests.utils.servers import ROOT, free_port
 from tests.utils.wait import until
 from tunedeck.config import Settings
 
 
-def test_every_setting_is_documented():
-    readme = (ROOT / "README.md").read_text()
+def test_every_setting_is_documented_once_and_nothing_else_is():
+    page = (ROOT / "docs" / "settings.md").read_text()
+    rows = re.findall(r"^\| `(TUNEDECK_[A-Z_]+)` \|", page, re.M)
     for name, field in Settings.model_fields.items():
         assert field.description, name
-        assert f"TUNEDECK_{name.upper()}" in readme, f"README does not document TUNEDECK_{name.upper()}"
+        assert f"TUNEDECK_{name.upper()}" in rows, f"docs/settings.md does not document TUNEDECK_{name.upper()}"
+    assert len(rows) == len(set(rows)), "a setting is listed twice"
+    assert set(rows) - {f"TUNEDECK_{n.upper()}" for n in Settings.model_fields} == set(), "no such setting"
 
 
 def compose_env(value: str) -> str:
@@ -73,7 +76,7 @@ def test_compose_command_starts_a_closed_server(tmp_path):
     command = [local(a) for a in svc["command"]]
     command[command.index("--port") + 1] = port
     assert command[0] == "tunedeck"
-    argv = [sys.executable, "-m", "tunedeck.cli", *command[1:]]
+    argv = [sys.executable, "-m", "tunedeck.cli.main", *command[1:]]
     token_file = Path(env["TUNEDECK_ADMIN_TOKEN_FILE"])
     url = f"http://127.0.0.1:{port}"
 
@@ -123,7 +126,7 @@ def test_compose_command_starts_a_closed_server(tmp_path):
 
 def test_server_never_imports_training_packages():
     code = (
-        "import sys, tunedeck.main, tunedeck.cli, tunedeck.scheduler;"
+        "import sys, tunedeck.main, tunedeck.cli.main, tunedeck.scheduling.scheduler;"
         "from tunedeck.main import create_app; create_app();"
         # ray too: the default (local) executor must run without the `.[ray]` extra
         "bad = [m for m in ('torch', 'transformers', 'llamafactory', 'deepspeed', 'ray') if m in sys.modules];"

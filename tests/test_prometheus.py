@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
 
 GIB = 1 << 30
@@ -23,7 +23,17 @@ GIB = 1 << 30
 def viewer_token(workspace: Path) -> str:
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(workspace)}
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "token", "create", "--name", "grafana", "--role", "viewer"],
+        [
+            sys.executable,
+            "-m",
+            "tunedeck.cli.main",
+            "token",
+            "create",
+            "--name",
+            "grafana",
+            "--role",
+            "viewer",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -187,10 +197,10 @@ def test_not_finite_losses_and_the_tail_bound(tmp_path):
     from prometheus_client import CollectorRegistry, generate_latest
     from sqlmodel import Session
 
-    from tunedeck.db import make_engine, upgrade
-    from tunedeck.services.ingest import apply_batch
-    from tunedeck.services.prometheus import TAIL_LINES, Collector
-    from tunedeck.tables import Job, JobStatus
+    from tunedeck.services.ingest.writer import apply_batch
+    from tunedeck.services.views.prometheus import TAIL_LINES, Collector
+    from tunedeck.store.db import make_engine, upgrade
+    from tunedeck.store.tables import Job, JobStatus
 
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)

@@ -13,9 +13,9 @@ from http.server import HTTPServer
 import pytest
 import yaml
 
-from tests.conftest import demo_config
 from tests.sseclient import events
 from tests.utils.factories import create_job, post_telemetry
+from tests.utils.servers import demo_config
 from tests.utils.standin import training_env
 from tests.utils.wait import until
 from tests.utils.webhooks import Receiver

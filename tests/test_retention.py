@@ -10,9 +10,9 @@ import sys
 from sqlalchemy import text
 from sqlmodel import Session
 
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services.memory_charts import gpus_of, memory_page
-from tunedeck.services.retention import keep_level, rollup
+from tunedeck.services.charts.memory import gpus_of, memory_page
+from tunedeck.services.ingest.retention import keep_level, rollup
+from tunedeck.store.db import make_engine, upgrade
 
 GiB = 1 << 30
 
@@ -83,7 +83,7 @@ def test_cli_rollup(tmp_path):
     upgrade(engine)
     seed(engine, job_id=7, ended="2026-01-01 00:00:00", n=600)
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "db", "rollup", "--older-than-days", "1"],
+        [sys.executable, "-m", "tunedeck.cli.main", "db", "rollup", "--older-than-days", "1"],
         env={**os.environ, "TUNEDECK_WORKSPACE": str(ws)},
         capture_output=True,
         text=True,
@@ -93,7 +93,7 @@ def test_cli_rollup(tmp_path):
     assert "rolled up 1 job(s): 600 samples → 2" in r.stdout
     backup = tmp_path / "copy.db"
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "db", "backup", str(backup)],
+        [sys.executable, "-m", "tunedeck.cli.main", "db", "backup", str(backup)],
         env={**os.environ, "TUNEDECK_WORKSPACE": str(ws)},
         capture_output=True,
         text=True,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 from tests.utils.standin import release, training_env
 from tests.utils.wait import until
-from tunedeck.queueplan import STARTING, Capacity, plan
-from tunedeck.tables import Job, JobStatus
+from tunedeck.planning.queueplan import STARTING, Capacity, plan
+from tunedeck.store.tables import Job, JobStatus
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 OLD = NOW - timedelta(hours=2)  # past the default backfill_max_wait_s (30 min)
@@ -152,7 +152,7 @@ def test_devices_priority_and_env_are_checked_at_submit(app_factory, assets):
 
 @pytest.fixture(scope="module")
 def gpu_node(tmp_path_factory, assets):
-    from tests.conftest import Server
+    from tests.utils.servers import Server
     from tunedeck.procs import kill_job
 
     root = tmp_path_factory.mktemp("sched")

@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 from tests.utils.toy_model import TOY_QWEN2
+from tunedeck.checks.lint import lf_table as lf_args
+from tunedeck.checks.spec import launch_env, spec_from_yaml
+from tunedeck.checks.submission import Node, Submission, resolve
 from tunedeck.config import Settings
-from tunedeck.lint import lf_table as lf_args
+from tunedeck.problems import SpecError
 from tunedeck.schemas import JobSpec
-from tunedeck.spec import SpecError, launch_env, spec_from_yaml
-from tunedeck.submission import Node, Submission, resolve
 
 
 def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Submission:

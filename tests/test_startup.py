@@ -9,8 +9,8 @@ import subprocess
 
 from alembic.script import ScriptDirectory
 
-from tests.conftest import PYTHON
-from tunedeck.db import MIGRATIONS_DIR, downgrade, make_engine, script_heads, upgrade
+from tests.utils.servers import PYTHON
+from tunedeck.store.db import MIGRATIONS_DIR, downgrade, make_engine, script_heads, upgrade
 
 
 def loaded_after(code: str, *modules: str) -> dict:
@@ -35,7 +35,7 @@ def test_a_restart_at_head_loads_neither_alembic_nor_the_http_client(tmp_path):
     db = tmp_path / "m.db"
     upgrade(make_engine(db))
     code = (
-        "from pathlib import Path\nimport tunedeck.cli\nfrom tunedeck.db import make_engine, upgrade\n"
+        "from pathlib import Path\nimport tunedeck.cli.main\nfrom tunedeck.store.db import make_engine, upgrade\n"
         f"from tunedeck.main import create_app\nupgrade(make_engine(Path({str(db)!r})))\ncreate_app()"
     )
     found = loaded_after(code, "alembic", "httpx", "ray", "prometheus_client", "yaml")
@@ -77,7 +77,7 @@ def test_the_first_health_check_builds_no_other_router(app_factory):
 
 def test_a_start_checks_the_database_file_once(tmp_path, assets):
     # The check is a quick_check, which reads every page: seconds on a long history, paid at each pass.
-    from tests.conftest import Server
+    from tests.utils.servers import Server
 
     upgrade(make_engine(tmp_path / "ws" / "tunedeck.db"))
     server = Server(tmp_path / "ws", assets, TUNEDECK_LAUNCH_PAUSED="true")
@@ -87,7 +87,7 @@ def test_a_start_checks_the_database_file_once(tmp_path, assets):
         f"import sys\nlog = open({str(log)!r}, 'a')\n"
         "sys.addaudithook(lambda e, a: e == 'sqlite3.connect' and 'mode=rw' in str(a[0]) "
         "and (log.write(str(a[0]) + '\\n'), log.flush()))\n"
-        "from tunedeck.cli import app\napp(['serve'])"
+        "from tunedeck.cli.main import app\napp(['serve'])"
     )
     server.command = [PYTHON, "-c", hook]
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import demo_config
 from tests.utils.factories import create_job, create_token, post_telemetry
+from tests.utils.servers import demo_config
 
 RUNNER = "runner-secret"
 

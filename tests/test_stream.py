@@ -8,8 +8,8 @@ import sqlite3
 import httpx
 import pytest
 
-from tests.conftest import demo_config
 from tests.sseclient import events
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from tests.conftest import demo_config, runner_token
 from tests.sseclient import events, strict
+from tests.utils.servers import demo_config, runner_token
 from tests.utils.wait import until
-from tunedeck import strictjson
-from tunedeck.db import downgrade, make_engine, upgrade
-from tunedeck.lflog import parse_point
+from tunedeck.contract import strictjson
+from tunedeck.contract.lflog import parse_point
+from tunedeck.store.db import downgrade, make_engine, upgrade
 
 INF, NAN = float("inf"), float("nan")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import CONFIGS, ROOT, demo_config
 from tests.preflight.test_node_lint import stand_in_python
+from tests.utils.servers import CONFIGS, ROOT, demo_config
 
 GiB = 2**30
 SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())

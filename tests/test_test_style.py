@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.utils.servers import ROOT
 from tests.utils.wait import CLOCKS, PAUSES
 
 TESTS = ROOT / "tests"

@@ -10,9 +10,9 @@ from sqlalchemy import text
 from tests.utils.factories import running_job_database
 from tests.utils.wait import until
 from tunedeck.config import Settings
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services.ingest import IngestWriter
-from tunedeck.services.retention import Retention
+from tunedeck.services.ingest.retention import Retention
+from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.store.db import make_engine, upgrade
 from tunedeck.workers import Worker
 
 

@@ -78,14 +78,6 @@ class Settings(BaseSettings):
         "before it keeps every GPU that frees until it can start (0: no overtaking it).",
     )
     scheduler_interval_s: float = Field(1.0, gt=0, description="How often the scheduler looks at the queue.")
-    executor: Literal["local", "ray"] = Field(
-        "local",
-        description="Where jobs run: `local` on this host (no Ray needed), `ray` on a Ray cluster "
-        "(the `ray` extra; `ray_address`).",
-    )
-    ray_address: str = Field(
-        "auto", description="The Ray cluster the `ray` executor joins (`auto`: the one running on this host)."
-    )
     cancel_abort_grace_s: float = Field(
         60.0,
         ge=0,

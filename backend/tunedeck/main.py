@@ -8,11 +8,24 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from tunedeck import __version__, auth, guard
+from tunedeck import __version__
 from tunedeck.api import alerts as alerts_api
 from tunedeck.api import artifacts as artifacts_api
+from tunedeck.api import (
+    auth,
+    checks,
+    errors,
+    guard,
+    jobs,
+    preflight,
+    prometheus,
+    series,
+    stream,
+    system,
+    telemetry,
+    ui,
+)
 from tunedeck.api import chat as chat_api
-from tunedeck.api import checks, errors, jobs, preflight, prometheus, series, stream, system, telemetry, ui
 from tunedeck.api import lifecycle as lifecycle_api
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
@@ -20,20 +33,19 @@ from tunedeck.api import results as results_api
 from tunedeck.api import runs as runs_api
 from tunedeck.api.responses import COMMON
 from tunedeck.config import Settings, get_settings
-from tunedeck.db import check_file, make_engine, upgrade
-from tunedeck.executors.local import LocalExecutor
-from tunedeck.scheduler import Scheduler
-from tunedeck.services.alert_engine import AlertEngine
-from tunedeck.services.chat import ChatIdle
-from tunedeck.services.cluster import RayNodes
-from tunedeck.services.events import Broadcaster
-from tunedeck.services.ingest import IngestWriter
-from tunedeck.services.ingest_process import ProcessStore
-from tunedeck.services.jobstate import JobState
-from tunedeck.services.nodes import NodeInventory
-from tunedeck.services.notify import Notifier
-from tunedeck.services.retention import Retention
-from tunedeck.strictjson import StrictJSONResponse
+from tunedeck.contract.strictjson import StrictJSONResponse
+from tunedeck.scheduling import executors
+from tunedeck.scheduling.scheduler import Scheduler
+from tunedeck.services.alerting.engine import AlertEngine
+from tunedeck.services.alerting.notify import Notifier
+from tunedeck.services.ingest.retention import Retention
+from tunedeck.services.ingest.store_process import ProcessStore
+from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.services.jobs.chat import ChatIdle
+from tunedeck.services.jobs.jobstate import JobState
+from tunedeck.services.live.events import Broadcaster
+from tunedeck.services.views.nodes import NodeInventory
+from tunedeck.store.db import check_file, make_engine, upgrade
 from tunedeck.telemetry import detect_gpus
 
 
@@ -88,17 +100,8 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         )
         writer = IngestWriter(engine, state=jobstate, store=store)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
-        app.state.cluster = (
-            RayNodes(engine, address=settings.ray_address, cache_s=settings.nodes_cache_s)
-            if settings.executor == "ray"
-            else None
-        )
-        if settings.executor == "ray":  # Ray is imported only here, when chosen
-            from tunedeck.executors.ray_exec import RayExecutor
-
-            executor = RayExecutor(settings)
-        else:
-            executor = LocalExecutor(settings, app.state.nodes)
+        # By name from the registry: an executor's own dependencies (Ray) load only when it is chosen.
+        executor = executors.build(settings.executor, settings, engine=engine, inventory=app.state.nodes)
         scheduler = Scheduler(
             settings=settings,
             engine=engine,
@@ -126,7 +129,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
                 worker.start()
                 started.append(worker)
             if node_gpus:  # a GPU node warms its preflight so submissions get hardware-aware lint
-                from tunedeck.services.nodes import warm_preflight
+                from tunedeck.services.views.nodes import warm_preflight
 
                 warm_preflight(settings)
             yield

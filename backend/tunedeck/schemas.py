@@ -14,10 +14,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ValidationInfo, field_validator
 from pydantic import Field as PField
 
-from tunedeck import runfiles, tree
-from tunedeck.protocol import Strict
-from tunedeck.queueplan import Spot, asked
-from tunedeck.tables import Job, JobStatus
+from tunedeck import tree
+from tunedeck.contract import runfiles
+from tunedeck.contract.protocol import Strict
+from tunedeck.planning.queueplan import Spot, asked
+from tunedeck.store.tables import Job, JobStatus
 
 NonFinite = Literal["inf", "-inf", "nan"]
 JobKind = Literal["train", "eval", "predict", "export", "chat"]

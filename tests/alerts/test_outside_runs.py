@@ -14,7 +14,7 @@ from tests.alerts.corpus import generate, write_run
 from tests.security.test_auth import bearer, token
 from tests.utils.wait import until
 from tests.utils.webhooks import Receiver
-from tunedeck.cli import app as cli_app
+from tunedeck.cli.main import app as cli_app
 
 
 @pytest.fixture(scope="module")

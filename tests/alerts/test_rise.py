@@ -12,9 +12,9 @@ from tests.alerts.corpus import T0, TOTAL
 from tests.alerts.test_streaming import new_job
 from tunedeck.alerts import Limits, Series, analyze
 from tunedeck.alerts.memory import MAX_SPIKE
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services import alert_engine as alerts
-from tunedeck.tables import Alert, MemorySample
+from tunedeck.services.alerting import engine as alerts
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Alert, MemorySample
 
 GiB = 1024**3
 

@@ -15,13 +15,13 @@ from sqlmodel import Session, select
 from tests.alerts.corpus import T0, generate
 from tests.utils.wait import DEADLINE, until
 from tunedeck.config import Settings
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services import alert_engine as alerts
-from tunedeck.services import memory_charts as memory
-from tunedeck.services.ingest import IngestWriter, finish
-from tunedeck.services.jobstate import JobState
-from tunedeck.services.notify import Notifier
-from tunedeck.tables import Alert, Job, JobStatus, LogLine, MemorySample
+from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.alerting.notify import Notifier
+from tunedeck.services.charts import memory
+from tunedeck.services.ingest.writer import IngestWriter, finish
+from tunedeck.services.jobs.jobstate import JobState
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Alert, Job, JobStatus, LogLine, MemorySample
 
 GiB = 1024**3
 
@@ -339,7 +339,7 @@ def test_the_log_prefilter_lets_every_oom_and_flush_line_through():
     import sqlite3
 
     from tunedeck.alerts.training import FLUSH, OOM
-    from tunedeck.services.alert_engine import LOG_PATTERNS
+    from tunedeck.services.alerting.engine import LOG_PATTERNS
 
     lines = [
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",

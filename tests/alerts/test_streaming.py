@@ -15,10 +15,10 @@ from sqlmodel import Session
 
 from tests.alerts.corpus import T0, TOTAL, corpus, generate
 from tunedeck.alerts import Limits, Run, Series, analyze
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services import alert_engine as alerts
-from tunedeck.services.ingest import apply_batch
-from tunedeck.tables import Job, JobStatus, MemorySample
+from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.ingest.writer import apply_batch
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus, MemorySample
 
 GiB = 1024**3
 

@@ -12,10 +12,10 @@ from sqlmodel import Session
 
 from tests.alerts.corpus import T0, TOTAL, generate
 from tests.utils.wait import DEADLINE, until
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services import alert_engine as alerts
-from tunedeck.services.ingest import IngestWriter
-from tunedeck.tables import Job, JobStatus
+from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus
 
 GiB = 1024**3
 TRACES = ("single-spike", "periodic-ga4", "ramp-oom", "fragmentation")

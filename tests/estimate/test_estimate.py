@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from tests.conftest import CONFIGS
+from tests.utils.servers import CONFIGS
 from tests.utils.toy_model import TOY_QWEN2 as TOY  # 1736 parameters, counted by hand there
-from tunedeck import estimate as est
+from tunedeck.checks import estimate as est
 
 GiB = 2**30
 SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
@@ -188,7 +188,7 @@ def test_cli_json(tmp_path):
         [
             sys.executable,
             "-m",
-            "tunedeck.cli",
+            "tunedeck.cli.main",
             "estimate",
             str(CONFIGS / "qwen2_lora_sft.yaml"),
             "--gpus",
@@ -206,7 +206,7 @@ def test_cli_json(tmp_path):
     assert out["per_gpu_bytes"] == sum(out["breakdown"].values())
     assert out["zero_stage"] == 3 and out["gpus"] == 4  # the YAML's `deepspeed: ds_z3_rocm` preset was read
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "estimate", str(CONFIGS / "qwen2_lora_sft.yaml")],
+        [sys.executable, "-m", "tunedeck.cli.main", "estimate", str(CONFIGS / "qwen2_lora_sft.yaml")],
         check=False,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 
 pytestmark = pytest.mark.slow
 

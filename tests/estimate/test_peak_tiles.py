@@ -8,9 +8,9 @@ import random
 from sqlalchemy import text
 from sqlmodel import Session
 
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services.estimates import measured_peak
-from tunedeck.tables import Job, JobStatus, MemorySample, MetricPoint
+from tunedeck.services.charts.estimates import measured_peak
+from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.tables import Job, JobStatus, MemorySample, MetricPoint
 
 GiB = 2**30
 

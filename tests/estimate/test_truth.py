@@ -14,8 +14,8 @@ import struct
 import pytest
 
 from tests.estimate.test_estimate import QWEN2_7B
-from tunedeck import estimate as est
-from tunedeck import lint
+from tunedeck.checks import estimate as est
+from tunedeck.checks import lint
 
 STATES = ("weights_frozen", "weights_trainable", "gradients", "optimizer", "gathered_layer")
 FULL = {"finetuning_type": "full", "fp16": True, "per_device_train_batch_size": 1, "cutoff_len": 16}

@@ -11,9 +11,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import OUTPUT, PYTHON, Server, demo_config, job_processes
 from tests.utils.browser import shot
 from tests.utils.factories import create_token
+from tests.utils.servers import OUTPUT, PYTHON, Server, demo_config, job_processes
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
@@ -82,7 +82,7 @@ def exported(server, assets, trained, tmp_path_factory) -> dict:
     )
     path = tmp_path_factory.mktemp("export") / "merge_lora.yaml"
     path.write_text(yaml.safe_dump(config))
-    cli = [PYTHON, "-m", "tunedeck.cli", "submit", str(path), "--kind", "export", "--gpus", "0"]
+    cli = [PYTHON, "-m", "tunedeck.cli.main", "submit", str(path), "--kind", "export", "--gpus", "0"]
     out = subprocess.run([*cli, "--server", server.url], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     job_id = int(out.stdout.split("submitted job ")[1].split()[0])
@@ -251,7 +251,7 @@ def bearer(token: str) -> dict:
 
 
 def create_token_on(server: Server) -> str:
-    from tunedeck.db import make_engine
+    from tunedeck.store.db import make_engine
 
     engine = make_engine(server.workspace / "tunedeck.db")
     try:

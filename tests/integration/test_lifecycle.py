@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Server, demo_config
+from tests.utils.servers import Server, demo_config
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow

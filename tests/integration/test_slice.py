@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CONFIGS, demo_config, job_processes, wait_buffered
+from tests.utils.servers import CONFIGS, demo_config, job_processes, wait_buffered
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def assert_metrics_match(server, job: dict) -> list[dict]:
     assert len(points) == len(lines) > 0
     for p, line in zip(points, lines):
         assert p["step"] == line["current_steps"]
-        # throughput is not the line's: tunedeck measures it (services/pace.py, tests/test_lifecycle.py).
+        # throughput is not the line's: tunedeck measures it (services/ingest/pace.py, tests/test_lifecycle.py).
         for key in ("loss", "eval_loss", "lr", "epoch", "total_tokens"):
             assert p[key] == line.get(key), (key, p, line)
     return points

@@ -6,8 +6,8 @@ import copy
 import json
 import socket
 
-from tests.conftest import CONFIGS, demo_config
 from tests.preflight.test_preflight import assert_summary_fits_this_machine
+from tests.utils.servers import CONFIGS, demo_config
 
 SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
 

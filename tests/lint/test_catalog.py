@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config
-from tunedeck import lint
+from tests.utils.servers import demo_config
+from tunedeck.checks import lint
 
 SEED_YAML = (Path(__file__).parent / "data" / "seed_qwen2_lora_sft.yaml").read_text()
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import CONFIGS
-from tunedeck import lint
+from tests.utils.servers import CONFIGS
+from tunedeck.checks import lint
 
 DATA = Path(__file__).parent / "data"
 SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
@@ -209,7 +209,7 @@ def test_hardware_checks_use_the_nodes_preflight():
 
 
 def test_presets_lint_without_errors():
-    for path in sorted(CONFIGS.iterdir()):
+    for path in sorted(p for p in CONFIGS.iterdir() if p.suffix in (".yaml", ".yml", ".json")):
         errors = [f for f in lint.lint_file(path) if f["severity"] == "error"]
         assert errors == [], (path.name, errors)
     demo = lint.lint_file(CONFIGS / "demo_cpu.yaml")
@@ -246,7 +246,7 @@ def test_cli(tmp_path):
     bad = tmp_path / "ds_seed_original.json"
     bad.write_text(json.dumps(seed_with(stage3_parition_grads=True)))
     good = CONFIGS / "qwen2_lora_sft.yaml"
-    cli = [sys.executable, "-m", "tunedeck.cli", "lint"]
+    cli = [sys.executable, "-m", "tunedeck.cli.main", "lint"]
     r = subprocess.run([*cli, str(bad), str(good)], check=False, capture_output=True, text=True)
     assert r.returncode == 1, r.stderr
     assert "DS001 deepspeed.zero_optimization.stage3_parition_grads" in r.stdout
@@ -268,7 +268,7 @@ def test_cli_checks_dataset_names_where_the_run_would_read_them(tmp_path):
     (tmp_path / "data" / "dataset_info.json").write_text(
         json.dumps({"alpaca_en_demo": {"file_name": "a.json"}, "alpaca_zh_demo": {"file_name": "z.json"}})
     )
-    cli = [sys.executable, "-m", "tunedeck.cli", "lint", "--json", str(file)]
+    cli = [sys.executable, "-m", "tunedeck.cli.main", "lint", "--json", str(file)]
     r = subprocess.run(cli, check=False, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 1, r.stderr
     (f,) = [f for f in json.loads(r.stdout)[str(file)] if f["code"] == "LF014"]

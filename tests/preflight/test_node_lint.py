@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import demo_config
 from tests.preflight.test_preflight import ROCM_BOX
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
-from tunedeck.preflight import MARK
+from tunedeck.checks.preflight import MARK
 
 
 def stand_in_python(tmp_path):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.utils.hardware import torch_gpus
-from tunedeck import preflight
+from tunedeck.checks import preflight
 
 ROCM_BOX = {
     "hostname": "mi300-01",
@@ -159,7 +159,7 @@ def test_a_python_that_cannot_run_the_probe(tmp_path):
 
 def test_doctor_cli():
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "doctor"], check=False, capture_output=True, text=True
+        [sys.executable, "-m", "tunedeck.cli.main", "doctor"], check=False, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert_summary_fits_this_machine(r.stdout.splitlines()[0])

@@ -14,7 +14,7 @@ import httpx
 from tests.preflight.test_preflight import ROCM_BOX
 from tests.utils.standin import release_fifo
 from tests.utils.wait import until
-from tunedeck.preflight import MARK
+from tunedeck.checks.preflight import MARK
 
 
 def counting_python(tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Server
+from tests.utils.servers import Server
 
 ray_utils = pytest.importorskip("ray.cluster_utils")
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from contextlib import closing
 
 import pytest
 
-from tests.conftest import ROOT, demo_config
 from tests.utils.browser import shot
+from tests.utils.servers import ROOT, demo_config
 from tests.utils.wait import until
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="Ray is the `ray` extra")

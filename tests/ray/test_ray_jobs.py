@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CONFIGS, demo_config, job_processes
+from tests.utils.servers import CONFIGS, demo_config, job_processes
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow

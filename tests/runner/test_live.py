@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import demo_config
 from tests.sseclient import events
+from tests.utils.servers import demo_config
 from tests.utils.standin import release, training_env
 from tests.utils.wait import until
 from tunedeck.runner.report import columns

@@ -9,7 +9,7 @@ import os
 import signal
 import sqlite3
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 from tests.utils.wait import until
 from tunedeck.runner.report import Reporter, merge
 

@@ -14,18 +14,18 @@ import pytest
 from sqlmodel import Session
 from starlette.requests import Request
 
-from tests.conftest import Server, demo_config
 from tests.utils.factories import create_token
-from tunedeck import auth
-from tunedeck.auth import AuthError, Principal, Role
+from tests.utils.servers import Server, demo_config
+from tunedeck.api import auth
+from tunedeck.api.auth import AuthError, Principal, Role
 from tunedeck.config import Settings
-from tunedeck.db import make_engine, upgrade
+from tunedeck.store.db import make_engine, upgrade
 
 
 def cli(workspace, *args: str) -> subprocess.CompletedProcess:  # noqa: ANN001
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(workspace)}
     return subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", *args], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "tunedeck.cli.main", *args], env=env, capture_output=True, text=True
     )
 
 
@@ -278,7 +278,7 @@ def test_roles_and_ownership(app_factory, assets, tmp_path):
 def test_open_writes_only_on_loopback(tmp_path, assets):
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(tmp_path / "ws")}
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "serve", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "tunedeck.cli.main", "serve", "--host", "0.0.0.0"],
         env=env,
         capture_output=True,
         text=True,

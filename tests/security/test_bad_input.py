@@ -8,8 +8,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import Server, demo_config
 from tests.security.test_auth import bearer, token
+from tests.utils.servers import Server, demo_config
 
 YAML = {"content-type": "application/yaml"}
 JSON = {"content-type": "application/json"}

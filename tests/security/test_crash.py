@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_config, job_processes, runner_token, wait_buffered
 from tests.integration.test_slice import assert_metrics_match
+from tests.utils.servers import demo_config, job_processes, runner_token, wait_buffered
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow

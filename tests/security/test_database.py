@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import Server, demo_config, free_port
 from tests.security.test_auth import cli
+from tests.utils.servers import Server, demo_config, free_port
 
 PAGE = 4096
 
@@ -36,7 +36,7 @@ def refused(ws: Path) -> str:
     """`tunedeck serve` on this workspace must exit by itself, non-zero; its output."""
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(ws), "TUNEDECK_PORT": str(free_port())}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck.cli", "serve"],
+        [sys.executable, "-m", "tunedeck.cli.main", "serve"],
         env=env,
         text=True,
         stdout=subprocess.PIPE,

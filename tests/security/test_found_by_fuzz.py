@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 
 
 def test_a_clone_with_no_devices_is_refused_at_the_field(app_factory, assets):

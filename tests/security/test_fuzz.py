@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from tests.alerts.corpus import generate, write_run
-from tests.conftest import OUTPUT, PYTHON, Server, demo_config, runner_token
-from tunedeck import kinds
+from tests.utils.servers import OUTPUT, PYTHON, Server, demo_config, runner_token
+from tunedeck.checks import kinds
 
 schemathesis = pytest.importorskip("schemathesis")
 
@@ -328,7 +328,7 @@ CHECKPOINT_FILES = ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt",
 def cli_token(server: Server, name: str, role: str) -> str:
     """A token made the way an admin makes one: `tunedeck token create` on the server's workspace."""
     out = subprocess.run(
-        [PYTHON, "-m", "tunedeck.cli", "token", "create", "--name", name, "--role", role],
+        [PYTHON, "-m", "tunedeck.cli.main", "token", "create", "--name", name, "--role", role],
         env=server.env,
         capture_output=True,
         text=True,
@@ -619,7 +619,7 @@ def test_runner_telemetry_conforms(server_factory, assets):
 
 def test_nothing_stored_is_garbage(fuzz_server, seeds):
     """Whatever the fuzzer got accepted is a well-formed row whose files sit inside the workspace."""
-    from tunedeck.tables import JobStatus
+    from tunedeck.store.tables import JobStatus
 
     db = sqlite3.connect(f"file:{fuzz_server.workspace / 'tunedeck.db'}?mode=ro", uri=True)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

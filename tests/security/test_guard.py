@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.conftest import free_port
 from tests.security.test_auth import bearer, token
+from tests.utils.servers import free_port
 from tests.utils.wait import until
 
 YAML = "stage: sft\ndo_train: true\nfinetuning_type: lora\n"
@@ -154,7 +154,7 @@ def test_the_bind_rule_reads_only_this_processs_own_sockets():
 import json, socket, sys
 opened = []
 sys.addaudithook(lambda e, a: e == "open" and str(a[0]).startswith("/proc/net/") and opened.append(a[0]))
-from tunedeck.guard import listening_exposed
+from tunedeck.api.guard import listening_exposed
 loop, every, idle = socket.socket(), socket.socket(), socket.socket()
 loop.bind(("127.0.0.1", 0)), every.bind(("0.0.0.0", 0)), idle.bind(("127.0.0.1", 0))
 loop.listen(), every.listen()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import demo_config
+from tests.utils.servers import demo_config
 
 
 def mode(path: Path) -> int:
@@ -75,7 +75,7 @@ def test_a_finished_jobs_runner_token_is_dead_and_its_files_are_private(server_f
 def test_a_database_made_by_the_cli_is_private(tmp_path):
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(tmp_path / "ws")}
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "token", "create", "--name", "a"],
+        [sys.executable, "-m", "tunedeck.cli.main", "token", "create", "--name", "a"],
         env=env,
         capture_output=True,
         text=True,

@@ -15,14 +15,15 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import CONFIGS, demo_config
+from tests.utils.servers import CONFIGS, demo_config
 from tests.utils.wait import until
-from tunedeck import reach
+from tunedeck.checks import reach
+from tunedeck.checks.lint import lf_table
+from tunedeck.checks.spec import launch_env, spec_from_yaml
+from tunedeck.checks.submission import Node, Submission, resolve
 from tunedeck.config import Settings
-from tunedeck.lint import lf_table
+from tunedeck.problems import SpecError
 from tunedeck.schemas import JobSpec
-from tunedeck.spec import SpecError, launch_env, spec_from_yaml
-from tunedeck.submission import Node, Submission, resolve
 
 # The keys a hostile teammate used in the reports: the table walk must find at least these.
 REPORTED_LF = {

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import demo_config
 from tests.utils.app import App
+from tests.utils.servers import demo_config
 
 
 @pytest.fixture
@@ -31,7 +31,11 @@ def test_read_only_workspace_is_refused_at_start(small_fs):
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
     env = {**os.environ, "TUNEDECK_WORKSPACE": str(small_fs / "ws"), "TUNEDECK_PORT": "0"}
     r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli", "serve"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "tunedeck.cli.main", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode != 0
     assert f"workspace {small_fs / 'ws'} is not writable" in r.stdout + r.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import ROOT
+from tests.utils.servers import ROOT
 from tunedeck.telemetry import open_backend, select
 from tunedeck.telemetry.base import Reading, norm_bus_id
 from tunedeck.telemetry.cpu import CpuBackend

@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, demo_config
 from tests.utils.hardware import gpu_hardware
+from tests.utils.servers import ROOT, demo_config
 from tests.utils.wait import until
-from tunedeck.protocol import node_name
+from tunedeck.contract.protocol import node_name
 
 pytestmark = pytest.mark.slow
 GiB = 1024**3
@@ -75,7 +75,7 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
         [
             sys.executable,
             "-m",
-            "tunedeck.cli",
+            "tunedeck.cli.main",
             "analyze",
             job["output_dir"],
             "--memory",

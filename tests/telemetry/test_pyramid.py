@@ -10,13 +10,13 @@ from bisect import bisect_left, bisect_right
 import pytest
 from sqlalchemy import text
 
-from tunedeck.db import make_engine, upgrade
-from tunedeck.services import pyramid
-from tunedeck.services.ingest import IngestWriter
-from tunedeck.services.memory_charts import RAW
-from tunedeck.services.metric_charts import series_of
-from tunedeck.services.pyramid import Reader, Series
-from tunedeck.services.retention import keep_level, rollup
+from tunedeck.services.charts import pyramid
+from tunedeck.services.charts.memory import RAW
+from tunedeck.services.charts.metrics import series_of
+from tunedeck.services.charts.pyramid import Reader, Series
+from tunedeck.services.ingest.retention import keep_level, rollup
+from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.store.db import make_engine, upgrade
 
 GiB = 1 << 30
 T0 = 1_800_000_000.0

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import Server, demo_config
 from tests.ui.conftest import shot
 from tests.utils.factories import create_job, post_telemetry
 from tests.utils.runs import decaying, imported, memory_csv
+from tests.utils.servers import Server, demo_config
 from tunedeck.config import Settings
-from tunedeck.db import make_engine
+from tunedeck.store.db import make_engine
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 WAIT = 120_000  # ms: a generous deadline on a shared machine, never a measure of speed

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CONFIGS, Server, demo_config
 from tests.ui.conftest import shot
-from tunedeck.lflog import METRICS
+from tests.utils.servers import CONFIGS, Server, demo_config
+from tunedeck.contract.lflog import METRICS
 
 pytestmark = [pytest.mark.browser]
 GIB = 1 << 30

@@ -12,8 +12,8 @@ import threading
 import pytest
 import yaml
 
-from tests.conftest import demo_config
 from tests.ui.conftest import shot
+from tests.utils.servers import demo_config
 
 pytestmark = pytest.mark.browser
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import demo_config
 from tests.ui.conftest import shot
+from tests.utils.servers import demo_config
 
 pytestmark = pytest.mark.browser
 

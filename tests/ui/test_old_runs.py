@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from tests.ui.conftest import shot
-from tunedeck.db import make_engine
-from tunedeck.services.retention import rollup
+from tunedeck.services.ingest.retention import rollup
+from tunedeck.store.db import make_engine
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 GiB = 1 << 30

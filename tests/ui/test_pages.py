@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from tests.conftest import Server, demo_config
 from tests.ui.conftest import shot
+from tests.utils.servers import Server, demo_config
 from tests.utils.wait import until
-from tunedeck.lint import lf_table
+from tunedeck.checks.lint import lf_table
 
 pytestmark = [pytest.mark.browser]
 PHONE = {"width": 390, "height": 844}

@@ -8,14 +8,14 @@ import base64
 import hashlib
 import io
 import re
-import shutil
 import subprocess
 import tarfile
 
 import pytest
 
-from tests.conftest import PYTHON, ROOT, Server, free_port
-from tunedeck.services.report import FULL_JS
+from tests.utils.layout import assemble
+from tests.utils.servers import PYTHON, ROOT, Server, free_port
+from tunedeck.services.views.report import FULL_JS
 
 PACKAGE = ROOT / "backend" / "tunedeck"
 FETCH = ROOT / "scripts" / "fetch_js.py"
@@ -121,9 +121,7 @@ def _served(server: Server) -> tuple[str, bytes]:
 
 def test_pages_load_the_basic_bundle_when_installed_else_the_full_one(tmp_path, browser):
     # A copy of the package first on the server's path: installing the bundle there touches no checkout.
-    shutil.copytree(
-        PACKAGE, tmp_path / "pkg" / "tunedeck", ignore=shutil.ignore_patterns("__pycache__", "vendor")
-    )
+    assemble(tmp_path / "pkg" / "tunedeck", ignore=("__pycache__", "vendor"))
     server = Server(tmp_path / "ws", tmp_path, PYTHONPATH=str(tmp_path / "pkg")).start()
     try:
         full_src, body = _served(server)
@@ -154,12 +152,12 @@ def test_pages_load_the_basic_bundle_when_installed_else_the_full_one(tmp_path, 
 
 def test_the_job_page_preloads_its_whole_module_graph():
     # A module imported but not preloaded is asked for only once its importer has arrived.
-    js = PACKAGE / "frontend" / "js"
+    js = ROOT / "frontend" / "js"
     graph, todo = set(), ["job.js"]
     while todo:
         name = todo.pop()
         if name not in graph:
             graph.add(name)
             todo += re.findall(r'^import .* from "\./([\w-]+\.js)";$', (js / name).read_text(), re.M)
-    html = (PACKAGE / "frontend" / "job.html").read_text()
+    html = (ROOT / "frontend" / "job.html").read_text()
     assert set(re.findall(r'<link rel="modulepreload" href="/static/js/([\w-]+\.js)">', html)) == graph

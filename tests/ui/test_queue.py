@@ -8,8 +8,8 @@ import threading
 
 import httpx
 
-from tests.conftest import demo_config
 from tests.ui.conftest import shot
+from tests.utils.servers import demo_config
 
 
 def positions(url: str, job_id: int, out: queue.Queue) -> None:

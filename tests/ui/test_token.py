@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tests.conftest import demo_config
 from tests.security.test_auth import token
 from tests.ui.conftest import shot
+from tests.utils.servers import demo_config
 
 
 def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Server
-from tunedeck import preflight
+from tests.utils.servers import Server
+from tunedeck.checks import preflight
 from tunedeck.config import Settings
 from tunedeck.main import create_app
 

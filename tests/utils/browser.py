@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OUTPUT
+from tests.utils.servers import OUTPUT
 
 CHROMIUM = Path(os.environ.get("TUNEDECK_CHROMIUM", "/usr/bin/chromium"))
 ARGS = [

@@ -13,14 +13,16 @@ import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from tunedeck import auth, procs
+from tunedeck import procs
+from tunedeck.api import auth
+from tunedeck.checks.submission import Node
 from tunedeck.config import Settings
-from tunedeck.scheduler import token_hash
+from tunedeck.scheduling.scheduler import token_hash
 from tunedeck.schemas import JobSpec
-from tunedeck.services import imports, jobs
-from tunedeck.services.jobstate import JobState, move
-from tunedeck.submission import Node
-from tunedeck.tables import Job, JobStatus
+from tunedeck.services.jobs import imports
+from tunedeck.services.jobs import records as jobs
+from tunedeck.services.jobs.jobstate import JobState, move
+from tunedeck.store.tables import Job, JobStatus
 
 
 def running_job_database(path: Path) -> Engine:
@@ -28,7 +30,7 @@ def running_job_database(path: Path) -> Engine:
     and its store, without a submission's run folder."""
     from sqlalchemy import text
 
-    from tunedeck.db import make_engine, upgrade
+    from tunedeck.store.db import make_engine, upgrade
 
     engine = make_engine(path)
     upgrade(engine)

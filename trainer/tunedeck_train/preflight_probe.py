@@ -37,7 +37,7 @@ PACKAGES = (
     "amdsmi",
     "pyrsmi",
     "nvidia-ml-py",
-    # LLaMA-Factory's predict metrics (BLEU/ROUGE) import these; tunedeck.kinds names who needs them.
+    # LLaMA-Factory's predict metrics (BLEU/ROUGE) import these; tunedeck.checks.kinds names who needs them.
     "jieba",
     "nltk",
     "rouge-chinese",

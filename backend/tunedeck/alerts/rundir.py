@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tunedeck import runfiles
 from tunedeck.alerts.series import Point, Series
 from tunedeck.alerts.training import FLUSH, OOM
-from tunedeck.lflog import seconds
-from tunedeck.protocol import NODE_PATTERN
+from tunedeck.contract import runfiles
+from tunedeck.contract.lflog import seconds
+from tunedeck.contract.protocol import NODE_PATTERN
 
 MEMORY_HEADER = ["t", "gpu", "used_bytes", "total_bytes"]
 LOG_NAMES = ("running_log.txt", runfiles.TRAIN_LOG, "trainer.log")

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
 from tunedeck.schemas import AlertOut, Severity
-from tunedeck.services import alert_engine as service
+from tunedeck.services.alerting import engine as service
+from tunedeck.store.db import SessionDep
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api", tags=["alerts"])

@@ -9,9 +9,9 @@ from fastapi.responses import FileResponse, StreamingResponse
 
 from tunedeck.api.deps import only_query
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
-from tunedeck.services import artifacts
-from tunedeck.services import jobs as service
+from tunedeck.services.jobs import artifacts
+from tunedeck.services.jobs import records as service
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["artifacts"])
 BINARY = {200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}}

@@ -16,10 +16,10 @@ from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
 from tunedeck.schemas import JobCreated
-from tunedeck.services import chat as service
-from tunedeck.services.jobs import create_job
+from tunedeck.services.jobs import chat as service
+from tunedeck.services.jobs.records import create_job
+from tunedeck.store.db import SessionDep
 
 if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start without it
     pass

@@ -10,11 +10,11 @@ from pydantic import Field
 
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import Calibration, Estimate, JobEstimate, LintOut, errors
-from tunedeck.db import SessionDep
+from tunedeck.checks.submission import resolve
 from tunedeck.schemas import JobSpec
-from tunedeck.services import estimates as service
-from tunedeck.services.jobs import get_job
-from tunedeck.submission import resolve
+from tunedeck.services.charts import estimates as service
+from tunedeck.services.jobs.records import get_job
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["checks"])
 

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request, status
 
+from tunedeck.checks.submission import Node
 from tunedeck.config import Settings
+from tunedeck.problems import SpecError
 from tunedeck.schemas import JobCreated
-from tunedeck.services.nodes import node_preflight
-from tunedeck.spec import SpecError
-from tunedeck.submission import Node
+from tunedeck.services.views.nodes import node_preflight
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -23,9 +23,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 def get_node(request: Request) -> Node:
     """This node as a submission is checked against, from the cached inventory and preflight."""
     state = request.app.state
-    cluster = getattr(state.executor, "cluster", None)
-    if cluster is not None:  # Ray: the cluster's nodes; this host's hardware says nothing of them
-        nodes = tuple(cluster())
+    cluster = state.executor.cluster()
+    if cluster is not None:  # a cluster's nodes (Ray): this host's hardware says nothing of them
+        nodes = tuple(cluster)
         return Node(
             gpus=max((n.gpus for n in nodes if n.alive), default=0),
             cluster=nodes,

@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DatabaseError
 
 from tunedeck.config import Settings
-from tunedeck.db import RESTORE_HINT
+from tunedeck.problems import SpecError
 from tunedeck.services.errors import Conflict, NotFound
-from tunedeck.spec import SpecError
+from tunedeck.store.db import RESTORE_HINT
 
 
 def install(app: FastAPI, settings: Settings) -> None:

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel
 
-from tunedeck import catalog
 from tunedeck.api.deps import SettingsDep
+from tunedeck.checks import catalog
 
 router = APIRouter(prefix="/api/ui", tags=["ui"])
 KEYS_MAX = 400

@@ -7,12 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request
 
-from tunedeck import auth
-from tunedeck import spec as specs
+from tunedeck.api import auth
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
-from tunedeck.queueplan import asked
+from tunedeck.checks import spec as specs
+from tunedeck.planning.queueplan import asked
 from tunedeck.schemas import (
     NAME_RULES,
     FileOut,
@@ -27,10 +26,11 @@ from tunedeck.schemas import (
     MetricOut,
     MetricPage,
 )
-from tunedeck.services import jobs as service
-from tunedeck.services import lifecycle
-from tunedeck.services.alert_summary import job_out, job_outs
-from tunedeck.tables import JobStatus
+from tunedeck.services.alerting.summary import job_out, job_outs
+from tunedeck.services.jobs import lifecycle
+from tunedeck.services.jobs import records as service
+from tunedeck.store.db import SessionDep
+from tunedeck.store.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 NOT_FOUND = errors(404)

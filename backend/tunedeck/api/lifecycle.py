@@ -9,14 +9,14 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict
 from pydantic import Field as PField
 
-from tunedeck import auth
+from tunedeck.api import auth
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
 from tunedeck.schemas import NAME_RULES, JobCreated, JobOut
-from tunedeck.services import checkpoints, lifecycle
-from tunedeck.services import jobs as service
-from tunedeck.services.alert_summary import job_out
+from tunedeck.services.alerting.summary import job_out
+from tunedeck.services.jobs import checkpoints, lifecycle
+from tunedeck.services.jobs import records as service
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["lifecycle"])
 Tag = Annotated[str, PField(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$")]

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Path, Query
 
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
-from tunedeck.protocol import NODE_PATTERN
+from tunedeck.contract.protocol import NODE_PATTERN
 from tunedeck.schemas import MemoryPage, MemorySampleOut
-from tunedeck.services import memory_charts as service
+from tunedeck.services.charts import memory as service
+from tunedeck.store.db import SessionDep
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api/jobs", tags=["memory"])

@@ -11,13 +11,11 @@ router = APIRouter(prefix="/api", tags=["nodes"])
 
 @router.get("/nodes", response_model=list[Node], responses=errors(503))
 def list_nodes(request: Request) -> list[dict]:
-    """Each node's GPUs (name, VRAM, utilisation, holder): this host, or every Ray node, dead ones too."""
-    cluster = request.app.state.cluster
-    if cluster is None:
-        return request.app.state.nodes.nodes()
+    """Each node's GPUs (name, VRAM, utilisation, holder): this host, or every cluster node, dead ones too."""
+    source = request.app.state.executor.node_source
     try:
-        return cluster.nodes()
+        return source.nodes()
     except Exception as e:  # the cluster is away: say where and why, not a 500
         raise HTTPException(
-            status_code=503, detail=f"Ray cluster at {cluster.address!r} unreachable: {type(e).__name__}: {e}"
+            status_code=503, detail=f"{source.where} unreachable: {type(e).__name__}: {e}"
         ) from e

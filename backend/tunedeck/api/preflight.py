@@ -7,9 +7,9 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from tunedeck import preflight
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import Preflight, errors
+from tunedeck.checks import preflight
 
 router = APIRouter(prefix="/api/nodes", tags=["nodes"])
 

@@ -16,7 +16,7 @@ def registry_of(request: Request) -> CollectorRegistry:
     # prometheus_client is loaded by the first scrape, not by every start of a server nobody scrapes.
     from prometheus_client import CollectorRegistry, ProcessCollector
 
-    from tunedeck.services.prometheus import Collector
+    from tunedeck.services.views.prometheus import Collector
 
     state = request.app.state
     registry = getattr(state, "prometheus", None)

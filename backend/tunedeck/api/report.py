@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from tunedeck import preflight
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import WHY, Message
-from tunedeck.db import SessionDep
-from tunedeck.services import report as service
-from tunedeck.services.jobs import get_job, slug
+from tunedeck.checks import preflight
+from tunedeck.services.jobs.records import get_job, slug
+from tunedeck.services.views import report as service
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 # The answer is HTML, its errors JSON: FastAPI would document a model-typed error under the route's

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunedeck.api.responses import errors
-from tunedeck.db import SessionDep
 from tunedeck.schemas import FileOut
-from tunedeck.services import results as service
-from tunedeck.services.jobs import get_job
+from tunedeck.services.jobs import results as service
+from tunedeck.services.jobs.records import get_job
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["results"])
 MAX_ROWS = 200

@@ -11,8 +11,8 @@ from tunedeck.alerts.rundir import BadInput
 from tunedeck.api.deps import SettingsDep, principal_name
 from tunedeck.api.responses import errors
 from tunedeck.schemas import NAME_RULES, JobOut
-from tunedeck.services.alert_summary import stored_job_out
-from tunedeck.services.imports import import_run
+from tunedeck.services.alerting.summary import stored_job_out
+from tunedeck.services.jobs.imports import import_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query
 
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.responses import SeriesOut, errors
-from tunedeck.db import SessionDep
-from tunedeck.services import jobs as jobs_service
-from tunedeck.services import metric_charts as service
+from tunedeck.services.charts import metrics as service
+from tunedeck.services.jobs import records as jobs_service
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["charts"])
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
 from tunedeck.api.responses import CursorOut, errors
-from tunedeck.services import feed
-from tunedeck.services.events import TEAM
+from tunedeck.services.live import feed
+from tunedeck.services.live.events import TEAM
 
 router = APIRouter(prefix="/api/stream", tags=["stream"])
 

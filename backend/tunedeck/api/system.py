@@ -7,8 +7,8 @@ from sqlalchemy import text
 
 from tunedeck import __version__
 from tunedeck.api.responses import Health, Preset, PresetText, errors
-from tunedeck.db import SessionDep
-from tunedeck.presets import presets
+from tunedeck.checks.presets import presets
+from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["system"])
 

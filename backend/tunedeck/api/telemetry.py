@@ -1,6 +1,6 @@
 """Telemetry from runners: batches of metric points, log lines, memory samples and process states.
 
-A batch comes as JSON (TelemetryBatch) or packed (tunedeck.wire: memory samples as binary columns,
+A batch comes as JSON (TelemetryBatch) or packed (tunedeck.contract.wire: memory samples as binary columns,
 what runners send). Its answer comes once the batch is committed with the WAL synced to disk, so an
 acknowledged batch survives a crash of the server or of the machine.
 """
@@ -18,13 +18,13 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, select
 from starlette.concurrency import run_in_threadpool
 
-from tunedeck import wire
 from tunedeck.api.responses import Stored, errors
-from tunedeck.protocol import TelemetryBatch
-from tunedeck.scheduler import token_hash
+from tunedeck.contract import wire
+from tunedeck.contract.protocol import TelemetryBatch
+from tunedeck.scheduling.scheduler import token_hash
 from tunedeck.services.errors import NotFound
-from tunedeck.services.ingest import plain
-from tunedeck.tables import Job
+from tunedeck.services.ingest.writer import plain
+from tunedeck.store.tables import Job
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 JSON_TYPES = ("", "application/json")

@@ -1,4 +1,4 @@
-"""The browser pages (frontend/, no build step), plotly.js (services/report.py picks the bundle), and
+"""The browser pages (frontend/, no build step), plotly.js (services/views/report.py picks the bundle), and
 the form's helpers: read a LLaMA-Factory YAML, preview the exact train.yaml a spec would run."""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from tunedeck import runfiles
-from tunedeck import spec as specs
 from tunedeck.api import forms, report
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
+from tunedeck.checks import spec as specs
+from tunedeck.checks.submission import resolve
+from tunedeck.contract import runfiles
 from tunedeck.schemas import JobSpec
-from tunedeck.services.report import PLOTLY_JS
-from tunedeck.submission import resolve
+from tunedeck.services.views.report import PLOTLY_JS
 
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.
-FRONTEND = Path(resources.files("tunedeck") / "frontend")
+FRONTEND = Path(str(resources.files("tunedeck.frontend")))
 PAGES = {"/": "index.html", "/new": "new.html", "/compare": "compare.html", "/nodes": "nodes.html"}
 PLOTLY_SRC = "/static/vendor/plotly.min.js"  # as the pages name it; served under a versioned URL
 # A year, never revalidated: the URL changes with the bytes, so a second visit neither downloads the

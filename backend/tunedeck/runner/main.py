@@ -27,9 +27,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from tunedeck import procs, runfiles
+from tunedeck import procs
 from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
-from tunedeck.protocol import RunnerConfig, node_name
+from tunedeck.contract import runfiles
+from tunedeck.contract.protocol import RunnerConfig, node_name
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.runner.watch import FileWatch

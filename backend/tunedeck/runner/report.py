@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from tunedeck import runfiles, wire
-from tunedeck.protocol import TelemetryBatch
+from tunedeck.contract import runfiles, wire
+from tunedeck.contract.protocol import TelemetryBatch
 
 MEMORY_REQUIRED = ("line", "t", "gpu", "used_bytes")
 MIN_GAP_S = 0.05  # at most 20 requests a second from one runner
@@ -60,7 +60,7 @@ def merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def body(batch: dict[str, Any], *, packed: bool = True) -> tuple[bytes, str]:
-    """A request's body and its type: packed (tunedeck.wire), or JSON for what does not pack."""
+    """A request's body and its type: packed (tunedeck.contract.wire), or JSON for what does not pack."""
     if packed:
         try:
             return wire.encode(batch), wire.MEDIA_TYPE

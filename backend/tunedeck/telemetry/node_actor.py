@@ -1,5 +1,5 @@
 """One node's GPU readings for the cluster's nodes page: the body of a Ray actor the server places on
-each node (services/cluster.py), read with the same backends as the job runners.
+each node (services/views/cluster.py), read with the same backends as the job runners.
 
 This module imports no Ray: the server wraps the class with `ray.remote` where Ray is in use.
 """

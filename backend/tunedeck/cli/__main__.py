@@ -1,0 +1,5 @@
+"""`python -m tunedeck.cli` runs the CLI."""
+
+from tunedeck.cli.main import app
+
+app()

@@ -1,0 +1,279 @@
+"""CLI verbs for what the REST API does with jobs beyond submit and cancel; reads take `--json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from tunedeck.cli.http import call, client, refused, unreachable
+
+if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start without it
+    pass
+
+ServerOpt = Annotated[
+    Optional[str], typer.Option("--server", help="server URL (default from TUNEDECK_* settings)")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+
+
+def _pages(server: str | None, path: str, key: str, params: dict[str, Any] | None = None) -> list[dict]:
+    """Every row of a cursor-paged list."""
+    params, rows = dict(params or {}), []
+    while True:
+        page = call(server, "GET", path, params=params)
+        rows += page[key]
+        if not page[key] or page["next"] is None or page["next"] == params.get("after"):
+            return rows
+        params["after"] = page["next"]
+
+
+def _dump(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2))
+
+
+def _created(job: dict, verb: str) -> None:
+    typer.echo(f"{verb} job {job['id']} ({job['status']}) from job {job['parent_id']}")
+    for w in job.get("warnings", []):
+        typer.echo(f"warning: {w}", err=True)
+
+
+def metrics(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None) -> None:
+    """Print a job's metric points (one per logging step), every page."""
+    points = _pages(server, f"/api/jobs/{job_id}/metrics", "points")
+    if as_json:
+        _dump(points)
+        return
+    keys = ("step", "loss", "eval_loss", "lr", "grad_norm")  # --json gives every column
+    typer.echo("  ".join(f"{k:>12}" for k in keys))
+    for p in points:
+        typer.echo("  ".join(f"{'' if p.get(k) is None else format(p[k], '.6g'):>12}" for k in keys))
+
+
+def alerts(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None) -> None:
+    """Print a job's alerts and what to change."""
+    found = call(server, "GET", f"/api/jobs/{job_id}/alerts")
+    if as_json:
+        _dump(found)
+        return
+    if not found:
+        typer.echo("no alerts")
+    for a in found:
+        typer.echo(f"{a['severity'].upper():<8} {a['kind']} (step {a.get('step')}): {a['message']}")
+        if a.get("suggestion"):
+            typer.echo(f"         → {a['suggestion']}")
+
+
+def config(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None) -> None:
+    """Print the exact train.yaml (and ds_config.json) a job runs with."""
+    found = call(server, "GET", f"/api/jobs/{job_id}/config")
+    if as_json:
+        _dump(found)
+        return
+    typer.echo(found["train_yaml"].rstrip("\n"))
+    if found.get("ds_config"):
+        typer.echo("# ds_config.json")
+        typer.echo(found["ds_config"].rstrip("\n"))
+
+
+def files(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None) -> None:
+    """List the files of a job's output folder."""
+    found = call(server, "GET", f"/api/jobs/{job_id}/files")
+    if as_json:
+        _dump(found)
+        return
+    for f in found:
+        typer.echo(f"{f['bytes']:>14}  {f['path']}")
+
+
+def checkpoints(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None) -> None:
+    """List a job's checkpoints: step, size, what each holds."""
+    found = call(server, "GET", f"/api/jobs/{job_id}/checkpoints")
+    if as_json:
+        _dump(found)
+        return
+    for c in found:
+        mark = "resumable" if c["resumable"] else "not resumable"
+        typer.echo(f"{c['name']:<20} {c['bytes']:>14}  {mark:<14} {', '.join(c['holds'])}")
+
+
+def download(
+    job_id: int,
+    path: Annotated[
+        Optional[str], typer.Argument(help="a file of the output folder; default: the adapter as an archive")
+    ] = None,
+    what: Annotated[str, typer.Option(help="archive of: adapter, output or checkpoint-N")] = "adapter",
+    fmt: Annotated[str, typer.Option("--format", help="zip or tar")] = "zip",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="where to write (default: here)")] = None,
+    server: ServerOpt = None,
+) -> None:
+    """Download one file of a run, or the adapter (a checkpoint, everything) as one archive."""
+    import httpx
+
+    if path:
+        url, params, name = f"/api/jobs/{job_id}/files/{path}", {}, Path(path).name
+    else:
+        url, params, name = f"/api/jobs/{job_id}/archive", {"what": what, "format": fmt}, None
+    try:
+        with client(server, timeout=300) as c, c.stream("GET", url, params=params) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise refused(r)
+            if name is None:
+                name = r.headers.get("content-disposition", "").partition('filename="')[2].rstrip('"')
+            target = out or Path(name or f"job{job_id}.{fmt}")
+            if target.is_dir():
+                target = target / (name or f"job{job_id}.{fmt}")
+            size = 0
+            with open(target, "wb") as f:
+                for chunk in r.iter_bytes():
+                    size += f.write(chunk)
+    except httpx.HTTPError as e:
+        raise unreachable(e) from None
+    typer.echo(f"wrote {target} ({size} bytes)")
+
+
+def resume(
+    job_id: int,
+    checkpoint: Annotated[
+        Optional[str], typer.Option(help="checkpoint-N to start from (default: the newest resumable)")
+    ] = None,
+    server: ServerOpt = None,
+) -> None:
+    """Continue a stopped job from a checkpoint, as a new job."""
+    _created(
+        call(server, "POST", f"/api/jobs/{job_id}/resume", json={"checkpoint": checkpoint}), "resumed as"
+    )
+
+
+def _value(text: str) -> Any:
+    import yaml  # not loaded by the other verbs (nor by `serve`, which imports this module)
+
+    return yaml.safe_load(text) if text != "" else None
+
+
+def clone(
+    job_id: int,
+    sets: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", help="KEY=VALUE (a YAML value; KEY= drops the key), repeatable"),
+    ] = None,
+    name: Annotated[Optional[str], typer.Option(help="the new job's name")] = None,
+    server: ServerOpt = None,
+) -> None:
+    """Submit a copy of a job with some train.yaml keys changed."""
+    overrides: dict[str, Any] = {}
+    for item in sets or []:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            typer.echo(f"error: --set {item!r}: give KEY=VALUE", err=True)
+            raise typer.Exit(2)
+        overrides[key.strip()] = _value(text)
+    _created(
+        call(server, "POST", f"/api/jobs/{job_id}/clone", json={"overrides": overrides, "name": name}),
+        "cloned as",
+    )
+
+
+def rm(
+    job_id: int,
+    remove_files: Annotated[bool, typer.Option("--files", help="also remove its run folder")] = False,
+    server: ServerOpt = None,
+) -> None:
+    """Delete a job that has ended (its files stay unless --files)."""
+    done = call(
+        server, "DELETE", f"/api/jobs/{job_id}", params={"files": "remove" if remove_files else "keep"}
+    )
+    typer.echo(f"deleted job {done['id']} (files {'removed' if done['files'] == 'remove' else 'kept'})")
+
+
+def tag(
+    job_id: int,
+    tags: Annotated[Optional[list[str]], typer.Argument(help="tags to add")] = None,
+    remove: Annotated[
+        Optional[list[str]], typer.Option("--remove", help="a tag to remove, repeatable")
+    ] = None,
+    notes: Annotated[Optional[str], typer.Option(help="set the job's notes")] = None,
+    as_json: JsonOpt = False,
+    server: ServerOpt = None,
+) -> None:
+    """Add or remove a job's tags, set its notes."""
+    current = list(call(server, "GET", f"/api/jobs/{job_id}")["tags"])
+    current = [t for t in dict.fromkeys(current + list(tags or [])) if t not in set(remove or [])]
+    job = call(server, "PATCH", f"/api/jobs/{job_id}", json={"tags": current, "notes": notes})
+    if as_json:
+        _dump(job)
+        return
+    typer.echo(
+        f"job {job['id']}: tags {', '.join(job['tags']) or '(none)'}"
+        + (f"; notes: {job['notes']}" if job["notes"] else "")
+    )
+
+
+def import_run(
+    run_dir: Annotated[Path, typer.Argument(help="a LLaMA-Factory output folder (with trainer_log.jsonl)")],
+    name: Annotated[str, typer.Option(help="the job's name")] = "imported run",
+    memory: Annotated[Optional[Path], typer.Option(help="CSV t,gpu,used_bytes,total_bytes")] = None,
+    server: ServerOpt = None,
+) -> None:
+    """Store a run tunedeck did not launch as a finished job (charts and alerts)."""
+    log = run_dir / "trainer_log.jsonl"
+    if not log.is_file():
+        typer.echo(f"error: {log} not found", err=True)
+        raise typer.Exit(2)
+    parts = {
+        "trainer_log": log,
+        "memory": memory,
+        "config": run_dir / "train.yaml",
+        "log": run_dir / "running_log.txt",
+    }
+    upload = {k: (p.name, p.read_bytes()) for k, p in parts.items() if p is not None and p.is_file()}
+    job = call(server, "POST", "/api/runs/import", files=upload, data={"name": name})
+    typer.echo(f"imported as job {job['id']} ({job['status']})")
+
+
+def compare(
+    job_ids: Annotated[list[int], typer.Argument(help="two or more jobs")],
+    as_json: JsonOpt = False,
+    server: ServerOpt = None,
+) -> None:
+    """Compare jobs: the config keys that differ, and where each ended (step, loss, tokens/s)."""
+    import yaml
+
+    configs, ends = {}, {}
+    for j in job_ids:
+        configs[j] = yaml.safe_load(call(server, "GET", f"/api/jobs/{j}/config")["train_yaml"]) or {}
+        points = [p for p in _pages(server, f"/api/jobs/{j}/metrics", "points") if p.get("loss") is not None]
+        last = points[-1] if points else {}
+        ends[j] = {k: last.get(k) for k in ("step", "loss", "eval_loss", "grad_norm", "throughput")}
+    keys = sorted({k for c in configs.values() for k in c} - {"output_dir"})
+    differ = {
+        k: {j: configs[j].get(k) for j in job_ids}
+        for k in keys
+        if len({json.dumps(configs[j].get(k)) for j in job_ids}) > 1
+    }
+    if as_json:
+        _dump(
+            {
+                "differ": {k: {str(j): v for j, v in d.items()} for k, d in differ.items()},
+                "last": {str(j): e for j, e in ends.items()},
+            }
+        )
+        return
+    head = "".join(f"{'job ' + str(j):>16}" for j in job_ids)
+    typer.echo(f"{'':<28}{head}")
+    for k, d in differ.items():
+        typer.echo(f"{k:<28}" + "".join(f"{str(d[j])[:15]:>16}" for j in job_ids))
+    for k in ("step", "loss", "eval_loss", "grad_norm", "throughput"):
+        typer.echo(
+            f"{'last ' + k:<28}"
+            + "".join(f"{'' if ends[j][k] is None else format(ends[j][k], '.6g'):>16}" for j in job_ids)
+        )
+
+
+def register(app: typer.Typer) -> None:
+    for verb in (metrics, alerts, config, files, checkpoints, download, resume, clone, rm, tag, compare):
+        app.command(verb.__name__)(verb)
+    app.command("import")(import_run)

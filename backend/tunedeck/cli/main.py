@@ -1,0 +1,416 @@
+"""`tunedeck serve | submit | jobs | show | logs | cancel | demo`, and the verbs registered below."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tunedeck.cli.http import call
+from tunedeck.config import Settings, get_settings
+
+app = typer.Typer(help="tunedeck: launch and monitor LLaMA-Factory fine-tunes.", no_args_is_help=True)
+ServerOpt = Annotated[
+    Optional[str], typer.Option("--server", help="server URL (default from TUNEDECK_* settings)")
+]
+
+
+_call = call  # the name the verbs below were written with
+
+
+def _line(job: dict) -> str:
+    p = job.get("progress") or {}
+    prog = f"{p['current_steps']}/{p['total_steps']}" if p.get("total_steps") else "-"
+    return f"{job['id']:>5}  {job['status']:<10} {prog:>11}  gpus={job['gpus']}  {job['name']}"
+
+
+@app.command()
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="bind address (TUNEDECK_HOST)")] = None,
+    port: Annotated[Optional[int], typer.Option(help="bind port (TUNEDECK_PORT)")] = None,
+) -> None:
+    """Run the dashboard server."""
+    from tunedeck.api.auth import writes_are_safe
+
+    settings = _settings(host=host, port=port)
+    if why := writes_are_safe(settings):
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2)
+    _run_server(settings)
+
+
+class _QuietAccess:
+    """Drop access-log lines of runner telemetry and streams: one per job every half second is noise."""
+
+    def filter(self, record) -> bool:
+        return not any(p in record.getMessage() for p in ("/telemetry ", "/api/stream"))
+
+
+def _run_server(settings: Settings) -> None:
+    import gc
+    import logging
+
+    # Start-up allocates much and frees almost nothing: collections during it only cost time, and
+    # what it made (modules, classes, routes) never needs collecting again.
+    gc.disable()
+    try:
+        import uvicorn
+
+        from tunedeck.main import create_app
+        from tunedeck.store.db import check_file
+
+        if why := check_file(settings.db_path):  # one clear line, not a traceback from the lifespan
+            typer.echo(f"error: {why}", err=True)
+            raise typer.Exit(2)
+        app = create_app(settings, db_checked=True)
+    finally:
+        gc.freeze()
+        gc.enable()
+    logging.getLogger("uvicorn.access").addFilter(_QuietAccess())
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+
+
+def _settings(**overrides) -> Settings:
+    base = get_settings()
+    update = {k: v for k, v in overrides.items() if v is not None}
+    return Settings(**{**base.model_dump(), **update}) if update else base
+
+
+@app.command()
+def submit(
+    file: Annotated[Optional[Path], typer.Argument(help="a LLaMA-Factory train YAML", exists=True)] = None,
+    preset: Annotated[
+        Optional[str], typer.Option(help="a job preset (GET /api/presets) instead of a file")
+    ] = None,
+    name: Annotated[Optional[str], typer.Option(help="job name (default: file or preset name)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="GPUs for the job; 0 = CPU")] = None,
+    deepspeed: Annotated[Optional[str], typer.Option(help="DeepSpeed preset name or JSON file")] = None,
+    server: ServerOpt = None,
+    kind: Annotated[str, typer.Option(help="train | eval | predict | export | chat")] = "train",
+    nodes: Annotated[int, typer.Option(help="nodes the job spans, --gpus on each (ray executor)")] = 1,
+) -> None:
+    """Submit a fine-tune (or an eval, predict, export or chat job) from a YAML file or a preset."""
+    from tunedeck.checks.spec import load_yaml
+
+    if (file is None) == (preset is None):
+        typer.echo("give either FILE or --preset", err=True)
+        raise typer.Exit(2)
+    if file is not None:
+        text, default_name = file.read_text(), file.stem
+    else:
+        text, default_name = _call(server, "GET", f"/api/presets/{preset}")["text"], preset
+    config = load_yaml(text)
+    ds = deepspeed if deepspeed is not None else config.pop("deepspeed", None)
+    if deepspeed is not None:
+        config.pop("deepspeed", None)
+    if isinstance(ds, str) and ds.endswith(".json") and Path(ds).is_file():
+        ds = json.loads(Path(ds).read_text())  # a local file travels inline
+    job = _call(
+        server,
+        "POST",
+        "/api/jobs",
+        json={
+            "name": name or default_name,
+            "kind": kind,
+            "config": config,
+            "deepspeed": ds,
+            "gpus": gpus,
+            "nodes": nodes,
+        },
+    )
+    for w in job.get("warnings", []):
+        typer.echo(f"warning: {w}", err=True)
+    for f in job.get("findings", []):  # lint warnings and notes
+        typer.echo(f"{f['severity']}: {f['code']} {f['path']}: {f['message']} (fix: {f['fix']})", err=True)
+    typer.echo(f"submitted job {job['id']} ({job['status']})")
+
+
+@app.command()
+def jobs(
+    status: Annotated[Optional[str], typer.Option(help="only jobs in this status")] = None,
+    q: Annotated[Optional[str], typer.Option("--q", help="a substring of the name or notes")] = None,
+    owner: Annotated[Optional[str], typer.Option(help="only this owner's jobs")] = None,
+    tag: Annotated[Optional[str], typer.Option(help="only jobs with this tag")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
+    server: ServerOpt = None,
+) -> None:
+    """List jobs, newest first: every page of them."""
+    params = {k: v for k, v in (("status", status), ("q", q), ("owner", owner), ("tag", tag)) if v}
+    found: list[dict] = []
+    while True:
+        page = _call(server, "GET", "/api/jobs", params=params)
+        found += page["jobs"]
+        if page["next"] is None:
+            break
+        params["after"] = page["next"]
+    if as_json:
+        typer.echo(json.dumps(found, indent=2))
+        return
+    for job in found:
+        typer.echo(_line(job))
+
+
+@app.command()
+def show(job_id: int, server: ServerOpt = None) -> None:
+    """Show one job as JSON."""
+    typer.echo(json.dumps(_call(server, "GET", f"/api/jobs/{job_id}"), indent=2))
+
+
+@app.command()
+def logs(
+    job_id: int,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per line (stream, time, text)")
+    ] = False,
+    server: ServerOpt = None,
+) -> None:
+    """Print a job's output; --follow keeps printing until the job ends."""
+    after, ended = None, False
+    while True:
+        page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params={"after": after} if after else {})
+        for line in page["lines"]:
+            typer.echo(json.dumps(line) if as_json else line["text"])
+        after = page["next"]
+        if not follow and not page["lines"]:
+            return
+        if not page["lines"]:
+            if ended:
+                return
+            # The last lines may be stored just before the end is: one more read after it takes them.
+            ended = _call(server, "GET", f"/api/jobs/{job_id}")["status"] not in ("queued", "running")
+            if not ended:
+                time.sleep(1)
+
+
+@app.command()
+def cancel(job_id: int, server: ServerOpt = None) -> None:
+    """Stop a job (gracefully: LLaMA-Factory saves before it stops)."""
+    typer.echo(_line(_call(server, "POST", f"/api/jobs/{job_id}/cancel")))
+
+
+@app.command()
+def demo(
+    no_submit: Annotated[
+        bool, typer.Option("--no-submit", help="only build the demo model and data")
+    ] = False,
+    host: Annotated[Optional[str], typer.Option(help="bind address when the server is started here")] = None,
+    port: Annotated[Optional[int], typer.Option(help="bind port when the server is started here")] = None,
+) -> None:
+    """Build a tiny local model and dataset, then run the dashboard with a demo fine-tune in it."""
+    settings = _settings(host=host, port=port)
+    # The build needs torch: it runs in the training environment, never in this process.
+    out = subprocess.run(
+        [
+            str(settings.train_python),
+            "-m",
+            "tunedeck_train.demo",
+            "build",
+            "--workspace",
+            str(settings.workspace),
+        ],
+        check=False,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if out.returncode != 0:
+        typer.echo("building the demo assets failed", err=True)
+        raise typer.Exit(out.returncode)
+    typer.echo(f"demo assets in {settings.workspace / 'demo'}")
+    if no_submit:
+        return
+    import httpx
+
+    url = settings.url
+    try:
+        httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+        running = True
+    except httpx.HTTPError:
+        running = False
+
+    def submit_when_up() -> None:
+        for _ in range(600):
+            try:
+                httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        try:
+            submit(file=None, preset="demo_cpu", name="demo", gpus=None, deepspeed=None, server=url)
+            typer.echo(f"dashboard: {url}   API docs: {url}/docs")
+        except typer.Exit:
+            typer.echo("submitting the demo job failed", err=True)
+
+    if running:
+        submit_when_up()
+        return
+    threading.Thread(target=submit_when_up, daemon=True).start()
+    _run_server(settings)
+
+
+token_app = typer.Typer(
+    help="Bearer tokens for people and scripts (run on the server host).", no_args_is_help=True
+)
+db_app = typer.Typer(help="The server's SQLite database.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+app.add_typer(db_app, name="db")
+
+
+def _engine():
+    from tunedeck.store.db import check_file, make_engine, upgrade
+
+    if why := check_file(get_settings().db_path):
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2)
+    engine = make_engine(get_settings().db_path)
+    upgrade(engine)
+    return engine
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="who holds it (becomes the owner of their jobs)")],
+    role: Annotated[str, typer.Option(help="viewer | submitter | admin")] = "submitter",
+) -> None:
+    """Create a token; it is printed once, only its hash is kept."""
+    from sqlmodel import Session
+
+    from tunedeck.api.auth import Role, create_token
+
+    try:
+        r = Role(role)
+    except ValueError:
+        typer.echo("error: role: must be viewer, submitter or admin", err=True)
+        raise typer.Exit(2) from None
+    with Session(_engine()) as session:
+        try:
+            typer.echo(create_token(session, name=name, role=r))
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """List tokens (never their values)."""
+    from sqlmodel import Session
+
+    from tunedeck.api.auth import list_tokens
+
+    with Session(_engine()) as session:
+        for t in list_tokens(session):
+            state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
+            typer.echo(f"{t.name:<24} {t.role:<10} {state:<26} created {t.created_at:%Y-%m-%d %H:%M}")
+
+
+@token_app.command("revoke")
+def token_revoke(name: str) -> None:
+    """Revoke every active token of this name."""
+    from sqlmodel import Session
+
+    from tunedeck.api.auth import revoke_token
+
+    with Session(_engine()) as session:
+        n = revoke_token(session, name=name)
+    if not n:
+        typer.echo(f"error: no active token named {name!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {n} token(s) named {name}")
+
+
+@db_app.command("backup")
+def db_backup(path: Path) -> None:
+    """Copy the database with SQLite's online backup: safe while the server runs."""
+    import sqlite3
+
+    src = get_settings().db_path
+    if not src.exists():
+        typer.echo(f"error: no database at {src}", err=True)
+        raise typer.Exit(1)
+    if path.exists():
+        typer.echo(f"error: {path} exists; choose a new file", err=True)
+        raise typer.Exit(1)
+    with sqlite3.connect(src) as a, sqlite3.connect(path) as b:
+        a.backup(b)
+        ok = b.execute("PRAGMA integrity_check").fetchone()[0]
+    typer.echo(f"backed up {src} to {path} ({path.stat().st_size} bytes, integrity {ok})")
+
+
+@db_app.command("restore")
+def db_restore(
+    backup: Annotated[
+        Path, typer.Argument(help="a file made by `tunedeck db backup`", exists=True, dir_okay=False)
+    ],
+) -> None:
+    """Put a backup in place of the database (run with the server stopped); the old file is kept aside."""
+    import sqlite3
+    import time
+    from contextlib import closing
+
+    from tunedeck.store.db import check_file
+
+    if why := check_file(backup):
+        typer.echo(f"error: the backup is not usable either: {why.split('; ')[0]}", err=True)
+        raise typer.Exit(1)
+    dst = get_settings().db_path
+    kept = []
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # The WAL and shared-memory files belong to the old file: replayed onto the backup they would damage it.
+    for f in (dst, dst.with_name(dst.name + "-wal"), dst.with_name(dst.name + "-shm")):
+        if f.exists():
+            aside = f.with_name(f"{f.name}.replaced-{stamp}")
+            f.rename(aside)
+            kept.append(str(aside))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(backup)) as a, closing(sqlite3.connect(dst)) as b:
+        a.backup(b)
+    typer.echo(
+        f"restored {backup} to {dst}" + (f"; the old files are kept as {', '.join(kept)}" if kept else "")
+    )
+
+
+@db_app.command("rollup")
+def db_rollup(
+    older_than_days: Annotated[
+        Optional[float],
+        typer.Option(
+            help="roll up jobs that ended this many days ago (default TUNEDECK_MEMORY_RAW_RETENTION_DAYS)"
+        ),
+    ] = None,
+) -> None:
+    """Drop the raw memory samples of long-ended jobs now (their chart tiles stay)."""
+    from tunedeck.services.ingest.retention import rollup
+
+    settings = get_settings()
+    days = older_than_days if older_than_days is not None else settings.memory_raw_retention_days
+    if days is None:
+        typer.echo("error: older-than-days: give a number (retention is off in the settings)", err=True)
+        raise typer.Exit(2)
+    report = rollup(_engine(), older_than_s=days * 86400, interval_s=settings.memory_rollup_s)
+    typer.echo(f"rolled up {report['jobs']} job(s): {report['before']} samples → {report['after']}")
+
+
+# `tunedeck lint | estimate | doctor` (checks before launch, run locally)
+from tunedeck.cli.checks import register as _register_checks
+
+_register_checks(app)
+
+# `tunedeck metrics | alerts | config | files | download | checkpoints | resume | clone | rm | tag |
+# import | compare` (a job's lifecycle and data, through the server)
+from tunedeck.cli.jobs import register as _register_jobs
+
+_register_jobs(app)
+
+# `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
+from tunedeck.cli.analyze import register as _register_analyze
+
+_register_analyze(app)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,195 @@
+"""What the server and a job's runner tell each other: runner.json (written by the executor, read by
+the runner) and the telemetry batches the runner sends back.
+
+Both sides import this module, so it imports neither: the runner runs in the training
+environment and must not pull in the server's database or routes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, WrapValidator
+from pydantic import Field as PField
+from pydantic_core import PydanticCustomError
+
+from tunedeck.contract import runfiles
+
+
+class RunnerConfig(BaseModel):
+    # A field one side spells and the other does not know is an error at once, not a silent default.
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: int
+    job_key: str = Field(description="marks every process of the job (procs.JOB_KEY_ENV); the run folder")
+    server_url: str
+    output_dir: str
+    train_python: str
+    command: Literal["train", "export", "api"] = Field("train", description="the llamafactory-cli command")
+    env: dict[str, str] = Field(description="for llamafactory-cli, beyond the runner's own")
+    abort_grace_s: float
+    term_grace_s: float
+    flush_s: float
+    batch_max: int
+    poll_s: float
+    watch: Literal["auto", "poll"] = Field("auto", description="how the runner follows trainer_log.jsonl")
+    retry_max_s: float
+    give_up_s: float
+    memory_sample_s: float = 1.0
+    memory_polls: int = 4
+    rlimit_as_bytes: int | None = None
+    node: str = Field(
+        "",
+        description="the node this runner samples, as its batches name it; empty: the runner's host name",
+    )
+    bus_ids: list[str] = Field(
+        default_factory=list,
+        description="PCI bus ids of the job's devices as the server's SMI library numbers them; the "
+        "sampler finds them by bus id (its library may number them otherwise); empty: by index",
+    )
+
+    rank: int = Field(
+        0,
+        ge=0,
+        description="the node's rank in a multi-node job: rank 0 reports metrics and the end; the others "
+        "their output and memory only, from files of their own (runfiles.ranked)",
+    )
+    watch_parent: bool = Field(
+        False,
+        description="end the job's processes here and exit when the process that started the runner is "
+        "gone (a Ray actor whose node was lost)",
+    )
+
+    def write(self, run_dir: Path) -> None:
+        """runner.json (runner.rank<r>.json) in the run folder, readable by its owner only."""
+        path = run_dir / runfiles.ranked(runfiles.RUNNER_CONFIG, self.rank)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.model_dump_json(indent=2))
+
+    @classmethod
+    def read(cls, run_dir: Path, rank: int = 0) -> RunnerConfig:
+        return cls.model_validate_json((run_dir / runfiles.ranked(runfiles.RUNNER_CONFIG, rank)).read_text())
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricIn(Strict):
+    line: int = PField(ge=0, le=2**62)
+    t: float = PField(allow_inf_nan=False)
+    raw: str = PField(max_length=65536)
+    extra: str | None = PField(
+        None, max_length=65536, description="the tunedeck_log.jsonl line of the same event (grad_norm, ...)"
+    )
+
+
+class LogIn(Strict):
+    line: int = PField(ge=0, le=2**62)
+    t: float = PField(allow_inf_nan=False)
+    stream: str = PField(pattern="^(stdout|stderr|runner)$")
+    text: str = PField(max_length=65536)
+
+
+class RunnerState(Strict):
+    """A runner's report about the training process."""
+
+    event: str = PField(pattern="^(started|exited)$")
+    trainer_pid: int | None = PField(None, ge=1, le=2**22, description="a Linux pid (at most PID_MAX_LIMIT)")
+    exit_code: int | None = PField(None, ge=-(2**31), le=2**31)
+    cancelled: bool = False
+    cause: str | None = PField(None, max_length=2000)
+
+
+NODE_PATTERN = r"^[A-Za-z0-9._:\-]*$"  # a host name or an IPv4/IPv6 address
+
+
+def node_name(name: str) -> str:
+    """A host name as batches may carry it (odd characters become '-')."""
+    return re.sub(r"[^A-Za-z0-9._:\-]", "-", name)[:253]
+
+
+class TelemetryBatch(Strict):
+    seq: int = PField(ge=0, le=2**62)
+    node: str = PField(
+        "",
+        max_length=253,
+        pattern=NODE_PATTERN,
+        description="the node whose GPUs its memory samples read (a runner per node); empty: the job's one node",
+    )
+    metrics: list[MetricIn] = PField([], max_length=20000)
+    logs: list[LogIn] = PField([], max_length=20000)
+    states: list[RunnerState] = PField([], max_length=10)
+    memory: Annotated[list[MemoryIn] | MemoryColumns, WrapValidator(_memory_form)] = PField(
+        [],
+        description="memory samples: a list of rows, or one array per field (`MemoryColumns`, what runners send)",
+    )
+
+
+class MemoryIn(Strict):
+    line: int = PField(ge=0, le=2**62)
+    t: float = PField(allow_inf_nan=False)
+    gpu: int = PField(ge=-1, le=1_000_000)
+    used_bytes: int = PField(ge=0, le=2**62)
+    total_bytes: int | None = PField(None, ge=0, le=2**62)
+    util: float | None = PField(None, allow_inf_nan=False)
+    power_w: float | None = PField(None, allow_inf_nan=False)
+    temp_c: float | None = PField(None, allow_inf_nan=False)
+    name: str | None = PField(None, max_length=200)
+
+
+SAMPLES_MAX = 20000
+Count = Annotated[int, PField(ge=0, le=2**62)]
+Finite = Annotated[float, PField(allow_inf_nan=False)]
+
+
+class MemoryColumns(Strict):
+    """Memory samples as one array per field, sample i at index i of each: validated per column in
+    pydantic's core, with no object per sample, and half the bytes of the row form on the wire."""
+
+    line: list[Count] = PField(max_length=SAMPLES_MAX)
+    t: list[Finite] = PField(max_length=SAMPLES_MAX)
+    gpu: list[Annotated[int, PField(ge=-1, le=1_000_000)]] = PField(max_length=SAMPLES_MAX)
+    used_bytes: list[Count] = PField(max_length=SAMPLES_MAX)
+    total_bytes: list[Count | None] | None = PField(None, max_length=SAMPLES_MAX)
+    util: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    power_w: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    temp_c: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    name: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
+
+
+_MEMORY_ROWS = TypeAdapter(list[MemoryIn])
+
+
+def _memory_form(value: Any, _handler: Any) -> list[MemoryIn] | MemoryColumns:
+    # Each form validated on its own, so an error names the field as sent (memory.0.util or
+    # memory.util.0), not a union branch.
+    if not isinstance(value, dict):
+        return _MEMORY_ROWS.validate_python(value)
+    cols = MemoryColumns.model_validate(value)
+    n = len(cols.line)
+    short = [(k, len(v)) for k, v in cols if v is not None and len(v) != n]
+    if short:
+        raise ValidationError.from_exception_data(
+            "MemoryColumns",
+            [
+                {
+                    "type": PydanticCustomError(
+                        "column_length",
+                        "`{field}` has {got} values where `line` has {want}: one per sample",
+                        {"field": k, "got": got, "want": n},
+                    ),
+                    "loc": (k,),
+                    "input": got,
+                }
+                for k, got in short
+            ],
+        )
+    return cols
+
+
+TelemetryBatch.model_rebuild()

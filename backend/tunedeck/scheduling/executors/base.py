@@ -1,0 +1,61 @@
+"""What the scheduler, the submit checks and the nodes page ask of an executor. SQLite holds the
+queue; an executor only places, starts, watches and stops the jobs the scheduler hands it, and says
+what its cluster looks like. A new executor is a folder beside local/ and ray/ and a registry line."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from tunedeck.planning.placement import ClusterNode
+from tunedeck.store.tables import Job
+
+
+class NodeSource(Protocol):
+    """What the nodes page (`GET /api/nodes`) reads: each node with its GPUs and their holders."""
+
+    where: str  # named in the 503 when the source cannot be read ("this host", "Ray cluster at ...")
+
+    def nodes(self) -> list[dict[str, Any]]: ...
+
+
+class Executor(Protocol):
+    name: str
+    # True: the scheduler's own plan (queueplan) gives devices on this host; False: the executor
+    # places each job itself (`place`) and the scheduler only keeps the queue's order.
+    plans_devices: bool
+    node_source: NodeSource
+
+    def cluster(self) -> list[ClusterNode] | None:
+        """The nodes placement chooses from; None where this host is the only node (its own GPUs count)."""
+
+    def workspace_problems(self, gpus: int, nodes: int) -> list[dict[str, Any]]:
+        """422 items naming nodes that could run such a job but cannot reach the server's workspace."""
+
+    def place(self, job: Job) -> bool:
+        """True when everything the job asks for is reserved for it (all of it, never a part)."""
+
+    def release(self, job: Job) -> None:
+        """Give back what `place` reserved for a job that will not start now."""
+
+    def launch(
+        self, job: Job, *, devices: list[int], token: str, server_url: str
+    ) -> tuple[int, float | None]:
+        """Start the job's runner(s); the pid and start time of the one that reports the job's end."""
+
+    def alive(self, job: Job) -> bool:
+        """True while the job's runner(s) run."""
+
+    def lost(self, job: Job) -> str | None:
+        """Why a job's runner is gone when the executor knows better than "runner lost"."""
+
+    def cancel(self, job: Job) -> None:
+        """The graceful stop, on every node of the job."""
+
+    def kill(self, job: Job) -> int:
+        """SIGKILL every process of the job, wherever it runs; how many there were."""
+
+    def reap(self) -> None:
+        """Collect what ended runners leave behind (exit statuses)."""
+
+    def sweep(self, active: set[int]) -> None:
+        """Free what jobs no longer queued or running still hold (placements, actors)."""

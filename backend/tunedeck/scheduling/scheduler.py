@@ -1,0 +1,206 @@
+"""Queue and device allocation, and the watch over running jobs.
+
+Order: higher `priority` first, then the order submitted. Detected GPUs are slots; a CPU-only job
+takes one of `cpu_slots`. A job starts when what it asks for is free: `gpus` devices (the lowest
+free ones, those a later job is pinned to last) or exactly its `devices`.
+
+Backfill without run-time estimates: a job that cannot start does not hold up the jobs behind it
+while they fit on devices it cannot use now; only what it is sure to need is kept for it.
+- A job pinned to `devices` keeps those devices: as each frees, nobody behind it takes it.
+- A job asking for a GPU count keeps nothing during its first `backfill_max_wait_s` in the queue:
+  smaller jobs behind it may start on idle GPUs (and may delay it, since how long they run is not
+  known). After that wait it keeps every GPU that is free or frees, so no job behind it starts on
+  a GPU any more: it starts as soon as the jobs already running leave it enough. A big job is thus
+  never starved by a stream of small ones; at worst it waits out the window plus the runs it let in.
+- CPU slots are all alike: CPU jobs start in order, and never wait for GPU jobs (nor these for them).
+Priority is absolute: a job waits while a job of higher priority that is ahead of it cannot start
+and keeps what it needs.
+
+An executor that places jobs itself (Ray: `plans_devices` False) gets the same order and rules on
+its cluster (placement.order): the queue stays here, in SQLite, and a job starts only once all of
+its placement is reserved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from tunedeck.config import Settings
+from tunedeck.contract import runfiles
+from tunedeck.planning import placement, queueplan
+from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.services.jobs.jobstate import JobState, move
+from tunedeck.store.tables import Job, JobStatus, utcnow
+from tunedeck.workers import Worker
+
+log = logging.getLogger("tunedeck.scheduling.scheduler")
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Scheduler(Worker):
+    name = "scheduler"
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        engine: Engine,
+        executor,
+        writer: IngestWriter,
+        state: JobState,
+        node_gpus: int,
+    ):
+        super().__init__()
+        self.settings = settings
+        self.engine = engine
+        self.executor = executor
+        self.writer = writer
+        self.state = state
+        self.node_gpus = node_gpus
+        self.interval_s = settings.scheduler_interval_s
+        self.capacity = queueplan.Capacity(
+            gpus=node_gpus,
+            cpu_slots=settings.cpu_slots,
+            paused=settings.launch_paused,
+            backfill_max_wait_s=settings.backfill_max_wait_s,
+        )
+        self._spots: dict[int, queueplan.Spot] = {}  # the last pass's, when the executor places
+
+    def run_once(self) -> None:
+        self.tick()
+
+    # ------------------------------------------------------------------ one pass
+    def tick(self) -> None:
+        with Session(self.engine) as session:
+            running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
+            for job in running:
+                self._watch(session, job)
+            if not self.settings.launch_paused:
+                self._start_queued(session)
+            if not self.executor.plans_devices:  # placements and actors of jobs that ended
+                active = select(Job.id).where(Job.status.in_([JobStatus.running, JobStatus.queued]))
+                self.executor.sweep(set(session.exec(active)))
+
+    def _watch(self, session: Session, job: Job) -> None:
+        if self.executor.alive(job):
+            grace = self.settings.cancel_abort_grace_s + self.settings.cancel_term_grace_s + 30
+            if job.cancel_requested_at and utcnow() - _aware(job.cancel_requested_at) > timedelta(
+                seconds=grace
+            ):
+                log.warning("job %s: runner ignored cancel for %ss; killing", job.id, grace)
+                self.executor.kill(job)
+            return
+        session.refresh(job)  # a runner exits only after its last batch is stored, or gives up
+        if job.status != JobStatus.running:
+            return
+        self._recover(session, job)
+
+    def _recover(self, session: Session, job: Job) -> None:
+        """The runner is gone while the job still runs: replay its outbox, then settle the state."""
+        run_dir = Path(job.run_dir)
+        for rank in range(job.nodes):  # every node's runner keeps an outbox of its own
+            self._replay(job.id, _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank)))
+        session.refresh(job)
+        if job.status != JobStatus.running:
+            return
+        # The runner died without telling the result (SIGKILL): no process of the job may stay,
+        # and what the trainer logged after the runner died is read from its file.
+        reason = self.executor.lost(job)  # before the kill, which ends what tells it
+        killed = self.executor.kill(job)
+        log_path = Path(job.output_dir) / runfiles.TRAINER_LOG
+        if log_path.exists():
+            t = log_path.stat().st_mtime
+            lines = [ln for ln in log_path.read_text(errors="replace").split("\n")[:-1] if ln.strip()]
+            self._replay(
+                job.id,
+                [{"seq": -1, "metrics": [{"line": i, "t": t, "raw": raw} for i, raw in enumerate(lines)]}],
+            )
+        with self.state.begin() as conn:
+            move(
+                conn,
+                job.id,
+                JobStatus.cancelled if job.cancel_requested_at else JobStatus.failed,
+                error=reason or f"runner lost (killed {killed} leftover process(es))",
+            )
+        log.warning("job %s: %s", job.id, reason or "runner lost")
+
+    def _replay(self, job_id: int, batches: list[dict]) -> None:
+        for fut in [self.writer.submit(job_id, b) for b in batches]:
+            fut.result(timeout=120)
+
+    def queue(self, session: Session) -> dict[int, queueplan.Spot]:
+        """Every queued job's place in line and what it waits for, as the next pass sees them."""
+        if not self.executor.plans_devices and not self.settings.launch_paused:
+            return dict(self._spots)  # placing asks the cluster: the last pass's answer
+        return queueplan.read(session, self.capacity).spots
+
+    def _start_queued(self, session: Session) -> None:
+        if self.executor.plans_devices:
+            for job, devices in queueplan.read(session, self.capacity).starts:
+                self._launch(session, job, devices)
+            return
+        queued = list(session.exec(select(Job).where(Job.status == JobStatus.queued)))
+        starts, self._spots = placement.order(
+            queued,
+            place=self.executor.place,
+            release=self.executor.release,
+            backfill_max_wait_s=self.settings.backfill_max_wait_s,
+        )
+        for job in starts:
+            self._launch(session, job, [])
+
+    def _launch(self, session: Session, job: Job, devices: list[int]) -> None:
+        token = secrets.token_urlsafe(32)
+        with self.state.begin() as conn:  # the token must be known before the runner's first batch arrives
+            started = move(
+                conn,
+                job.id,
+                JobStatus.running,
+                runner_token_hash=token_hash(token),
+                devices=",".join(map(str, devices)) if devices else None,
+            )
+        session.refresh(job)
+        if not started:  # cancelled since this pass read the queue
+            return
+        self.writer.warm()  # its store ready while the runner starts
+        try:
+            pid, started_at = self.executor.launch(
+                job, devices=devices, token=token, server_url=self.settings.url
+            )
+        except Exception as e:  # OSError here; on Ray, an actor that could not start
+            self.executor.kill(job)
+            with self.state.begin() as conn:
+                move(conn, job.id, JobStatus.failed, error=f"cannot start runner: {e}")
+            return
+        job.runner_pid, job.runner_started = pid, started_at
+        session.add(job)
+        session.commit()
+        log.info("job %s started: runner pid %s, devices %s", job.id, pid, devices or "cpu")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    """The whole lines of a JSONL file; a torn last line (a writer killed mid-write) is skipped."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)  # SQLite returns naive datetimes

@@ -1,0 +1,114 @@
+"""A run's files for download: one file confined to the output folder, or a set of them as one
+archive written while it streams (no temporary copy of a multi-gigabyte adapter or checkpoint)."""
+
+from __future__ import annotations
+
+import re
+import stat
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from tunedeck.services.errors import NotFound
+from tunedeck.store.tables import Job
+
+CHUNK = 1 << 20
+# The files of a saved adapter (PEFT) and its tokenizer, as the Trainer writes them to the output root.
+ADAPTER = re.compile(
+    r"^(adapter_config\.json|adapter_model\.(safetensors|bin)|tokenizer.*|special_tokens_map\.json|"
+    r"added_tokens\.json|vocab\.json|merges\.txt|chat_template\.jinja|README\.md)$"
+)
+
+
+def output_root(job: Job) -> Path:
+    if not job.output_dir or not Path(job.output_dir).is_dir():
+        raise NotFound(f"job {job.id} has no output folder")
+    return Path(job.output_dir).resolve()
+
+
+def one_file(job: Job, path: str) -> Path:
+    """The file at `path` inside the job's output folder; nothing outside it, whatever the path or links say."""
+    root = output_root(job)
+    target = (root / path).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        raise NotFound(f"job {job.id} has no file {path!r}")
+    return target
+
+
+def members(job: Job, what: str) -> tuple[str, list[tuple[str, Path]]]:
+    """(archive base name, [(name inside, file)]) for `adapter`, `output` or one `checkpoint-N`."""
+    root = output_root(job)
+    if what == "adapter":
+        files = [p for p in root.iterdir() if p.is_file() and ADAPTER.match(p.name)]
+        if not any(p.name.startswith("adapter_model.") for p in files):
+            raise NotFound(f"job {job.id} has saved no adapter (yet)")
+        folder = root
+    else:
+        folder = root if what == "output" else (root / what).resolve()
+        if not folder.is_relative_to(root) or not folder.is_dir():
+            raise NotFound(f"job {job.id} has no {what}")
+        files = [p for p in folder.rglob("*") if p.is_file() and p.resolve().is_relative_to(root)]
+    base = f"job{job.id}-{what}"
+    return base, [(f"{base}/{p.relative_to(folder)}", p) for p in sorted(files)]
+
+
+class _Sink:
+    """A write-only file object whose bytes the generator takes as they come."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.n = 0
+
+    def write(self, b: bytes) -> int:
+        self.parts.append(bytes(b))
+        self.n += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self.n
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        out, self.parts = b"".join(self.parts), []
+        return out
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+def zip_stream(files: list[tuple[str, Path]]) -> Iterator[bytes]:
+    sink = _Sink()
+    with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, path in files:
+            info = zipfile.ZipInfo.from_file(path, name)
+            with zf.open(info, "w", force_zip64=True) as dest:
+                for chunk in _chunks(path):
+                    dest.write(chunk)
+                    yield sink.take()
+            yield sink.take()
+    yield sink.take()
+
+
+def tar_stream(files: list[tuple[str, Path]]) -> Iterator[bytes]:
+    """A POSIX tar written by hand: header, the file's bytes as read, padding (tarfile would buffer)."""
+    for name, path in files:
+        st = path.stat()
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode)
+        yield info.tobuf(format=tarfile.PAX_FORMAT)
+        sent = 0
+        for chunk in _chunks(path):
+            chunk = chunk[: max(0, st.st_size - sent)]  # a file growing meanwhile keeps its header's size
+            sent += len(chunk)
+            yield chunk
+        if sent < st.st_size:  # it shrank: the header's size still holds the archive together
+            yield bytes(st.st_size - sent)
+        if st.st_size % tarfile.BLOCKSIZE:
+            yield bytes(tarfile.BLOCKSIZE - st.st_size % tarfile.BLOCKSIZE)
+    yield bytes(tarfile.BLOCKSIZE * 2)

@@ -1,0 +1,138 @@
+"""Engine, SQLite pragmas on connect, Alembic upgrade at start, and the session dependency."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Session
+
+MIGRATIONS_DIR = Path(str(resources.files("tunedeck.migrations")))
+
+
+def private(*paths: Path) -> None:
+    """Mode 0600: the database holds token hashes and every job's config and output."""
+    for p in paths:
+        try:
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+        except OSError:  # not there (yet), or not ours: nothing to tighten
+            pass
+
+
+def make_engine(db_path: Path, *, busy_timeout_s: float = 30.0) -> Engine:
+    db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = create_engine(
+        f"sqlite:///{db_path}",
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_s},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cur.close()
+        # SQLite gives a new WAL and shared-memory file the main file's mode.
+        private(db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm"))
+
+    return engine
+
+
+_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(.+?)\s*(?:#.*)?$", re.M)
+_NAME = re.compile(r"""^(?:"([^"]*)"|'([^']*)'|None)$""")
+
+
+def script_heads() -> set[str] | None:
+    """The newest revisions in `migrations/versions`, read from the files' text (so a start at head
+    needs no Alembic); None when a file says something this reading does not follow."""
+    revs, parents = set(), set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        found = dict(m.groups() for m in _REVISION.finditer(path.read_text()))
+        names = {k: _NAME.match(found.get(k, "")) for k in ("revision", "down_revision")}
+        if not all(names.values()) or names["revision"].group(0) == "None":
+            return None
+        revs.add(next(g for g in names["revision"].groups() if g is not None))
+        parents |= {g for g in names["down_revision"].groups() if g is not None}
+    return revs - parents or None
+
+
+def at_head(engine: Engine) -> bool:
+    heads = script_heads()
+    try:
+        with engine.connect() as conn:
+            stamped = {r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))}
+    except OperationalError:  # a new database: no version table yet
+        return False
+    return heads is not None and stamped == heads
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply Alembic migrations: the schema is owned by `migrations/`, never by create_all."""
+    if revision == "head" and at_head(engine):
+        return  # the usual restart: Alembic (a third of a start's imports) is not loaded at all
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+RESTORE_HINT = "put back a copy made with `tunedeck db backup` (`tunedeck db restore BACKUP_FILE`)"
+
+
+def check_file(db_path: Path) -> str | None:
+    """Why the server must not open this database (None when it may): a file that exists is never
+    replaced, even an empty one, and a damaged one is refused before anything writes to it."""
+    if not db_path.exists():
+        return None  # the first start creates it
+    if db_path.is_file() and db_path.stat().st_size == 0:
+        return (
+            f"database {db_path} exists but is empty (0 bytes), so its tokens and jobs are gone; "
+            f"{RESTORE_HINT}, or delete the file to start a new database"
+        )
+    try:
+        with closing(sqlite3.connect(db_path.absolute().as_uri() + "?mode=rw", uri=True)) as conn:
+            rows = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+    except (
+        sqlite3.OperationalError
+    ) as e:  # permissions, a read-only folder, a lock: the file itself may be fine
+        return f"database {db_path} cannot be opened ({e}): check the file, its folder and its permissions"
+    except sqlite3.DatabaseError as e:
+        return f"database {db_path} is damaged or not a database ({e}); {RESTORE_HINT}"
+    if rows != ["ok"]:
+        found = " ".join(" ".join(rows).split())[:300]
+        return f"database {db_path} is damaged (quick_check: {found}); {RESTORE_HINT}"
+    return None
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with Session(request.app.state.engine) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]

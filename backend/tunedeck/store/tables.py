@@ -1,0 +1,263 @@
+"""The SQLite tables (SQLModel): jobs and their series, tokens, alerts, calibration, chart tiles.
+
+Alembic's migrations create them; a test holds the two to the same schema (tests/test_migrations.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_status", "status"),
+        Index("ix_jobs_finished_at", "finished_at"),
+        Index("ix_jobs_parent", "parent_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    owner: str | None = None
+    status: JobStatus = Field(default=JobStatus.queued)
+    gpus: int = 0  # on each node
+    nodes: int = Field(default=1, sa_column_kwargs={"server_default": "1"})  # one runner on each
+    spec: str = Field(sa_column=Column(Text, nullable=False))  # the submitted spec, JSON
+    train_yaml: str = Field(sa_column=Column(Text, nullable=False))  # exactly what runs
+    ds_config: str | None = Field(default=None, sa_column=Column(Text))
+    run_dir: str = ""
+    output_dir: str = ""
+    devices: str | None = None  # comma-separated device indices given to the job
+    exit_code: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    cancelled_by: str | None = None  # the token name that asked for the stop (None: no token)
+    # Progress, from the newest trainer_log.jsonl line.
+    current_steps: int | None = None
+    total_steps: int | None = None
+    percentage: float | None = None
+    eta_seconds: float | None = None
+    # The runner process (reattach after a server restart) and its credentials.
+    runner_pid: int | None = None
+    runner_started: float | None = None  # psutil create_time, guards against PID reuse
+    trainer_pid: int | None = None
+    runner_token_hash: str | None = None
+    last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
+    estimate: str | None = Field(default=None, sa_column=Column(Text))  # VRAM estimate, JSON
+    kind: str = Field(
+        default="train", sa_column_kwargs={"server_default": "train"}
+    )  # tunedeck/checks/kinds.py
+    api_port: int | None = None  # a chat job's `llamafactory-cli api` port on 127.0.0.1
+    api_key: str | None = None  # ... and the key it wants: other local users cannot use it directly
+    last_used_at: datetime | None = None  # a chat job's newest proxied request (idle stop)
+    parent_id: int | None = None  # the job this one resumes or was cloned from
+    tags: str | None = Field(default=None, sa_column=Column(Text))  # JSON list of strings
+    notes: str | None = Field(default=None, sa_column=Column(Text))
+    # Where the executor placed it: JSON list of {"node": ..., "devices": [...]}, one per node (None: local).
+    placement: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class MetricPoint(SQLModel, table=True):
+    """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (
+        UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
+        Index("ix_metric_job_step", "job_id", "step"),
+        Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based line number in trainer_log.jsonl
+    t: float  # unix time the runner read the line
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    lr: float | None = None
+    epoch: float | None = None
+    throughput: float | None = None
+    total_tokens: int | None = None
+    vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
+    vram_reserved: float | None = None
+    grad_norm: float | None = None  # from tunedeck_log.jsonl (tunedeck_train/lf_train.py)
+    extra: str | None = Field(default=None, sa_column=Column(Text))  # its other finite numbers, JSON
+    raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
+    # The columns above hold finite numbers only; an Infinity or NaN of the line is NULL there and
+    # named here, JSON such as {"loss": "inf"} (SQLite cannot store NaN, and JSON cannot carry either).
+    nonfinite: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class LogLine(SQLModel, table=True):
+    __tablename__ = "log_lines"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_log_job_line"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based, over stdout and stderr together, in the order the runner read them
+    t: float
+    stream: str  # stdout | stderr | runner
+    text: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class JobChange(SQLModel, table=True):
+    """The newest change of each job, written only by SQLite triggers on `jobs` (see migration 0004_ui).
+
+    AUTOINCREMENT so a `seq` is never reused: streams page job changes by it."""
+
+    __tablename__ = "job_changes"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    seq: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(unique=True)
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token for people and scripts; only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    role: str  # viewer | submitter | admin
+    token_hash: str = Field(unique=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+
+
+class MemorySample(SQLModel, table=True):
+    """One sampler interval of one device: the MAX seen inside it. One index keys a resend (a sample
+    sent again is the same sample: same node, device, time and line) and orders each device's series
+    by time; a second index would double what each stored sample costs the disk's writer."""
+
+    __tablename__ = "memory_samples"
+    __table_args__ = (
+        UniqueConstraint("job_id", "node", "gpu", "t", "line", name="uq_memory_job_node_gpu_t_line"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    # The node of the runner that sampled it ('' in rows from before nodes were named: the job's one node).
+    node: str = Field(default="", sa_column_kwargs={"server_default": text("''")})
+    line: int  # the runner's sample sequence number (one sequence per node)
+    t: float
+    gpu: int  # device index on the node; -1 = host memory (cpu backend)
+    used_bytes: int = Field(sa_type=BigInteger)
+    total_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    util: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    name: str | None = None
+
+
+class Alert(SQLModel, table=True):
+    """One episode of a detected condition; open while it holds, updated while it recurs."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_job_kind", "job_id", "kind", "gpu"), Index("ix_alerts_open", "open"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    kind: str
+    severity: str  # info | warning | critical
+    node: str = Field(
+        default="", sa_column_kwargs={"server_default": text("''")}
+    )  # the GPU's node ('' none named)
+    gpu: int | None = None
+    t: float  # the newest occurrence
+    step: int | None = None
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    suggestion: str | None = Field(default=None, sa_column=Column(Text))
+    # The suggestion as train.yaml keys -> new values, JSON; NULL when it is not a key change.
+    change: str | None = Field(default=None, sa_column=Column(Text))
+    open: bool = True
+    first_t: float
+    last_t: float
+    count: int = 1
+
+
+class EstimateCalibration(SQLModel, table=True):
+    """Predicted against measured peak of one finished job, so estimates can be calibrated per GPU kind."""
+
+    __tablename__ = "estimate_calibrations"
+    __table_args__ = (
+        UniqueConstraint("job_id", name="uq_calibration_job"),
+        Index("ix_calibration_kind", "gpu_kind"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    gpu_kind: str  # the device name from the SMI, or "cpu"
+    predicted_bytes: int = Field(sa_type=BigInteger)
+    measured_bytes: int = Field(sa_type=BigInteger)
+    source: str  # memory_samples | vram_reserved
+    ratio: float  # measured / predicted
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ChartTile(SQLModel, table=True):
+    """One tile of a series' pyramid: count, and the min, max, first and last point (x, y, aux) of
+    the points with floor(x / 4**level) == tile (services/charts/pyramid.py)."""
+
+    __tablename__ = "chart_tiles"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    series: str = Field(primary_key=True)  # metric.<name>, metric.rows, memory.<gpu>
+    level: int = Field(primary_key=True)
+    tile: int = Field(primary_key=True)
+    n: int
+    x_min: float
+    y_min: float
+    a_min: float
+    x_max: float
+    y_max: float
+    a_max: float
+    x_first: float
+    y_first: float
+    a_first: float
+    x_last: float
+    y_last: float
+    a_last: float
+
+
+class ChartState(SQLModel, table=True):
+    """The highest row id of a raw table (memory, metrics) that the tiles hold."""
+
+    __tablename__ = "chart_state"
+
+    source: str = Field(primary_key=True)
+    through_id: int
+
+
+class ChartPruned(SQLModel, table=True):
+    """A job whose raw memory samples retention dropped: its memory charts read tiles >= level only."""
+
+    __tablename__ = "chart_pruned"
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    level: int
