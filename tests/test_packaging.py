@@ -9,7 +9,6 @@ import shutil
 import sqlite3
 import subprocess
 import sysconfig
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ SHIPPED = ("frontend", "configs", "migrations")
 def test_pyproject_lists_every_package_of_the_tree():
     """The wheel's packages are listed by hand (the shipped folders map onto tunedeck.*): the list
     must name each folder of Python or shipped files, and nothing that is not there."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {
         "tunedeck_train": TRAINER,
