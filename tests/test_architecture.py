@@ -10,7 +10,18 @@ from tests.utils.servers import ROOT
 
 MAP = (ROOT / "ARCHITECTURE.md").read_text()
 PACKAGE = ROOT / "backend" / "tunedeck"
-TOP = ("backend", "frontend", "configs", "migrations", "trainer", "tests", "bench", "scripts", "packaging", "docs")
+TOP = (
+    "backend",
+    "frontend",
+    "configs",
+    "migrations",
+    "trainer",
+    "tests",
+    "bench",
+    "scripts",
+    "packaging",
+    "docs",
+)
 
 
 def named_paths(text: str) -> set[str]:

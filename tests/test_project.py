@@ -23,7 +23,9 @@ def test_every_setting_is_documented_once_and_nothing_else_is():
     rows = re.findall(r"^\| `(TUNEDECK_[A-Z_]+)` \|", page, re.M)
     for name, field in Settings.model_fields.items():
         assert field.description, name
-        assert f"TUNEDECK_{name.upper()}" in rows, f"docs/settings.md does not document TUNEDECK_{name.upper()}"
+        assert f"TUNEDECK_{name.upper()}" in rows, (
+            f"docs/settings.md does not document TUNEDECK_{name.upper()}"
+        )
     assert len(rows) == len(set(rows)), "a setting is listed twice"
     assert set(rows) - {f"TUNEDECK_{n.upper()}" for n in Settings.model_fields} == set(), "no such setting"
 
