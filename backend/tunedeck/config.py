@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest request body the server reads (413 beyond)."
     )
+    import_max_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Largest body of `POST /api/runs/import` (its files stream to disk; 413 beyond). A "
+        "200k-step trainer_log.jsonl is about 50 MB.",
+    )
     token: str | None = Field(None, description="Bearer token the CLI sends to the server.")
     memory_raw_retention_days: float | None = Field(
         30.0,

@@ -172,7 +172,9 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         chat_api,
         prometheus,
     ):
-        app.include_router(module.router, responses=COMMON)
+        # An import's files stream to disk: its route has a limit of its own.
+        limit = settings.import_max_bytes if module is runs_api else None
+        app.include_router(module.router, responses=COMMON, max_body_size=limit)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)
     return app

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -140,15 +141,13 @@ def create_import(engine: Engine, settings: Settings, folder: Path, *, name: str
     """A finished job from an outside run folder (output/trainer_log.jsonl, memory.csv, train.yaml,
     output/train.log; the last three optional), as `POST /api/runs/import` stores it."""
 
-    def text(path: Path) -> str | None:
-        return path.read_text() if path.exists() else None
-
-    return imports.import_run(
-        engine,
-        settings=settings,
-        name=name,
-        trainer_log=(folder / "output" / "trainer_log.jsonl").read_text(),
-        memory_csv=text(folder / "memory.csv"),
-        config=text(folder / "train.yaml"),
-        log_text=text(folder / "output" / "train.log"),
-    )
+    paths = {
+        "trainer_log": folder / "output" / "trainer_log.jsonl",
+        "memory": folder / "memory.csv",
+        "config": folder / "train.yaml",
+        "log": folder / "output" / "train.log",
+    }
+    with ExitStack() as opened:
+        files = {k: opened.enter_context(open(p, "rb")) for k, p in paths.items() if p.exists()}
+        job, _ = imports.import_run(engine, settings=settings, name=name, files=files)
+    return job

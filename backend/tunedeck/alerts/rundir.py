@@ -11,6 +11,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,15 @@ class BadInput(ValueError):
     """A file that cannot be read as what it claims to be; the message names it."""
 
 
-def parse_memory_csv(text: str) -> dict[Any, list[tuple[float, int, int | None]]]:
-    """Samples by gpu, or by (node, gpu) where a fifth column `node` names one (a run on several nodes)."""
-    rows = csv.reader(io.StringIO(text))
+def _lines(text: str | Iterable[str]) -> Iterable[str]:
+    """A text's lines without their ends; a file's (an import's upload) read as they come."""
+    return text.splitlines() if isinstance(text, str) else (x.rstrip("\r\n") for x in text)
+
+
+def parse_memory_csv(text: str | Iterable[str]) -> dict[Any, list[tuple[float, int, int | None]]]:
+    """Samples by gpu, or by (node, gpu) where a fifth column `node` names one (a run on several nodes).
+    `text` may be a file opened with newline="" (as the csv module wants)."""
+    rows = csv.reader(io.StringIO(text) if isinstance(text, str) else text)
     header = [h.strip() for h in next(rows, [])]
     if header[:4] != MEMORY_HEADER or header[4:] not in ([], ["node"]):
         raise BadInput(
@@ -58,11 +65,11 @@ def parse_memory_csv(text: str) -> dict[Any, list[tuple[float, int, int | None]]
     return out
 
 
-def parse_trainer_log(text: str, t0: float) -> tuple[list[Point], list[dict[str, Any]]]:
+def parse_trainer_log(text: str | Iterable[str], t0: float) -> tuple[list[Point], list[dict[str, Any]]]:
     """Points and the parsed lines (for storing), each with a time `t`."""
     points, lines = [], []
     last_t = t0
-    for n, raw in enumerate(text.splitlines(), start=1):
+    for n, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
         try:
@@ -114,17 +121,18 @@ def parse_config(text: str | None) -> dict[str, Any]:
 
 def build(
     *,
-    trainer_log: str,
-    memory_csv: str | None = None,
+    trainer_log: str | Iterable[str],
+    memory_csv: str | Iterable[str] | None = None,
     config: str | None = None,
     ds_config: dict[str, Any] | None = None,
-    log_text: str | None = None,
+    log_text: str | Iterable[str] | None = None,
 ) -> tuple[Series, list[dict[str, Any]]]:
+    """The run's series and its trainer_log lines; each text may be a file read line by line instead."""
     memory = parse_memory_csv(memory_csv) if memory_csv else {}
     t0 = min((xs[0][0] for xs in memory.values() if xs), default=0.0)
     points, lines = parse_trainer_log(trainer_log, t0)
     end = max([p.t for p in points[-1:]] + [xs[-1][0] for xs in memory.values() if xs], default=t0)
-    logs = [(end, x) for x in (log_text or "").splitlines() if OOM.search(x) or FLUSH.search(x)]
+    logs = [(end, x) for x in _lines(log_text or "") if OOM.search(x) or FLUSH.search(x)]
     cfg = parse_config(config)
     gpus = sorted({k[1] if isinstance(k, tuple) else k for k in memory} - {-1})
     series = Series(

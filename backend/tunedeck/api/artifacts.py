@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse, StreamingResponse
 
 from tunedeck.api.deps import only_query
@@ -24,6 +24,11 @@ BINARY = {200: {"content": {"application/octet-stream": {}}, "description": "the
 )
 def download_file(job_id: int, path: str, session: SessionDep) -> FileResponse:
     """One file of the job's output folder, streamed; a Range header gets that part (206)."""
+    if "\x00" in path:  # no file name holds one (and the OS refuses it): bad input, not a missing file
+        raise HTTPException(
+            422,
+            detail=[{"loc": ["path", "path"], "msg": "a NUL byte in the file path", "type": "value_error"}],
+        )
     target = artifacts.one_file(service.get_job(session, job_id), path)
     return FileResponse(target, media_type="application/octet-stream", filename=target.name)
 

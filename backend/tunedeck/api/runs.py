@@ -1,36 +1,34 @@
-"""Runs from outside tunedeck: a LLaMA-Factory output folder's files, stored as a finished job."""
+"""Runs from outside tunedeck: a LLaMA-Factory output folder's files, stored as a finished job.
+
+The body may be up to TUNEDECK_IMPORT_MAX_BYTES, not TUNEDECK_MAX_BODY_BYTES (main.py includes this
+router with that limit): its files stream to disk as they come, never into one JSON body.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, HTTPException, Request, UploadFile, status
+from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile, status
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.alerts.rundir import BadInput
 from tunedeck.api.deps import SettingsDep, principal_name
-from tunedeck.api.responses import errors
+from tunedeck.api.responses import TOO_LARGE
 from tunedeck.schemas import NAME_RULES, JobOut
 from tunedeck.services.alerting.summary import stored_job_out
-from tunedeck.services.jobs.imports import import_run
+from tunedeck.services.jobs.imports import BadUpload, import_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+ANSWERS = {
+    200: {"model": JobOut, "description": "the same files, name and owner were imported before: that job"},
+    413: {**TOO_LARGE, "description": "the request body is larger than TUNEDECK_IMPORT_MAX_BYTES"},
+}
 
 
-async def _text(f: UploadFile | None, field: str) -> str | None:
-    if f is None:
-        return None
-    try:
-        return (await f.read()).decode()
-    except UnicodeDecodeError:
-        raise HTTPException(
-            422, detail=[{"loc": ["body", field], "msg": "not UTF-8 text", "type": "value_error"}]
-        ) from None
-
-
-@router.post("/import", status_code=status.HTTP_201_CREATED, response_model=JobOut, responses=errors(413))
+@router.post("/import", status_code=status.HTTP_201_CREATED, response_model=JobOut, responses=ANSWERS)
 async def import_run_route(
     request: Request,
+    response: Response,
     settings: SettingsDep,
     trainer_log: Annotated[UploadFile, File(description="LLaMA-Factory's trainer_log.jsonl")],
     memory: Annotated[
@@ -42,24 +40,25 @@ async def import_run_route(
     ] = None,
     name: Annotated[str, Form(**NAME_RULES)] = "imported run",
 ) -> JobOut:
-    """Store an outside run as a finished job with its loss and memory charts and its alerts."""
-    texts = {
-        k: await _text(f, k)
-        for k, f in (("trainer_log", trainer_log), ("memory", memory), ("config", config), ("log", log))
-    }
+    """Store an outside run as a finished job with its loss and memory charts and its alerts (once:
+    the same import again answers 200 with that job)."""
+    files = {"trainer_log": trainer_log, "memory": memory, "config": config, "log": log}
     try:
-        job = await run_in_threadpool(
+        job, new = await run_in_threadpool(
             import_run,
             request.app.state.engine,
             settings=settings,
             name=name,
-            trainer_log=texts["trainer_log"] or "",
-            memory_csv=texts["memory"],
-            config=texts["config"],
-            log_text=texts["log"],
+            files={k: f.file for k, f in files.items() if f is not None},
             owner=principal_name(request),
             state=request.app.state.jobstate,
         )
+    except BadUpload as e:
+        raise HTTPException(
+            422, detail=[{"loc": ["body", e.field], "msg": str(e), "type": "value_error"}]
+        ) from None
     except BadInput as e:
         raise HTTPException(422, detail=[{"loc": ["body"], "msg": str(e), "type": "value_error"}]) from None
+    if not new:
+        response.status_code = status.HTTP_200_OK
     return await run_in_threadpool(stored_job_out, request.app.state.engine, job)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start with
     import httpx
 
 
-def client(server: str | None, *, timeout: float = 30) -> httpx.Client:
+def client(server: str | None, *, timeout: float | httpx.Timeout = 30) -> httpx.Client:
     import httpx
 
     settings = get_settings()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+import os
+import stat
+from contextlib import ExitStack
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Optional
 
 import typer
 
@@ -99,6 +102,14 @@ def checkpoints(job_id: int, as_json: JsonOpt = False, server: ServerOpt = None)
         typer.echo(f"{c['name']:<20} {c['bytes']:>14}  {mark:<14} {', '.join(c['holds'])}")
 
 
+def _base_name(disposition: str) -> str | None:
+    """The file name a Content-Disposition header gives, as a bare name: a server (or anything between)
+    that sends `../../.bashrc` or `/etc/x` gets `.bashrc` or `x` written where the user asked, no higher."""
+    sent = disposition.partition('filename="')[2].partition('"')[0]
+    name = PurePosixPath(sent.replace("\\", "/")).name
+    return None if name in ("", ".", "..") or "\x00" in name else name
+
+
 def download(
     job_id: int,
     path: Annotated[
@@ -122,10 +133,11 @@ def download(
                 r.read()
                 raise refused(r)
             if name is None:
-                name = r.headers.get("content-disposition", "").partition('filename="')[2].rstrip('"')
-            target = out or Path(name or f"job{job_id}.{fmt}")
+                name = _base_name(r.headers.get("content-disposition", ""))
+            name = name or f"job{job_id}.{fmt}"
+            target = out or Path(name)
             if target.is_dir():
-                target = target / (name or f"job{job_id}.{fmt}")
+                target = target / name
             size = 0
             with open(target, "wb") as f:
                 for chunk in r.iter_bytes():
@@ -212,26 +224,66 @@ def tag(
     )
 
 
+def _regular(path: Path) -> BinaryIO | None:
+    """`path` opened for an upload, None where it is absent; a link or anything but a plain file is
+    refused (exit 2), naming it: a run folder is often someone else's, and its train.yaml may point
+    at a file of yours that must not reach the server."""
+    if path.is_symlink():
+        typer.echo(
+            f"error: {path} is a symbolic link: import never follows links (copy the file in)", err=True
+        )
+        raise typer.Exit(2)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # and not one swapped in since
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        typer.echo(f"error: {path}: {e.strerror}", err=True)
+        raise typer.Exit(2) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        typer.echo(f"error: {path} is not a regular file", err=True)
+        raise typer.Exit(2)
+    return os.fdopen(fd, "rb")
+
+
 def import_run(
     run_dir: Annotated[Path, typer.Argument(help="a LLaMA-Factory output folder (with trainer_log.jsonl)")],
     name: Annotated[str, typer.Option(help="the job's name")] = "imported run",
     memory: Annotated[Optional[Path], typer.Option(help="CSV t,gpu,used_bytes,total_bytes")] = None,
     server: ServerOpt = None,
 ) -> None:
-    """Store a run tunedeck did not launch as a finished job (charts and alerts)."""
-    log = run_dir / "trainer_log.jsonl"
-    if not log.is_file():
-        typer.echo(f"error: {log} not found", err=True)
-        raise typer.Exit(2)
+    """Store a run tunedeck did not launch as a finished job (charts and alerts); the same run imported
+    again gives the same job."""
+    import httpx
+
     parts = {
-        "trainer_log": log,
+        "trainer_log": run_dir / "trainer_log.jsonl",
         "memory": memory,
         "config": run_dir / "train.yaml",
         "log": run_dir / "running_log.txt",
     }
-    upload = {k: (p.name, p.read_bytes()) for k, p in parts.items() if p is not None and p.is_file()}
-    job = call(server, "POST", "/api/runs/import", files=upload, data={"name": name})
-    typer.echo(f"imported as job {job['id']} ({job['status']})")
+    with ExitStack() as opened:
+        upload = {}
+        for field, path in parts.items():
+            f = _regular(path) if path is not None else None
+            if f is not None:
+                upload[field] = (path.name, opened.enter_context(f))  # streamed as it is sent
+        if "trainer_log" not in upload:
+            typer.echo(f"error: {parts['trainer_log']} not found", err=True)
+            raise typer.Exit(2)
+        # A long run takes the server a while to store: wait for it (a retry would only wait for the
+        # same job), but not for a server that does not answer the connection.
+        try:
+            with client(server, timeout=httpx.Timeout(30, read=None)) as c:
+                r = c.post("/api/runs/import", files=upload, data={"name": name})
+        except httpx.HTTPError as e:
+            raise unreachable(e) from None
+    if r.status_code >= 400:
+        raise refused(r)
+    job = r.json()
+    again = "; the same files were imported before: no new job" if r.status_code == 200 else ""
+    typer.echo(f"imported as job {job['id']} ({job['status']}){again}")
 
 
 def compare(

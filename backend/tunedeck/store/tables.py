@@ -34,6 +34,7 @@ class Job(SQLModel, table=True):
         Index("ix_jobs_status", "status"),
         Index("ix_jobs_finished_at", "finished_at"),
         Index("ix_jobs_parent", "parent_id"),
+        Index("ix_jobs_import_key", "import_key", unique=True),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -78,6 +79,8 @@ class Job(SQLModel, table=True):
     notes: str | None = Field(default=None, sa_column=Column(Text))
     # Where the executor placed it: JSON list of {"node": ..., "devices": [...]}, one per node (None: local).
     placement: str | None = Field(default=None, sa_column=Column(Text))
+    # An imported run's files (and name and owner) as one hash: the same import again is this job.
+    import_key: str | None = None
 
 
 class MetricPoint(SQLModel, table=True):

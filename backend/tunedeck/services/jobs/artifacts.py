@@ -3,6 +3,7 @@ archive written while it streams (no temporary copy of a multi-gigabyte adapter 
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import tarfile
@@ -21,36 +22,82 @@ ADAPTER = re.compile(
 )
 
 
+def _root(job: Job) -> Path | None:
+    """The job's output folder, resolved, where it is a folder that resolves inside its run folder:
+    an output folder that is a link to elsewhere (another job's, /etc) is none."""
+    if not job.output_dir or not job.run_dir:
+        return None
+    try:
+        root, run = Path(job.output_dir).resolve(), Path(job.run_dir).resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        return None
+    return root if root.is_relative_to(run) and root.is_dir() else None
+
+
 def output_root(job: Job) -> Path:
-    if not job.output_dir or not Path(job.output_dir).is_dir():
+    if (root := _root(job)) is None:
         raise NotFound(f"job {job.id} has no output folder")
-    return Path(job.output_dir).resolve()
+    return root
+
+
+def _inside(root: Path, path: Path) -> Path | None:
+    """The real file `path` names where it is one inside `root` (resolved), whatever links lead there."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL byte
+        return None
+    return real if real.is_relative_to(root) and real.is_file() else None
+
+
+def _walk(root: Path, folder: Path) -> Iterator[tuple[Path, Path]]:
+    """(path under `folder`, its real file) for each file inside `root`; links to folders are not
+    followed and links that leave `root` are left out."""
+    for at, dirs, names in os.walk(folder):
+        dirs.sort()
+        for n in sorted(names):
+            if (real := _inside(root, Path(at) / n)) is not None:
+                yield Path(at, n).relative_to(folder), real
+
+
+def listing(job: Job, *, limit: int) -> list[dict]:
+    """The files of the job's output folder, at most `limit`, sorted: only what resolves inside it."""
+    root = _root(job)
+    files: list[dict] = []
+    for rel, real in _walk(root, root) if root is not None else ():
+        try:
+            files.append({"path": str(rel), "bytes": real.stat().st_size})
+        except OSError:  # gone meanwhile
+            continue
+        if len(files) >= limit:  # a folder of shards must not become a megabyte answer
+            break
+    return sorted(files, key=lambda f: f["path"])
 
 
 def one_file(job: Job, path: str) -> Path:
     """The file at `path` inside the job's output folder; nothing outside it, whatever the path or links say."""
     root = output_root(job)
-    target = (root / path).resolve()
-    if not target.is_relative_to(root) or not target.is_file():
+    if "\x00" in path or (target := _inside(root, root / path)) is None:
         raise NotFound(f"job {job.id} has no file {path!r}")
     return target
 
 
 def members(job: Job, what: str) -> tuple[str, list[tuple[str, Path]]]:
-    """(archive base name, [(name inside, file)]) for `adapter`, `output` or one `checkpoint-N`."""
+    """(archive base name, [(name inside, real file)]) for `adapter`, `output` or one `checkpoint-N`."""
     root = output_root(job)
     if what == "adapter":
-        files = [p for p in root.iterdir() if p.is_file() and ADAPTER.match(p.name)]
-        if not any(p.name.startswith("adapter_model.") for p in files):
+        found = [
+            (Path(p.name), real) for p in sorted(root.iterdir()) if (real := _inside(root, p)) is not None
+        ]
+        files = [(rel, real) for rel, real in found if ADAPTER.match(rel.name)]
+        if not any(rel.name.startswith("adapter_model.") for rel, _ in files):
             raise NotFound(f"job {job.id} has saved no adapter (yet)")
-        folder = root
     else:
         folder = root if what == "output" else (root / what).resolve()
         if not folder.is_relative_to(root) or not folder.is_dir():
             raise NotFound(f"job {job.id} has no {what}")
-        files = [p for p in folder.rglob("*") if p.is_file() and p.resolve().is_relative_to(root)]
+        files = list(_walk(root, folder))
     base = f"job{job.id}-{what}"
-    return base, [(f"{base}/{p.relative_to(folder)}", p) for p in sorted(files)]
+    return base, [(f"{base}/{rel}", real) for rel, real in sorted(files)]
 
 
 class _Sink:

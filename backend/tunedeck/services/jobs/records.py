@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from sqlmodel import Session, col, select
 
@@ -12,6 +11,7 @@ from tunedeck.checks.submission import Node, Submission, resolve
 from tunedeck.config import Settings
 from tunedeck.schemas import JobSpec
 from tunedeck.services.errors import Conflict, NotFound
+from tunedeck.services.jobs import artifacts
 from tunedeck.services.jobs.jobstate import JobState, move
 from tunedeck.store.tables import Job, JobStatus, LogLine, MetricPoint, utcnow
 
@@ -97,13 +97,4 @@ def request_cancel(session: Session, *, job_id: int, executor, state: JobState, 
 
 def run_files(job: Job, *, limit: int = 1000) -> list[dict]:
     """The files a job's output folder holds (adapter, checkpoints, trainer_log.jsonl, ...), at most `limit`."""
-    out = Path(job.output_dir)
-    if not job.output_dir or not out.is_dir():
-        return []
-    files = []
-    for p in out.rglob("*"):
-        if p.is_file():
-            files.append({"path": str(p.relative_to(out)), "bytes": p.stat().st_size})
-            if len(files) >= limit:  # a folder of shards must not become a megabyte answer
-                break
-    return sorted(files, key=lambda f: f["path"])
+    return artifacts.listing(job, limit=limit)
