@@ -12,7 +12,6 @@ from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from tunedeck import runfiles
 from tunedeck import spec as specs
 from tunedeck.api import forms, report
 from tunedeck.api.deps import NodeDep, SettingsDep
@@ -56,10 +55,7 @@ def parse_yaml(
 def preview(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict:
     """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
     checked = resolve(spec, settings, node).checked()
-    run = Path("<run folder>")
-    train_yaml, ds_config = checked.render(
-        output_dir=runfiles.output_dir(run), ds_path=run / runfiles.DS_CONFIG
-    )
+    train_yaml, ds_config = checked.render(run_dir=Path("<run folder>"))
     return {
         "train_yaml": train_yaml,
         "ds_config": ds_config,
