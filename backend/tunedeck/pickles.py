@@ -13,7 +13,7 @@ of a tunedeck run (what the checkpoints listing and resume name) or a folder hol
 weights key (help: weights, adapters, "path to the ... model") for such a run's output folder or
 checkpoint, or for a folder whose weights are safetensors; anything else is refused at the key
 unless TUNEDECK_ALLOW_PICKLES is set. A run folder holds only what tunedeck and its trainer wrote there: writes.py keeps every
-write key out of `output/` itself and out of its `checkpoint-N` folders.
+write key out of `output/` itself, its `checkpoint-N` folders and its pickle-named files.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from typing import Any
 from tunedeck import runfiles
 from tunedeck.config import Settings
 from tunedeck.lint import ds_table
+from tunedeck.pickles import PICKLE_SUFFIXES
 
 WRITE_HELP = re.compile(r"\b(save|store|writes?|written|offload\w*|log directory|output)\b", re.IGNORECASE)
 # "Path to save or load the tokenized datasets": written when the folder is absent or empty (that is
@@ -123,6 +124,11 @@ def relative_problem(value: str) -> str | None:
             )
         if len(parts) == 2 and parts[1] in KEPT_IN_OUTPUT:
             return f"{parts[1]!r} is the trainer's log that tunedeck reads"
+        if len(parts) == 2 and parts[1].endswith(PICKLE_SUFFIXES):
+            return (
+                f"{parts[1]!r} would sit beside the weights the trainer saves, which later jobs load as "
+                "tunedeck's own; name another file"
+            )
     return None
 
 

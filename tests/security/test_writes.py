@@ -118,6 +118,7 @@ def test_every_written_key_lands_in_the_jobs_own_run_folder(ws, tmp_path, target
         "~/x",
         "output/checkpoint-1/x",  # what later jobs load as tunedeck's own (resume, adapters)
         "output",
+        "output/adapter_model.bin",  # beside the weights it saves there
         "runner.json",  # the runner's and the server's files in the run folder
         "outbox.jsonl",
         "runner.rank1.json",
