@@ -12,8 +12,9 @@ So, like remote code: a checkpoint key (help: "checkpoint") is accepted for a `c
 of a tunedeck run (what the checkpoints listing and resume name) or a folder holding no pickle, a
 weights key (help: weights, adapters, "path to the ... model") for such a run's output folder or
 checkpoint, or for a folder whose weights are safetensors; anything else is refused at the key
-unless TUNEDECK_ALLOW_PICKLES is set. A run folder holds only what tunedeck and its trainer wrote there: writes.py keeps every
-write key out of `output/` itself, its `checkpoint-N` folders and its pickle-named files.
+unless TUNEDECK_ALLOW_PICKLES is set. A run folder holds only what tunedeck and its trainer wrote
+there: writes.py keeps every write key out of `output/` itself, its `checkpoint-N` folders and its
+pickle-named files.
 """
 
 from __future__ import annotations
