@@ -11,14 +11,17 @@ It reads the pydantic models in ``deepspeed/runtime/zero/config.py`` (``DeepSpee
 ``"auto"`` (``DeepSpeedConfigModel.__init__`` drops those first, silently). It also reads the
 monitor models (``deepspeed/monitor/config.py``: tensorboard, wandb, csv_monitor, comet) and the
 sections DeepSpeed still reads key by key from constants (``flops_profiler``, ``autotuning``):
-tunedeck needs their names to find the keys that take a path or report to a service. Writes
+tunedeck needs their names to find the keys that take a path or report to a service. Each field of
+a pydantic model keeps its attribute docstring as ``help`` (DeepSpeed documents its fields that
+way): tunedeck reads from it whether DeepSpeed writes to a path or makes a folder inside another
+key's (``job_name``); the constant sections have no such text, so their help is empty. Writes
 ``backend/tunedeck/data/deepspeed_keys.json``::
 
     {"deepspeed_version": "...",
      "models": {"zero_optimization" | "offload_param" | ... | "flops_profiler":
                 {field: {"alias": str | null, "type": "bool|int|float|str|enum|dict|any",
                          "choices": [...] | null, "default": <JSON> | null,
-                         "deprecated": bool, "new_param": str | null}}},
+                         "deprecated": bool, "new_param": str | null, "help": str}}},
      "locations": {model: "dotted.path.in.the.json"},
      "monitors": [the sections DeepSpeedMonitorConfig reads from the top level]}
 
@@ -28,7 +31,9 @@ The server reads only this file; it never imports deepspeed.
 from __future__ import annotations
 
 import argparse
+import ast
 import enum
+import inspect
 import json
 import pathlib
 import types
@@ -36,6 +41,7 @@ import typing
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "backend" / "tunedeck" / "data" / "deepspeed_keys.json"
+HELP_CHARS = 200  # as capture_lf_args.py keeps LLaMA-Factory's
 
 
 def _kind(annotation) -> tuple[str, list | None]:
@@ -73,8 +79,30 @@ def _json(value):
     return value
 
 
+def docstrings(model) -> dict[str, str]:
+    """Attribute docstrings (`field: T = x` followed by a string) of a model and its bases."""
+    out: dict[str, str] = {}
+    for klass in reversed(model.__mro__):
+        try:
+            tree = ast.parse(inspect.getsource(klass).lstrip())  # installed code, not user input
+        except (OSError, TypeError, SyntaxError):
+            continue  # builtins and pydantic's own bases
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for field, doc in zip(body, body[1:]):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                out[field.target.id] = " ".join(doc.value.value.split())[:HELP_CHARS]
+    return out
+
+
 def fields_of(model) -> dict:
     out = {}
+    helps = docstrings(model)
     for name, info in sorted(model.model_fields.items()):
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         kind, choices = _kind(info.annotation)
@@ -86,6 +114,7 @@ def fields_of(model) -> dict:
             "default": default,
             "deprecated": bool(extra.get("deprecated", False)),
             "new_param": extra.get("new_param") or None,
+            "help": helps.get(name, ""),
         }
     return out
 
@@ -108,6 +137,7 @@ def constant_fields(module, section: str) -> dict:
             "default": default,
             "deprecated": False,
             "new_param": None,
+            "help": "",  # constants carry no text
         }
     return dict(sorted(out.items()))
 

@@ -11,7 +11,8 @@ from a train YAML via ``parse_dict``) and writes ``backend/tunedeck/data/llamafa
     {"llamafactory_version": "...", "transformers_version": "...",
      "args": {name: {"type": "bool|int|float|str|list|dict|enum|any", "choices": [...] | null,
                      "default": <JSON value> | null, "group": "<dataclass>", "help": "..."}},
-     "removed": {name: "reason"}}
+     "removed": {name: "reason"},
+     "weights": [{"pickled": "pytorch_model.bin", "safe": "model.safetensors"}, ...]}
 
 ``args`` holds only fields with ``init=True`` (``parse_dict`` ignores the others, so they are not
 settable from YAML) and is sorted by name. ``type`` comes from the field's annotation:
@@ -20,6 +21,11 @@ settable from YAML) and is sorted by name. ``type`` comes from the field's annot
 ``list``/``tuple``/``set`` give ``list``, ``dict`` gives ``dict``; a union of a container and
 ``str`` keeps the container (the string is a shorthand form); anything else mixed is ``any``.
 ``choices`` also carries ``metadata["choices"]`` when a field declares it.
+
+``weights`` pairs the weight files that the loaders LLaMA-Factory calls read with ``torch.load``
+(an unpickler) with the safetensors file each prefers when both are there: transformers' model,
+PEFT's adapter and LLaMA-Factory's value head, as ``llamafactory.extras.constants`` names them
+(``X_WEIGHTS_NAME`` beside its ``SAFE_`` spelling).
 """
 
 from __future__ import annotations
@@ -286,10 +292,22 @@ def _help(field: dataclasses.Field) -> str:
     return text[:HELP_CHARS]
 
 
+PICKLED = (".bin", ".bin.index.json")  # torch.save's files, as the loaders name them (an index names shards)
+
+
+def weights(constants: Any) -> list[dict[str, str]]:
+    """Each pickled weights file name with the safetensors name its loader takes first."""
+    names = {k: v for k, v in vars(constants).items() if "WEIGHTS" in k and isinstance(v, str)}
+    safe = {k.replace("SAFE_", ""): v for k, v in names.items() if "SAFE_" in k}
+    pairs = [{"pickled": v, "safe": safe[k]} for k, v in names.items() if v.endswith(PICKLED) and k in safe]
+    return sorted(pairs, key=lambda p: p["pickled"])
+
+
 def capture() -> dict[str, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import llamafactory
     import transformers
+    from llamafactory.extras import constants
     from llamafactory.hparams.parser import _TRAIN_ARGS
 
     args: dict[str, dict[str, Any]] = {}
@@ -323,6 +341,7 @@ def capture() -> dict[str, Any]:
         "transformers_version": transformers.__version__,
         "args": {name: args[name] for name in sorted(args)},
         "removed": removed,
+        "weights": weights(constants),
     }
 
 

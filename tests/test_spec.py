@@ -72,9 +72,7 @@ def test_yaml_float_strings_are_numbers(settings):
     # The train.yaml we write is read the way LLaMA-Factory reads it (OmegaConf), which must see a number.
     omegaconf = pytest.importorskip("omegaconf")
     prepared = prepare(spec(learning_rate="5e-3"), settings=settings, node_gpus=0)
-    train_yaml, _ = prepared.render(
-        output_dir=settings.workspace / "out", ds_path=settings.workspace / "ds.json"
-    )
+    train_yaml, _ = prepared.render(run_dir=settings.workspace / "run")
     loaded = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(train_yaml))
     assert loaded["learning_rate"] == 0.005 and isinstance(loaded["learning_rate"], float)
 
@@ -106,7 +104,7 @@ def test_forced_keys_and_output_dir(settings, tmp_path):
     p = prepare(spec(output_dir="saves/x", overwrite_output_dir=False), settings=settings, node_gpus=0)
     assert p.config["overwrite_output_dir"] is True and p.config["include_num_input_tokens_seen"] is True
     assert any("output_dir" in w for w in p.warnings)
-    text, ds = p.render(output_dir=tmp_path / "run" / "output", ds_path=tmp_path / "run" / "ds.json")
+    text, ds = p.render(run_dir=tmp_path / "run")
     assert yaml.safe_load(text)["output_dir"] == str(tmp_path / "run" / "output")
     assert ds is None
 
@@ -124,7 +122,7 @@ def test_deepspeed_preset_inline_and_yaml_path(settings, tmp_path):
     fp16 = spec(fp16=True).config  # the preset's fp16.enabled: true must agree with the training arguments
     p = prepare(JobSpec(name="t", config=fp16, deepspeed="ds_z3_rocm"), settings=settings, node_gpus=0)
     assert p.ds_config["zero_optimization"]["stage"] == 3
-    text, ds = p.render(output_dir=tmp_path / "o", ds_path=tmp_path / "ds_config.json")
+    text, ds = p.render(run_dir=tmp_path)
     assert yaml.safe_load(text)["deepspeed"] == str(tmp_path / "ds_config.json")
     assert json.loads(ds) == p.ds_config
     errs = errors(

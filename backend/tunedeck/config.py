@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +47,19 @@ class Settings(BaseSettings):
         False,
         description="Accept `trust_remote_code: true` for a model that ships Python (auto_map, .py files); "
         "that code runs as the server's user. Off: refused (models without code are always accepted).",
+    )
+    allow_pickles: bool = Field(
+        False,
+        description="Accept keys whose loader unpickles (torch.load) files no tunedeck run wrote: "
+        "`resume_from_checkpoint` outside a tunedeck run's `checkpoint-N`, `.bin` weights or adapters with no "
+        "safetensors beside them. Unpickling runs code as the server's user. Off: refused (tunedeck's own runs "
+        "and safetensors weights are always accepted).",
+    )
+    scratch_root: Path | None = Field(
+        None,
+        description="Folder for large temporary files (DeepSpeed `nvme_path` swap on a local NVMe): a key the "
+        "trainer writes may name an absolute path inside it, which lands in the job's own folder there "
+        "(`<scratch_root>/<id>-<name>/...`). Unset: such keys take paths relative to the job's run folder only.",
     )
     cpu_slots: int = Field(1, ge=1, description="How many CPU-only jobs run at once on a node with no GPU.")
     gpu_slots: int | None = Field(
@@ -250,11 +263,24 @@ class Settings(BaseSettings):
         "stopped, and its GPU or CPU slot freed.",
     )
 
-    @field_validator("workspace", "database", "train_python", "admin_token_file", mode="after")
+    @field_validator(
+        "workspace", "database", "train_python", "admin_token_file", "scratch_root", mode="after"
+    )
     @classmethod
     def _absolute(cls, v: Path | None) -> Path | None:
         # Runners run in other folders: every stored path is absolute.
         return None if v is None else Path(v).expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _scratch_outside_runs(self) -> Settings:
+        # A job's scratch folder inside the runs folder would be inside some job's run folder.
+        if self.scratch_root is not None and self.scratch_root.resolve().is_relative_to(
+            self.runs_dir.resolve()
+        ):
+            raise ValueError(
+                f"scratch_root {self.scratch_root} must lie outside the runs folder {self.runs_dir}"
+            )
+        return self
 
     @property
     def db_path(self) -> Path:

@@ -17,7 +17,6 @@ from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
 from tunedeck.checks import spec as specs
 from tunedeck.checks.submission import resolve
-from tunedeck.contract import runfiles
 from tunedeck.schemas import JobSpec
 from tunedeck.services.views.report import PLOTLY_JS
 
@@ -56,10 +55,7 @@ def parse_yaml(
 def preview(spec: JobSpec, settings: SettingsDep, node: NodeDep) -> dict:
     """The train.yaml (and ds_config.json) this spec would run, with the same checks as submit."""
     checked = resolve(spec, settings, node).checked()
-    run = Path("<run folder>")
-    train_yaml, ds_config = checked.render(
-        output_dir=runfiles.output_dir(run), ds_path=run / runfiles.DS_CONFIG
-    )
+    train_yaml, ds_config = checked.render(run_dir=Path("<run folder>"))
     return {
         "train_yaml": train_yaml,
         "ds_config": ds_config,

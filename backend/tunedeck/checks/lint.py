@@ -22,6 +22,8 @@ scripts may key on them), paths name the key (`config.fp16`,
 | LF014 | error   | dataset name not defined in the dataset_dir's dataset_info.json             |
 | LF015 | warning | the dataset_dir's dataset_info.json cannot be read (names not checked)      |
 | LF016 | error   | template that this LLaMA-Factory does not define                            |
+| LF017 | error   | a loader would unpickle a checkpoint or .bin weights no tunedeck run wrote  |
+| LF018 | warning | such pickles are loaded as the server's user (allowed by the server)        |
 | DS001 | error   | key DeepSpeed does not know under zero_optimization (it refuses the file)   |
 | DS002 | warning | unknown key whose value is "auto": DeepSpeed drops it silently              |
 | DS003 | error   | both spellings of an aliased / renamed key                                  |
@@ -37,8 +39,9 @@ scripts may key on them), paths name the key (`config.fp16`,
 | HW003 | error   | more GPUs than the node has                                                 |
 | HW004 | warning | flash_attn fa2 asked for, flash-attn not importable in the training env     |
 
-LF009–LF013 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings: tunedeck/checks/reach.py finds
-them, and also confines every path-valued key (one outside the allowed roots is a 422 at the key).
+LF009–LF013, LF017, LF018 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings:
+tunedeck/checks/reach.py finds them, and also confines every path-valued key (one outside the allowed
+roots, or written outside the job's own folders, is a 422 at the key).
 LF014 and LF015 read the job's dataset folder (tunedeck/checks/catalog.py, at submission).
 The LLaMA-Factory and DeepSpeed key tables are data files captured from the installed packages
 (scripts/capture_lf_args.py, scripts/capture_ds_keys.py): the server never imports either.

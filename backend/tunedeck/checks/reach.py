@@ -1,10 +1,11 @@
 """What a job may reach beyond its run folder: paths, the network, Python shipped with a model.
 
-A submitter must not make the trainer read or write outside the workspace (and
-`TUNEDECK_ALLOWED_ROOTS`), send results or credentials to a service, or run code that came with a
-model, unless the server's settings allow it. The keys that take a path or reach the network are
-found in the captured LLaMA-Factory and DeepSpeed key tables by name, type and help text, so a key
-that a new version adds is covered without a list to keep up to date.
+A submitter must not make the trainer read outside the workspace (and `TUNEDECK_ALLOWED_ROOTS`),
+write outside the job's own run folder (writes.py), read the server's own files, send results or
+credentials to a service, or run code that came with a model or sits in a pickle (pickles.py),
+unless the server's settings allow it. The keys that take a path or reach the network are found in
+the captured LLaMA-Factory and DeepSpeed key tables by name, type and help text, so a key that a new
+version adds is covered without a list to keep up to date.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tunedeck.checks import hubcache
+from tunedeck.checks import hubcache, pickles, writes
 from tunedeck.checks.lint import Finding, ds_table, finding, lf_table, truthy
 from tunedeck.config import Settings
 
@@ -71,6 +72,26 @@ def lf_path_keys() -> dict[str, PathKey]:
 
 
 @lru_cache
+def lf_write_keys() -> dict[str, bool]:
+    """The path keys the trainer writes to (by their help) → True for "save or load" ones (written only
+    while the folder is absent or empty: LLaMA-Factory's has_tokenized_data)."""
+    args = lf_table()["args"]
+    return {
+        k: writes.when_absent(args[k].get("help") or "")
+        for k in lf_path_keys()
+        if k not in OWNED and writes.is_write(args[k].get("help"))
+    }
+
+
+@lru_cache
+def lf_pickle_keys() -> dict[str, pickles.Loads]:
+    """The path keys whose loader unpickles (by their help): checkpoints and weights."""
+    args = lf_table()["args"]
+    found = {k: pickles.loads(args[k].get("help") or "") for k in lf_path_keys() if k not in lf_write_keys()}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+@lru_cache
 def ds_path_keys() -> list[tuple[str, ...]]:
     """Where a DeepSpeed config takes a path (`("zero_optimization", "offload_param", "nvme_path")`)."""
     table = ds_table()
@@ -107,7 +128,17 @@ def ds_remote_monitors() -> list[str]:
 @dataclass
 class Checked:
     errors: list[dict[str, Any]] = field(default_factory=list)  # 422 items: paths outside the roots
-    findings: list[Finding] = field(default_factory=list)  # network, hub and remote-code findings
+    findings: list[Finding] = field(default_factory=list)  # network, hub, remote-code and pickle findings
+    writes: list[writes.Placed] = field(default_factory=list)  # placed in the run folder at render
+
+
+def server_files(settings: Settings) -> set[Path]:
+    """The server's own files (its database with its journals, the admin token): no key reaches them."""
+    db = settings.db_path
+    found = [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
+    if settings.admin_token_file is not None:
+        found.append(settings.admin_token_file)
+    return {p.resolve() for p in found}
 
 
 def confine(value: str, settings: Settings) -> Path | None:
@@ -137,9 +168,20 @@ class _Checker:
         self.read = read
         self.out = Checked()
         self.cache_dir: Path | None = None
+        self.own_cache: str | None = None  # a cache_dir the job writes: its own fresh folder, empty now
+        self.server_files = server_files(settings)
 
     def path_error(self, loc: list[Any], msg: str) -> None:
         self.out.errors.append({"loc": loc, "msg": msg, "type": "value_error"})
+
+    def refused(self, loc: list[Any]) -> bool:
+        return any(e["loc"] == loc for e in self.out.errors)
+
+    def snapshot(self, repo: str, *, kind: str = "model") -> Path | None:
+        """A hub id's local copy where the run will look for it (none in a cache the job writes itself)."""
+        if self.own_cache is not None:
+            return None
+        return hubcache.snapshot(repo, kind=kind, cache_dir=self.cache_dir)
 
     def network(self, loc: list[Any], what: str, *, code: str = "LF012") -> None:
         if self.s.allow_network_keys:
@@ -157,9 +199,9 @@ class _Checker:
     def hub(self, loc: list[Any], repo: str, *, dataset: bool) -> None:
         """A hub id: fine when it is in the local cache or the server lets runs download."""
         kind = "dataset" if dataset else "model"
-        if self.s.allow_hub or hubcache.snapshot(repo, kind=kind, cache_dir=self.cache_dir) is not None:
+        if self.s.allow_hub or self.snapshot(repo, kind=kind) is not None:
             return
-        where = self.cache_dir or hubcache.hub_cache()
+        where = self.own_cache or self.cache_dir or hubcache.hub_cache()
         folder = self.s.workspace / ("datasets" if dataset else "models") / repo.rsplit("/", 1)[-1]
         fix = (
             f"download it into the workspace (`hf download {repo} --{'repo-type dataset --' if dataset else ''}"
@@ -197,25 +239,53 @@ class _Checker:
             roots = ", ".join(map(str, self.s.roots))
             self.path_error(loc, f"path {value!r} is outside the allowed roots ({roots})")
             return value
+        if resolved in self.server_files:
+            self.path_error(loc, f"{value!r} is one of the server's own files; no key may point at it")
+            return value
         if key is not None and key.hub and not resolved.exists():
             # What the run loads (a model, an adapter, a dataset): a missing one fails only at load time.
             self.path_error(loc, f"{value!r} does not exist (looked for {resolved})")
         return str(resolved)
 
+    def write(self, value: str, loc: list[Any], *, when_absent: bool = False) -> str:
+        """A path the trainer writes: placed in the job's run folder (or its scratch folder) at render;
+        until then the value reads `<run folder>/...`."""
+        if URL.match(value):
+            self.network(loc, f"is a URL ({value.split('://')[0]}://...)")
+            return value
+        if when_absent and Path(value).is_absolute():
+            found = confine(value, self.s)
+            if found is not None and found.is_dir() and any(found.iterdir()):
+                # It holds something: the trainer loads it (tokenized data) and writes nothing there.
+                return str(found)
+        placed = writes.place(value, tuple(loc), self.s)
+        if isinstance(placed, str):
+            why = f"{value!r} does not hold anything yet, so " if when_absent else f"{value!r}: "
+            self.path_error(loc, why + placed)
+            return value
+        self.out.writes.append(placed)
+        return placed.shown()
+
     def place_list(self, value: str, loc: list[Any], **kw: Any) -> str:
         # LLaMA-Factory splits several of these on commas: every part must be inside.
         return ",".join(self.place(part.strip(), loc, **kw) for part in value.split(","))
 
-    def nested(self, obj: Any, loc: list[Any]) -> Any:
-        """Path-named keys at any depth of a mapping (DeepSpeed sections, dict-valued arguments)."""
+    def nested(self, obj: Any, loc: list[Any], helps: dict[tuple[str, ...], str] | None = None) -> Any:
+        """Path-named keys at any depth of a mapping (DeepSpeed sections, dict-valued arguments). A
+        key whose help (`helps`, by its place below the top) does not say the trainer writes it is
+        read; one without help is taken as written (fail closed)."""
         if isinstance(obj, dict):
             for k, v in obj.items():
                 if isinstance(v, str) and PATH_NAME.search(str(k)) and v not in ("", "auto"):
-                    obj[k] = self.place(v, [*loc, k])
+                    help_text = (helps or {}).get(tuple(map(str, [*loc[1:], k])))
+                    if writes.is_write(help_text):
+                        obj[k] = self.write(v, [*loc, k])
+                    else:
+                        obj[k] = self.place(v, [*loc, k])
                 elif isinstance(v, (dict, list)):
-                    obj[k] = self.nested(v, [*loc, k])
+                    obj[k] = self.nested(v, [*loc, k], helps)
         elif isinstance(obj, list):
-            return [self.nested(v, [*loc, i]) for i, v in enumerate(obj)]
+            return [self.nested(v, [*loc, i], helps) for i, v in enumerate(obj)]
         return obj
 
     # ------------------------------------------------------------------ LLaMA-Factory arguments
@@ -244,6 +314,10 @@ class _Checker:
                 and (value == "ONLINE" or value.startswith("REMOTE:"))
             ):
                 self.dataset_names(config, value)
+            elif isinstance(value, str) and name in lf_write_keys():
+                config[name] = self.write(value, loc, when_absent=lf_write_keys()[name])
+                if name == "cache_dir":
+                    self.own_cache = config[name]
             elif isinstance(value, str):
                 config[name] = self.place_list(value, loc, key=key, subfolder=name in SUBFOLDER_KEYS)
                 if name == "cache_dir":
@@ -305,11 +379,92 @@ class _Checker:
 
     # ------------------------------------------------------------------ DeepSpeed
     def ds(self, ds: dict[str, Any]) -> None:
-        self.nested(ds, ["deepspeed"])
+        self.nested(ds, ["deepspeed"], writes.ds_helps())
+        self.ds_subfolders(ds)
         for section in ds_remote_monitors():
             part = ds.get(section)
             if isinstance(part, dict) and truthy(part.get("enabled")):
                 self.network(["deepspeed", section, "enabled"], f"sends metrics to {section}", code="DS010")
+
+    def ds_subfolders(self, ds: dict[str, Any]) -> None:
+        """A name DeepSpeed joins onto a written path (`job_name` inside `output_path`, or inside the
+        run folder when that is empty) must stay inside it."""
+        for where, base in writes.ds_subfolder_keys().items():
+            section: Any = ds
+            for part in where[:-1]:
+                section = section.get(part) if isinstance(section, dict) else None
+            if not isinstance(section, dict) or section.get(where[-1]) is None:
+                continue
+            value, loc = section[where[-1]], ["deepspeed", *where]
+            if not isinstance(value, str):
+                self.path_error(loc, f"must be a folder name (a string); got {type(value).__name__}")
+                continue
+            if Path(value).is_absolute() or value.startswith("~"):
+                self.path_error(
+                    loc, f"{value!r} must be a folder name inside `{base}`, not a path of its own"
+                )
+                continue
+            placed = [w for w in self.out.writes if w.loc == ("deepspeed", *where[:-1], base)]
+            if ".." in Path(value).parts:
+                why = "must not climb out of it (`..`)"
+            elif placed and placed[0].scratch is not None:
+                why = None  # the job's own scratch folder holds nothing tunedeck keeps
+            else:
+                why = writes.relative_problem(f"{placed[0].rel}/{value}" if placed else value)
+            if why:
+                self.path_error(loc, f"{value!r} inside `{base}` {why}")
+
+    # ------------------------------------------------------------------ pickles
+    def pickles(self, config: dict[str, Any]) -> None:
+        """Keys whose loader unpickles: only what tunedeck's own runs wrote, or safetensors, unless allowed."""
+        adapter_folder = config.get("adapter_folder")
+        for name, kind in lf_pickle_keys().items():
+            value, loc = config.get(name), ["config", name]
+            if name in SUBFOLDER_KEYS or not isinstance(value, str) or self.refused(loc):
+                continue
+            reasons = []
+            for part in filter(None, (v.strip() for v in value.split(","))):
+                if URL.match(part):
+                    continue
+                # A hub id the run downloads (TUNEDECK_ALLOW_HUB) is not here to look at.
+                folder = Path(part) if Path(part).is_absolute() else self.snapshot(part)
+                if folder is None:
+                    continue
+                if name == "adapter_name_or_path" and isinstance(adapter_folder, str) and adapter_folder:
+                    folder = folder / adapter_folder  # LLaMA-Factory loads the adapter from that subfolder
+                why = pickles.why(folder, self.s, kind)
+                if why:
+                    reasons.append(why)
+            if not reasons:
+                continue
+            what = "; ".join(reasons)
+            if self.s.allow_pickles:
+                self.out.findings.append(
+                    finding(
+                        "LF018",
+                        "warning",
+                        f"config.{name}",
+                        f"unpickles files no tunedeck run wrote, as the server's user ({what})",
+                        "load only pickles whose source you trust",
+                    )
+                )
+            else:
+                self.out.findings.append(
+                    finding(
+                        "LF017",
+                        "error",
+                        f"config.{name}",
+                        f"a pickle is code, run as the server's user when loaded: {what}",
+                        (
+                            "resume a tunedeck run (POST /api/jobs/<id>/resume) or name one of its checkpoint-N "
+                            "folders"
+                            if kind == "checkpoint"
+                            else f"point `{name}` to a tunedeck run's output or checkpoint, or to weights "
+                            "saved as safetensors"
+                        )
+                        + "; or set TUNEDECK_ALLOW_PICKLES=true on the server",
+                    )
+                )
 
     # ------------------------------------------------------------------ code shipped with the model
     def remote_code(self, config: dict[str, Any]) -> None:
@@ -325,11 +480,7 @@ class _Checker:
             ):
                 continue
             for part in filter(None, (v.strip() for v in value.split(","))):
-                folder = (
-                    Path(part)
-                    if Path(part).is_absolute()
-                    else hubcache.snapshot(part, cache_dir=self.cache_dir)
-                )
+                folder = Path(part) if Path(part).is_absolute() else self.snapshot(part)
                 if folder is None:
                     unknown.append(f"{name}: {part} (not in the local cache)")
                     continue
@@ -412,8 +563,9 @@ def check(
     *,
     read: Callable[[Path], Any] = read_json,
 ) -> Checked:
-    """Confine every path (rewritten in place to an absolute path inside the roots), and find
-    network keys, hub ids the run cannot load and remote code that the settings do not allow.
+    """Confine every path (rewritten in place: a read to an absolute path inside the roots, a write to
+    `<run folder>/...`, placed by `Checked.writes` at render), and find network keys, hub ids the run
+    cannot load, remote code and pickles that the settings do not allow.
     `read` opens the model's JSON files (a submission passes its own, which reads each once)."""
     c = _Checker(settings, read)
     c.lf_paths(config)
@@ -421,4 +573,5 @@ def check(
     if isinstance(ds, dict):
         c.ds(ds)
     c.remote_code(config)
+    c.pickles(config)
     return c.out

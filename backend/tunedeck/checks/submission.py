@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tunedeck import tree
-from tunedeck.checks import catalog, hubcache, jobenv, kinds, lint, reach
+from tunedeck.checks import catalog, hubcache, jobenv, kinds, lint, reach, writes
 from tunedeck.checks import estimate as est
 from tunedeck.checks.presets import deepspeed_presets
 from tunedeck.config import Settings
@@ -74,7 +74,7 @@ class Rendered(NamedTuple):
 class Submission:
     """A spec resolved against the server's settings and the node."""
 
-    config: dict[str, Any]  # as it runs: paths absolute inside the roots, tunedeck's own keys set
+    config: dict[str, Any]  # as it runs: read paths absolute inside the roots, tunedeck's own keys set
     ds_config: dict[str, Any] | None
     model_config: dict[str, Any] | None  # the model's config.json, when it could be read
     gpus: int
@@ -84,6 +84,9 @@ class Submission:
     estimate: dict[str, Any] | None
     estimate_errors: list[dict[str, Any]]  # 422 detail items saying why there is no estimate
     kind: kinds.Kind = kinds.KINDS["train"]
+    # The paths the trainer writes (they read `<run folder>/...` above): placed by render, once the
+    # job's run folder is known, inside it or in the job's own folder under the scratch root.
+    writes: tuple[writes.Placed, ...] = ()
 
     @property
     def notes(self) -> list[lint.Finding]:
@@ -96,28 +99,34 @@ class Submission:
             raise SpecError(self.errors)
         return self
 
-    def render(self, *, output_dir: Path, ds_path: Path) -> tuple[str, str | None]:
+    def render(self, *, run_dir: Path) -> tuple[str, str | None]:
         """The train.yaml and ds_config.json texts for a job's run folder."""
-        config = dict(self.config)
+        config, ds_config = copy.deepcopy(self.config), copy.deepcopy(self.ds_config)
+        for placed in self.writes:
+            node: Any = config if placed.loc[0] == "config" else ds_config
+            for part in placed.loc[1:-1]:
+                node = node[part]
+            node[placed.loc[-1]] = str(placed.path(run_dir))
         if key := kinds.output_key(self.kind):
-            config[key] = str(output_dir)
-        if self.ds_config is not None:
-            config["deepspeed"] = str(ds_path)
+            config[key] = str(runfiles.output_dir(run_dir))
+        if ds_config is not None:
+            config["deepspeed"] = str(run_dir / runfiles.DS_CONFIG)
         import yaml  # loaded by the first launch or preview, not by every server start
 
         train_yaml = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
-        ds = None if self.ds_config is None else json.dumps(self.ds_config, indent=2) + "\n"
+        ds = None if ds_config is None else json.dumps(ds_config, indent=2) + "\n"
         return train_yaml, ds
 
     def write(self, run_dir: Path) -> Rendered:
         """A fresh run folder holding train.yaml (and ds_config.json); the trainer writes to output/."""
         run_dir.mkdir(parents=True, exist_ok=False)
-        output_dir, ds_path = runfiles.output_dir(run_dir), run_dir / runfiles.DS_CONFIG
-        train_yaml, ds = self.render(output_dir=output_dir, ds_path=ds_path)
+        for scratch in {p.scratch for p in self.writes if p.scratch is not None}:
+            writes.own_scratch(scratch, run_dir)
+        train_yaml, ds = self.render(run_dir=run_dir)
         (run_dir / runfiles.TRAIN_YAML).write_text(train_yaml)
         if ds is not None:
-            ds_path.write_text(ds)
-        return Rendered(train_yaml, ds, output_dir)
+            (run_dir / runfiles.DS_CONFIG).write_text(ds)
+        return Rendered(train_yaml, ds, runfiles.output_dir(run_dir))
 
 
 def bound(config: dict[str, Any], ds: Any, settings: Settings) -> None:
@@ -152,6 +161,11 @@ def _deepspeed(
             # A YAML written for LLaMA-Factory's examples/ names a file we ship as a preset.
             path = ds_presets[Path(value).stem]
             warnings.append(f"deepspeed {value!r} not found in the workspace; using preset {path.stem!r}")
+    if path is not None and path.resolve() in reach.server_files(settings):
+        errors.append(
+            detail(["deepspeed"], f"{value!r} is one of the server's own files; no key may point at it")
+        )
+        return None
     if path is None or not path.is_file():
         names = ", ".join(ds_presets) or "none"
         errors.append(
@@ -348,6 +362,7 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
         estimate=estimate,
         estimate_errors=estimate_errors,
         kind=kind,
+        writes=tuple(reached.writes),
     )
 
 

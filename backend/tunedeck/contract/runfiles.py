@@ -14,6 +14,7 @@ Both sides import this module, so it imports nothing of either.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 TRAIN_YAML = "train.yaml"
@@ -29,6 +30,7 @@ TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factor
 EXTRA_LOG = "tunedeck_log.jsonl"  # beside it: what trainer_log leaves out (grad_norm...), line for line
 PLACEMENT = "placement.json"  # the ray executor's: where each rank of the job runs
 MEMORY_CSV = "memory.csv"  # an imported run's memory samples, kept beside its other files
+CHECKPOINT = re.compile(r"^checkpoint-(\d{1,12})$")  # the Trainer's checkpoint-<step> in the output folder
 
 
 def ranked(name: str, rank: int) -> str:

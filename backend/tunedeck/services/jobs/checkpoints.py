@@ -6,10 +6,11 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tunedeck.contract import runfiles
 from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.store.tables import Job
 
-NAME = re.compile(r"^checkpoint-(\d{1,12})$")
+NAME = runfiles.CHECKPOINT
 # File name → what it holds; the first match wins, in this order.
 PARTS = (
     ("adapter", re.compile(r"^adapter_model\.(safetensors|bin)$")),
