@@ -26,6 +26,7 @@ from tunedeck.scheduler import Scheduler
 from tunedeck.services.alert_engine import AlertEngine
 from tunedeck.services.chat import ChatIdle
 from tunedeck.services.cluster import RayNodes
+from tunedeck.services.devices import Devices
 from tunedeck.services.events import Broadcaster
 from tunedeck.services.ingest import IngestWriter
 from tunedeck.services.ingest_process import ProcessStore
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         )
         writer = IngestWriter(engine, state=jobstate, store=store)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        app.state.devices = Devices(engine)  # what each job's runners may report (telemetry route)
         app.state.cluster = (
             RayNodes(engine, address=settings.ray_address, cache_s=settings.nodes_cache_s)
             if settings.executor == "ray"
