@@ -34,6 +34,7 @@ from tunedeck.services.jobstate import JobState
 from tunedeck.services.nodes import NodeInventory
 from tunedeck.services.notify import Notifier
 from tunedeck.services.retention import Retention
+from tunedeck.services.storage import StorageHealth
 from tunedeck.strictjson import StrictJSONResponse
 from tunedeck.telemetry import detect_gpus
 
@@ -87,7 +88,9 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             if settings.ingest_process
             else None
         )
-        writer = IngestWriter(engine, state=jobstate, store=store)
+        # The newest full disk or damaged file met, for /api/health (told by the writer and the error handlers).
+        storage = app.state.storage = StorageHealth(settings.db_path.parent)
+        writer = IngestWriter(engine, state=jobstate, store=store, health=storage)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         app.state.devices = Devices(engine)  # what each job's runners may report (telemetry route)
         app.state.cluster = (

@@ -27,6 +27,7 @@ from tunedeck.lflog import parse_point
 from tunedeck.protocol import MemoryColumns, TelemetryBatch
 from tunedeck.services import bulk, jobstate, pace, pyramid
 from tunedeck.services.jobstate import Ended, JobState
+from tunedeck.services.storage import StorageFault, StorageHealth, fault_of
 from tunedeck.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint
 from tunedeck.workers import Worker
 
@@ -192,7 +193,7 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
             pyramid.catch_up(conn, fresh)
         return Stored([None] * len(group), fresh.before, fresh.top)
     except Exception:
-        errors: list[Exception | None] = []
+        errors: list[Exception | None] = []  # a full disk or a damaged file said as such (storage.fault_of)
         for job_id, batch in group:
             try:
                 with state.begin() as conn:
@@ -201,7 +202,7 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
                     pyramid.catch_up(conn)
                 errors.append(None)
             except Exception as e:  # the waiting request gets the error
-                errors.append(e)
+                errors.append(fault_of(e) or e)
         return Stored(errors)
 
 
@@ -262,9 +263,12 @@ class IngestWriter(Worker):
         state: JobState | None = None,
         group_max: int = 200,
         store: Store | None = None,
+        health: StorageHealth | None = None,
     ):
         super().__init__()
         self.engine = engine
+        # Told of a full disk or a damaged file a group met, and of each group stored (/api/health).
+        self.health = health
         self.state = state or JobState(engine)  # a runner's exit report moves its job
         self.store: Store = store if store is not None else LocalStore(self.state)
         self.group_max = group_max
@@ -357,6 +361,12 @@ class IngestWriter(Worker):
         return group
 
     def _answer(self, group: list[tuple[int, dict[str, Any], Future]], stored: Stored) -> None:
+        if self.health is not None:
+            faults = [e for e in stored.errors if isinstance(e, StorageFault)]
+            if faults:
+                self.health.failed(faults[0])
+            elif not any(stored.errors):
+                self.health.worked()
         for (*_, fut), error in zip(group, stored.errors):
             with contextlib.suppress(InvalidStateError):  # (a future its waiter cancelled)
                 if error is None:
