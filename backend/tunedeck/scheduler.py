@@ -79,6 +79,39 @@ class Scheduler(Worker):
     def run_once(self) -> None:
         self.tick()
 
+    # ------------------------------------------------------------------ the server starts and stops
+    def start(self) -> None:
+        """The server is back: runners whose trainer ends deliver to it again (runfiles.SERVER_STOPPED)."""
+        for run_dir in self._running_dirs():
+            try:
+                (run_dir / runfiles.SERVER_STOPPED).unlink(missing_ok=True)
+            except OSError:  # an unwritable run folder: its runner sees the server answer all the same
+                pass
+        super().start()
+
+    def stop(self) -> None:
+        """Tell the running jobs' runners, through their run folders (any executor's, any node's):
+        one whose trainer has ended and that finds no server leaves its outbox to the next start (the
+        first pass replays it) instead of retrying for `runner_give_up_s`."""
+        super().stop()
+        for run_dir in self._running_dirs():
+            try:
+                (run_dir / runfiles.SERVER_STOPPED).write_text(f"{utcnow().isoformat()}\n")
+            except OSError as e:  # a run folder gone or unwritable: that runner waits as before
+                log.warning("cannot tell the runner in %s that the server stops: %s", run_dir, e)
+
+    def _running_dirs(self) -> list[Path]:
+        try:
+            with Session(self.engine) as session:
+                return [
+                    Path(d)
+                    for d in session.exec(select(Job.run_dir).where(Job.status == JobStatus.running))
+                    if d
+                ]
+        except Exception:  # (a database that cannot be read: nothing to tell)
+            log.exception("scheduler: the running jobs' run folders could not be read")
+            return []
+
     # ------------------------------------------------------------------ one pass
     def tick(self) -> None:
         with Session(self.engine) as session:
