@@ -78,7 +78,15 @@ def test_series_keep_spikes_when_downsampled_and_zoom_gets_finer_points(app_fact
 def test_the_outbox_of_a_dead_runner_is_replayed_logs_and_memory_too(app_factory, assets):
     """ "...and the server replays the outbox of a runner that died": every kind of item in it."""
     app = app_factory()
-    job = create_job(app.engine, app.settings, config=demo_config(assets), name="died", runner_token="r")
+    job = create_job(
+        app.engine,
+        app.settings,
+        config=demo_config(assets),
+        name="died",
+        runner_token="r",
+        gpus=1,
+        node_gpus=1,
+    )
     t = 1_800_000_000.0
     batches = [
         {

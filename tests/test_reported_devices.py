@@ -1,13 +1,20 @@
 """A runner reports only the devices its job was given: `gpus` GPU indices on each of its `nodes`,
 and each node's host memory (gpu -1). A batch naming more is refused with a 422 naming the field,
-before anything of it is stored, however many indices it names."""
+before anything of it is stored, however many indices it names; a dead runner's outbox, replayed by
+the scheduler, is held to the same rule."""
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import demo_config
 from tests.utils.factories import create_job
+from tests.utils.wait import until
 from tunedeck import wire
 from tunedeck.services.devices import Devices, NotGiven
 
@@ -134,3 +141,35 @@ def test_a_cpu_job_reports_host_memory_only(app, assets):
         0,
     ]
     assert series(app, one) == {("", 0), ("", -1)}
+
+
+def test_a_replayed_outbox_is_held_to_the_same_rules(app, assets):
+    """The trainer (code the job chose) can write the run folder: the outbox is read as the route reads."""
+    made = create_job(
+        app.engine,
+        app.settings,
+        config=demo_config(assets),
+        name="died",
+        gpus=1,
+        node_gpus=1,
+        runner_token=RUNNER,
+    )
+
+    def logs(line: int, text: str) -> list[dict]:
+        return [{"line": line, "t": 1_800_000_000.0 + line, "stream": "stdout", "text": text}]
+
+    lines = [
+        {"seq": 0, "node": "n", "logs": logs(0, "zero"), "memory": columns([0, -1])},
+        {"seq": "not a number", "logs": logs(1, "never")},  # the model refuses it: skipped
+        {"seq": 1, "node": "n", "logs": logs(2, "two"), "memory": columns(list(range(20000)), 10)},
+        {"seq": 2, "node": "n", "states": [{"event": "exited", "exit_code": 0}]},
+    ]
+    Path(made.run_dir, "outbox.jsonl").write_text("".join(json.dumps(b) + "\n" for b in lines))
+    os.kill(made.runner_pid, signal.SIGKILL)  # the runner dies with all of it unsent
+    done = until(
+        lambda: (j := app.api.get(f"/api/jobs/{made.id}").json())["status"] != "running" and j,
+        "the runner found lost and its outbox replayed",
+    )
+    assert done["status"] == "succeeded", done  # the trainer's end, from the outbox
+    assert [x["text"] for x in app.all(made.id, "logs")] == ["zero", "two"]
+    assert series(app, made.id) == {("n", 0), ("n", -1)}  # the 20,000 GPUs left out, not their batch

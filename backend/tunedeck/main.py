@@ -111,6 +111,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             writer=writer,
             state=jobstate,
             node_gpus=node_gpus,
+            devices=app.state.devices,
         )
         # Every background thread, started in this order and stopped in reverse: each is up before
         # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).

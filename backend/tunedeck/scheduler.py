@@ -30,12 +30,15 @@ import secrets
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from tunedeck import placement, queueplan, runfiles
 from tunedeck.config import Settings
-from tunedeck.services.ingest import IngestWriter
+from tunedeck.protocol import TelemetryBatch
+from tunedeck.services.devices import Devices, NotGiven
+from tunedeck.services.ingest import IngestWriter, plain
 from tunedeck.services.jobstate import JobState, move
 from tunedeck.tables import Job, JobStatus, utcnow
 from tunedeck.workers import Worker
@@ -59,8 +62,10 @@ class Scheduler(Worker):
         writer: IngestWriter,
         state: JobState,
         node_gpus: int,
+        devices: Devices | None = None,
     ):
         super().__init__()
+        self.devices = devices  # what a replayed outbox may name, as the telemetry route holds it
         self.settings = settings
         self.engine = engine
         self.executor = executor
@@ -142,7 +147,8 @@ class Scheduler(Worker):
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
         run_dir = Path(job.run_dir)
         for rank in range(job.nodes):  # every node's runner keeps an outbox of its own
-            self._replay(job.id, _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank)))
+            outbox = _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank))
+            self._replay(job.id, [b for b in (self._replayable(job, b) for b in outbox) if b is not None])
         session.refresh(job)
         if job.status != JobStatus.running:
             return
@@ -166,6 +172,27 @@ class Scheduler(Worker):
                 error=reason or f"runner lost (killed {killed} leftover process(es))",
             )
         log.warning("job %s: %s", job.id, reason or "runner lost")
+
+    def _replayable(self, job: Job, batch: object) -> dict | None:
+        """An outbox line as the telemetry route would take it (the trainer, whose code the job chose,
+        can write the run folder too): None when the model refuses it; without its memory samples when
+        they name a device the job was not given (its other items, the trainer's end above all, stay)."""
+        try:
+            out = plain(TelemetryBatch.model_validate(batch))
+        except ValidationError as e:
+            log.warning("job %s: an outbox line is not a batch, skipped: %s", job.id, e.errors()[:1])
+            return None
+        if self.devices is not None:
+            try:
+                self.devices.admit(
+                    job_id=job.id, gpus=job.gpus, nodes=job.nodes, node=out["node"], memory=out["memory"]
+                )
+            except NotGiven as e:
+                log.warning(
+                    "job %s: outbox batch %s left without its memory samples: %s", job.id, out["seq"], e.msg
+                )
+                out["memory"] = []
+        return out
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
         for fut in [self.writer.submit(job_id, b) for b in batches]:
