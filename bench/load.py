@@ -194,9 +194,10 @@ def watch_stored(db: Path, jobs: list[int], stored: dict, stop: threading.Event)
 def play_runner(db: sqlite3.Connection, job: int, token: str) -> None:
     """This process as the job's runner, as the scheduler records one it launched: the runner token,
     the job running, and this process's pid and start time (so the server sees its runner alive, and
-    judges the job's series as a running job's)."""
+    judges the job's series as a running job's); the job holds the 8 GPUs its samples name (a runner
+    reports only its job's devices)."""
     db.execute(
-        "UPDATE jobs SET runner_token_hash = ?, status = 'running', started_at = datetime('now'), "
+        "UPDATE jobs SET runner_token_hash = ?, status = 'running', started_at = datetime('now'), gpus = 8, "
         "runner_pid = ?, runner_started = ? WHERE id = ?",
         (hashlib.sha256(token.encode()).hexdigest(), os.getpid(), psutil.Process().create_time(), job),
     )

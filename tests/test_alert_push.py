@@ -38,8 +38,8 @@ def paused_job(server_factory, assets, name: str):
     )
     job = server.submit({"name": name, "config": demo_config(assets), "gpus": 0})["id"]
     with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
-        db.execute(
-            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+        db.execute(  # the runner's token, and the GPU its samples name (a runner reports its job's devices)
+            "UPDATE jobs SET runner_token_hash = ?, gpus = 1 WHERE id = ?",
             (hashlib.sha256(TOKEN.encode()).hexdigest(), job),
         )
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

@@ -66,7 +66,17 @@ def app(app_factory):
 
 
 def new_job(app, assets, name: str) -> int:
-    return create_job(app.engine, app.settings, config=demo_config(assets), name=name, runner_token=TOKEN).id
+    """A running job on the four GPUs its samples name."""
+    made = create_job(
+        app.engine,
+        app.settings,
+        config=demo_config(assets),
+        name=name,
+        runner_token=TOKEN,
+        gpus=4,
+        node_gpus=4,
+    )
+    return made.id
 
 
 def test_columns_store_what_rows_store(app, assets):

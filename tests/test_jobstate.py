@@ -169,7 +169,15 @@ def test_a_lost_runner_ends_its_job_with_the_webhook_and_its_alerts_closed(app_f
     Receiver.got = []
     try:
         app = app_factory(TUNEDECK_WEBHOOK_URLS=json.dumps([f"http://127.0.0.1:{http.server_port}/hook"]))
-        job = create_job(app.engine, app.settings, config=demo_config(assets), name="lost", runner_token="r")
+        job = create_job(
+            app.engine,
+            app.settings,
+            config=demo_config(assets),
+            name="lost",
+            runner_token="r",
+            gpus=1,
+            node_gpus=1,
+        )
         full = [
             {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 97 * GiB, "total_bytes": 100 * GiB}
             for i in range(10)

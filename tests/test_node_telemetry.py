@@ -5,8 +5,10 @@ and the job page name the node."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
+from contextlib import closing
 from http.server import HTTPServer
 
 import pytest
@@ -48,6 +50,9 @@ def two_node_job(server_factory, assets, tmp_path, hooks):
     )
     job = server.submit({"name": "two nodes", "config": demo_config(assets), "gpus": 0})["id"]
     server.wait(job, ("running",))
+    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
+        # What a Ray placement records (the local executor runs one node): one GPU on each of two nodes.
+        db.execute("UPDATE jobs SET gpus = 1, nodes = 2 WHERE id = ?", (job,))
     token = until(lambda: (tmp_path / "token").is_file() and (tmp_path / "token").read_text(), "runner token")
     return server, job, {"Authorization": f"Bearer {token}"}, hooks[1]
 

@@ -73,19 +73,17 @@ def test_metrics_report_what_was_ingested(server_factory, assets, tmp_path):
     server = server_factory(
         TUNEDECK_OPEN_READ="false",
         TUNEDECK_TRAIN_PYTHON=str(standin),
-        TUNEDECK_GPU_SLOTS="0",
+        TUNEDECK_GPU_SLOTS="2",  # logical GPUs: the job's runner is a stand-in, its samples are this test's
         TUNEDECK_CPU_SLOTS="1",
     )
     api, auth = server.api, {"Authorization": f"Bearer {token}"}
-    spec = {"name": "watched", "config": demo_config(assets), "gpus": 0}
+    spec = {"name": "watched", "config": demo_config(assets), "gpus": 2}
     running = server.submit(spec)["id"]
     until(
         lambda: (j := api.get(f"/api/jobs/{running}", headers=auth).json())["status"] == "running" and j,
         "running job",
     )
-    queued = [
-        server.submit({**spec, "name": f"waiting {i}"})["id"] for i in range(2)
-    ]  # the one CPU slot is taken
+    queued = [server.submit({**spec, "name": f"waiting {i}"})["id"] for i in range(2)]  # both GPUs are taken
     runner_token = until(
         lambda: (tmp_path / "token").is_file() and (tmp_path / "token").read_text(), "the runner's token"
     )

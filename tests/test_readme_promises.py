@@ -78,7 +78,15 @@ def test_series_keep_spikes_when_downsampled_and_zoom_gets_finer_points(app_fact
 def test_the_outbox_of_a_dead_runner_is_replayed_logs_and_memory_too(app_factory, assets):
     """ "...and the server replays the outbox of a runner that died": every kind of item in it."""
     app = app_factory()
-    job = create_job(app.engine, app.settings, config=demo_config(assets), name="died", runner_token="r")
+    job = create_job(
+        app.engine,
+        app.settings,
+        config=demo_config(assets),
+        name="died",
+        runner_token="r",
+        gpus=1,
+        node_gpus=1,
+    )
     t = 1_800_000_000.0
     batches = [
         {
@@ -184,7 +192,13 @@ def test_a_hanging_webhook_blocks_neither_api_nor_telemetry(hook, good_hook, app
         until(lambda: hook.requests, "the webhook request")
         # The hook holds that request: everything else goes on meanwhile.
         job = create_job(
-            app.engine, app.settings, config=demo_config(assets), name="watched", runner_token="r"
+            app.engine,
+            app.settings,
+            config=demo_config(assets),
+            name="watched",
+            runner_token="r",
+            gpus=1,
+            node_gpus=1,
         )
         full = [
             {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 99 * GiB, "total_bytes": 100 * GiB}
@@ -222,7 +236,15 @@ def test_a_hanging_webhook_blocks_neither_api_nor_telemetry(hook, good_hook, app
 def test_the_job_stream_sends_alert_events(app_factory, assets):
     """Live updates: `GET /api/stream?job=ID` (events `job`, `metrics`, `logs`, `memory`, `alerts`)."""
     app = app_factory()
-    job = create_job(app.engine, app.settings, config=demo_config(assets), name="hot", runner_token="r")
+    job = create_job(
+        app.engine,
+        app.settings,
+        config=demo_config(assets),
+        name="hot",
+        runner_token="r",
+        gpus=1,
+        node_gpus=1,
+    )
     full = [
         {"line": i, "t": 1_800_000_000.0 + i, "gpu": 0, "used_bytes": 99 * GiB, "total_bytes": 100 * GiB}
         for i in range(10)

@@ -125,8 +125,15 @@ class Settings(BaseSettings):
     runner_give_up_s: float = Field(
         3600.0,
         gt=0,
-        description="After training ends, how long a runner keeps trying to deliver its buffer "
-        "before it exits (the server also reads the buffer from the run folder).",
+        description="After training ends, how long a runner keeps trying to deliver its buffer while the "
+        "server answers (a full disk) before it exits (the server also reads the buffer from the run folder).",
+    )
+    runner_unreachable_s: float = Field(
+        120.0,
+        gt=0,
+        description="After training ends, how long a runner keeps retrying while no server answers at all "
+        "(refused or timed out) before it exits; one stopped with SIGTERM tells its runners, which then exit "
+        "at once. Its outbox stays in the run folder, replayed when the server finds the runner gone.",
     )
     open_read: bool = Field(
         True, description="Reading needs no token (a wall-screen team page); false: any valid token."

@@ -38,7 +38,9 @@ from tunedeck.scheduling import executors
 from tunedeck.scheduling.scheduler import Scheduler
 from tunedeck.services.alerting.engine import AlertEngine
 from tunedeck.services.alerting.notify import Notifier
+from tunedeck.services.ingest.devices import Devices
 from tunedeck.services.ingest.retention import Retention
+from tunedeck.services.ingest.storage import StorageHealth
 from tunedeck.services.ingest.store_process import ProcessStore
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.services.jobs.chat import ChatIdle
@@ -98,8 +100,11 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             if settings.ingest_process
             else None
         )
-        writer = IngestWriter(engine, state=jobstate, store=store)
+        # The newest full disk or damaged file met, for /api/health (told by the writer and the error handlers).
+        storage = app.state.storage = StorageHealth(settings.db_path.parent)
+        writer = IngestWriter(engine, state=jobstate, store=store, health=storage)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
+        app.state.devices = Devices(engine)  # what each job's runners may report (telemetry route)
         # By name from the registry: an executor's own dependencies (Ray) load only when it is chosen.
         executor = executors.build(settings.executor, settings, engine=engine, inventory=app.state.nodes)
         scheduler = Scheduler(
@@ -109,6 +114,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             writer=writer,
             state=jobstate,
             node_gpus=node_gpus,
+            devices=app.state.devices,
         )
         # Every background thread, started in this order and stopped in reverse: each is up before
         # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).

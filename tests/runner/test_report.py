@@ -75,7 +75,7 @@ def test_queued_batches_go_together_and_a_refused_one_alone(server_factory, asse
     os.kill(server.proc.pid, signal.SIGSTOP)
     try:
         for n in range(40):
-            sample = {"line": n, "t": 1.0 + n, "gpu": 0, "used_bytes": 2**30 + n}
+            sample = {"line": n, "t": 1.0 + n, "gpu": -1, "used_bytes": 2**30 + n}  # a CPU job's host memory
             reporter.add(
                 metrics=[{"line": n, "t": 1.0 + n, "raw": json.dumps({"current_steps": n + 1})}],
                 logs=[{"line": 0, "t": 1.0, "stream": "stdout", "text": "x" * 60000}] if n == 25 else [],
@@ -104,7 +104,7 @@ def test_an_item_the_model_refuses_is_dropped_where_it_is_made(server_factory, a
     )
     step = {"line": 0, "t": 1.0, "raw": json.dumps({"current_steps": 1})}
     too_long = {"line": 1, "t": 1.0, "raw": "x" * 70000}
-    samples = [{"line": n, "t": 1.0, "gpu": 0, "used_bytes": -1 if n == 1 else 2**30 + n} for n in range(3)]
+    samples = [{"line": n, "t": 1.0, "gpu": -1, "used_bytes": -1 if n == 1 else 2**30 + n} for n in range(3)]
     reporter.add(metrics=[step, too_long], memory=samples)
     reporter.add(logs=[{"line": 0, "t": float("nan"), "stream": "stdout", "text": "bad time"}])
     reporter.add(metrics=[{"line": 2, "t": 2.0, "raw": json.dumps({"current_steps": 2})}])

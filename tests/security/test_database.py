@@ -125,7 +125,10 @@ def test_damage_at_run_time_is_a_503_and_refused_at_start_until_restored(tmp_pat
         r = server.api.get(f"/api/jobs/{job}/metrics", params={"limit": 5000})
         assert r.status_code == 503, r.text
         assert "damaged" in r.json()["detail"] and "tunedeck db backup" in r.json()["detail"]
-        assert server.api.get("/api/health").status_code == 200
+        assert r.headers["Retry-After"]
+        health = server.api.get("/api/health")  # it answers, and says why the server is not well
+        assert health.status_code == 200 and health.json()["status"] == "degraded"
+        assert "damaged" in health.json()["reason"] and "tunedeck db restore" in health.json()["reason"]
     finally:
         server.stop()
 

@@ -106,9 +106,10 @@ def deck(tmp_path_factory, assets):
             " ?, ?, 4)",
             (rich["id"], T0 + 50, T0 + 10, T0 + 50),
         )
-        # The token a runner holds (the server hands it only to the runner): this test's own.
+        # The token a runner holds (the server hands it only to the runner): this test's own; and the
+        # GPU its samples name (a runner reports only its job's devices).
         db.execute(
-            "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
+            "UPDATE jobs SET runner_token_hash = ?, gpus = 1 WHERE id = ?",
             (hashlib.sha256(token.encode()).hexdigest(), telemetry["id"]),
         )
     samples = {

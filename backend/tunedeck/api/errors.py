@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -12,7 +10,19 @@ from sqlalchemy.exc import DatabaseError
 from tunedeck.config import Settings
 from tunedeck.problems import SpecError
 from tunedeck.services.errors import Conflict, NotFound
-from tunedeck.store.db import RESTORE_HINT
+from tunedeck.services.ingest.storage import RETRY_AFTER_S, StorageFault, fault_of
+
+
+def _storage(request: Request, fault: StorageFault) -> JSONResponse:
+    """507 (full) or 503 with the reason and Retry-After; /api/health says it too while it holds."""
+    health = getattr(request.app.state, "storage", None)
+    if health is not None:
+        health.failed(fault)
+    return JSONResponse(
+        status_code=fault.status,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+        content={"detail": fault.reason},
+    )
 
 
 def install(app: FastAPI, settings: Settings) -> None:
@@ -36,7 +46,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         )
 
     @app.exception_handler(DatabaseError)
-    async def _db_error(_: Request, e: DatabaseError) -> JSONResponse:
+    async def _db_error(request: Request, e: DatabaseError) -> JSONResponse:
         text = str(e.orig)
         if "locked" in text or "busy" in text:
             # Another writer (a backup, a sqlite3 shell) held the lock past TUNEDECK_DB_BUSY_TIMEOUT_S.
@@ -48,21 +58,20 @@ def install(app: FastAPI, settings: Settings) -> None:
                     f"{settings.db_busy_timeout_s:g} s"
                 },
             )
-        if "malformed" in text or "not a database" in text:
-            return JSONResponse(
-                status_code=503,
-                content={"detail": f"database damaged ({text}): stop the server and {RESTORE_HINT}"},
-            )
-        if "disk is full" in text or "readonly" in text or "read-only" in text:
-            status = 507 if "full" in text else 503
-            return JSONResponse(status_code=status, content={"detail": f"database storage error: {text}"})
+        if fault := fault_of(e):  # a full disk, a read-only workspace, a damaged file
+            return _storage(request, fault)
         raise e
 
     @app.exception_handler(OSError)
-    async def _os_error(_: Request, e: OSError) -> JSONResponse:
+    async def _os_error(request: Request, e: OSError) -> JSONResponse:
         # Disk full or a read-only workspace: say so instead of a bare 500.
-        status = 507 if e.errno == errno.ENOSPC else 503
-        return JSONResponse(status_code=status, content={"detail": f"storage error: {e.strerror or e}"})
+        if fault := fault_of(e):
+            return _storage(request, fault)
+        return JSONResponse(status_code=503, content={"detail": f"storage error: {e.strerror or e}"})
+
+    @app.exception_handler(StorageFault)
+    async def _storage_fault(request: Request, e: StorageFault) -> JSONResponse:
+        return _storage(request, e)  # what the ingest writer's store met
 
     @app.exception_handler(SpecError)
     async def _spec_error(_: Request, e: SpecError) -> JSONResponse:

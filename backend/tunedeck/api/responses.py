@@ -92,7 +92,10 @@ class Calibration(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"]
+    reason: str | None = Field(
+        None, description="why it is degraded: a full disk, a read-only workspace or a damaged database"
+    )
     version: str
     executor: str
     gpus: int = Field(description="GPUs the scheduler hands out on this node")

@@ -15,11 +15,14 @@ router = APIRouter(prefix="/api", tags=["system"])
 
 @router.get("/health", response_model=Health)
 def health(request: Request, session: SessionDep) -> dict:
-    """Liveness, version and what the scheduler sees (answers anyone: no paths)."""
+    """Liveness, version and what the scheduler sees (answers anyone: no paths); "degraded" and why
+    while the disk is full, the workspace read-only or the database damaged."""
     session.exec(text("SELECT 1"))
     state = request.app.state
+    status, reason = state.storage.state()
     return {
-        "status": "ok",
+        "status": status,
+        "reason": reason,
         "version": __version__,
         "executor": state.executor.name,
         "gpus": state.node_gpus,

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api.responses import Stored, errors
@@ -23,6 +23,7 @@ from tunedeck.contract import wire
 from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.scheduling.scheduler import token_hash
 from tunedeck.services.errors import NotFound
+from tunedeck.services.ingest.devices import NotGiven
 from tunedeck.services.ingest.writer import plain
 from tunedeck.store.tables import Job
 
@@ -96,9 +97,14 @@ BODY = {
 }
 
 
-def _check_runner(engine: Engine, job_id: int, authorization: str | None) -> None:
-    with engine.connect() as conn:  # two columns: no session and no ORM object per batch
-        row = conn.execute(select(JOBS.c.status, JOBS.c.runner_token_hash).where(JOBS.c.id == job_id)).first()
+def _check_runner(state: Any, job_id: int, authorization: str | None, batch: dict[str, Any]) -> None:
+    """The job's runner token, and only devices the job was given (services.devices)."""
+    with state.engine.connect() as conn:  # a few columns: no session and no ORM object per batch
+        row = conn.execute(
+            select(JOBS.c.status, JOBS.c.runner_token_hash, JOBS.c.gpus, JOBS.c.nodes).where(
+                JOBS.c.id == job_id
+            )
+        ).first()
     if row is None:
         raise NotFound(f"job {job_id} not found")
     token = (authorization or "").removeprefix("Bearer ").strip()
@@ -108,6 +114,16 @@ def _check_runner(engine: Engine, job_id: int, authorization: str | None) -> Non
         )
     if not row.runner_token_hash or not hmac.compare_digest(token_hash(token), row.runner_token_hash):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
+    try:
+        state.devices.admit(
+            job_id=job_id,
+            gpus=row.gpus,
+            nodes=row.nodes,
+            node=batch.get("node") or "",
+            memory=batch.get("memory"),
+        )
+    except NotGiven as e:
+        raise RequestValidationError([{"loc": e.loc, "msg": e.msg, "type": "value_error"}]) from None
 
 
 @router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413), openapi_extra=BODY)
@@ -118,7 +134,7 @@ async def ingest(
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict:
     """Store a runner's batch (idempotent: items are keyed by their line numbers)."""
-    await run_in_threadpool(_check_runner, request.app.state.engine, job_id, authorization)
+    await run_in_threadpool(_check_runner, request.app.state, job_id, authorization, batch)
     # Awaited here, not in a worker thread: a slow commit holds no thread of the pool, whatever the
     # number of runners. Shielded: a runner that hangs up leaves its batch to be stored all the same.
     stored = asyncio.wrap_future(request.app.state.writer.submit(job_id, batch))

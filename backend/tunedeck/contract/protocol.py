@@ -38,6 +38,11 @@ class RunnerConfig(BaseModel):
     watch: Literal["auto", "poll"] = Field("auto", description="how the runner follows trainer_log.jsonl")
     retry_max_s: float
     give_up_s: float
+    unreachable_s: float = Field(
+        120.0,
+        description="after the trainer ended: how long no server answering at all makes the runner leave "
+        "its outbox to the server's recovery",
+    )
     memory_sample_s: float = 1.0
     memory_polls: int = 4
     rlimit_as_bytes: int | None = None

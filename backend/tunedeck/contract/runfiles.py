@@ -5,6 +5,8 @@
         runner.json, runner.log       the executor's: the runner's configuration and its own output
         train.log, trainer.pid        the runner's: the trainer's raw output, its pid
         outbox.jsonl, result.json     the runner's: every batch it sent, and how the trainer ended
+        server.stopped                the server's, while it is stopped: a runner whose trainer ended
+                                      leaves its outbox to the next start instead of waiting
         *.rank<r>.*                   the same files of node r's runner in a multi-node job (ranked())
         output/trainer_log.jsonl      LLaMA-Factory's (output_dir), one line per logging step
         output/tunedeck_log.jsonl     tunedeck_train/lf_train.py's: the other numbers of each such line
@@ -25,6 +27,7 @@ TRAIN_LOG = "train.log"
 TRAINER_PID = "trainer.pid"
 OUTBOX = "outbox.jsonl"
 RESULT = "result.json"
+SERVER_STOPPED = "server.stopped"
 OUTPUT = "output"
 TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factory
 EXTRA_LOG = "tunedeck_log.jsonl"  # beside it: what trainer_log leaves out (grad_norm...), line for line

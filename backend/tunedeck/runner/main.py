@@ -7,6 +7,12 @@ everything to the server in batches: a trainer_log line or a memory sample as so
 runner means "cancel": SIGABRT to the trainer tree (LLaMA-Factory stops after the step and saves),
 then SIGTERM, then SIGKILL, each after a grace period.
 
+Once the trainer has ended, every batch is in the outbox on disk, and the server replays an outbox
+when it finds its runner gone: the runner then waits for the server only while that is worth it.
+It leaves at once on SIGTERM or SIGINT, or when no server answers and the server said it stopped
+(runfiles.SERVER_STOPPED); after `unreachable_s` of no answer at all; and at the latest after
+`give_up_s` (a server that answers but does not take the batches: a full disk).
+
 In a multi-node job each node has a runner (`python -m tunedeck.runner RUN_DIR RANK`): rank 0 is the
 one above; the others send their output and memory only, from files of their own.
 """
@@ -94,6 +100,8 @@ class Runner:
         self.extra_tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.EXTRA_LOG)
         self._extras: dict[int, str] = {}  # line i of the extra log: the numbers of trainer_log line i
         self.cancel = threading.Event()
+        self.leave = threading.Event()  # a stop asked for after the trainer ended: no waiting for the server
+        self.ended = False  # the trainer has ended: a signal means leave, not cancel
         self.wake = (
             threading.Event()
         )  # set by the trainer_log watch, the sampler, cancel and the trainer's exit
@@ -313,7 +321,30 @@ class Runner:
             self.note(f"memory sampler not started: {e}")
             return None
 
+    def stop_requested(self) -> None:
+        """SIGTERM or SIGINT: cancel the training, or, once it has ended, leave."""
+        if self.ended:
+            self.leave.set()
+        self.cancel.set()
+        self.wake.set()
+
+    def _leaving(self) -> str | None:
+        """Why a runner whose trainer has ended stops waiting for the server (None: it waits on)."""
+        if self.leave.is_set():
+            return "asked to stop"
+        away = self.reporter.unreachable_for()
+        if away is None:
+            return None  # a server answers
+        if (self.run_dir / runfiles.SERVER_STOPPED).exists():
+            return "the server was stopped"
+        if away >= self.cfg.unreachable_s:
+            return f"no server answered for {away:.0f}s"
+        return None
+
     def _finish(self, *, exit_code: int, cause: str | None) -> int:
+        self.ended = True
+        if self.cancel.is_set() and not self.cancelled:  # a signal that came as the trainer ended
+            self.leave.set()
         if self.sampler is not None:
             self.sampler.stop()
         if self.watch is not None:
@@ -327,9 +358,11 @@ class Runner:
         self.tail.close()
         self.extra_tail.close()
         self._raw.close()
-        if not self.reporter.drain(self.cfg.give_up_s):
+        if not self.reporter.drain(self.cfg.give_up_s, leave=self._leaving):
+            why = self._leaving() or f"still undelivered after {self.cfg.give_up_s:g}s"
             print(
-                f"[tunedeck runner] server unreachable; {self.reporter.pending} batch(es) left in the outbox",
+                f"[tunedeck runner] {why}: {self.reporter.pending} batch(es) left in the outbox "
+                "(the server replays it)",
                 file=sys.stderr,
             )
         self.reporter.close()
@@ -365,8 +398,7 @@ def cli() -> None:
         ).start()
 
     def on_signal(signum, _frame) -> None:
-        runner.cancel.set()
-        runner.wake.set()
+        runner.stop_requested()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

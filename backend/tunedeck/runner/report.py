@@ -153,6 +153,7 @@ class Reporter:
         self._cond = threading.Condition()
         self._stop = False
         self.delivered = 0
+        self._unreachable_since: float | None = None  # the first of the newest attempts nobody answered
         self._thread = threading.Thread(target=self._send_loop, name="reporter", daemon=True)
         self._thread.start()
 
@@ -181,11 +182,18 @@ class Reporter:
         with self._cond:
             return len(self._pending)
 
-    def drain(self, timeout: float) -> bool:
-        """Wait until every batch is delivered (True) or the timeout passes (False)."""
+    def unreachable_for(self) -> float | None:
+        """Seconds since the attempts that got no answer at all (refused, timed out) began; None while
+        the newest attempt was answered (any status: a server is there)."""
+        since = self._unreachable_since
+        return None if since is None else time.monotonic() - since
+
+    def drain(self, timeout: float, leave: Callable[[], Any] | None = None) -> bool:
+        """Wait until every batch is delivered (True), or the timeout passes or `leave()` is true
+        (False; looked at every second at least)."""
         end = time.monotonic() + timeout
         with self._cond:
-            while self._pending and time.monotonic() < end:
+            while self._pending and time.monotonic() < end and not (leave is not None and leave()):
                 self._cond.wait(timeout=min(1.0, max(0.0, end - time.monotonic())))
             return not self._pending
 
@@ -230,8 +238,11 @@ class Reporter:
                         self.endpoint, content=content, headers={**self.headers, "Content-Type": kind}
                     )
                     ok, permanent = r.status_code < 300, r.status_code in (400, 401, 403, 404, 413, 422)
+                    self._unreachable_since = None
                 except httpx.HTTPError:
                     ok, permanent, r = False, False, None
+                    if self._unreachable_since is None:
+                        self._unreachable_since = last
                 if r is not None and kind == wire.MEDIA_TYPE and unpacked(r):
                     _say("the server does not read packed batches: sending JSON")
                     self.packed = False

@@ -30,13 +30,16 @@ import secrets
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
+from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.planning import placement, queueplan
-from tunedeck.services.ingest.writer import IngestWriter
+from tunedeck.services.ingest.devices import Devices, NotGiven
+from tunedeck.services.ingest.writer import IngestWriter, plain
 from tunedeck.services.jobs.jobstate import JobState, move
 from tunedeck.store.tables import Job, JobStatus, utcnow
 from tunedeck.workers import Worker
@@ -60,8 +63,10 @@ class Scheduler(Worker):
         writer: IngestWriter,
         state: JobState,
         node_gpus: int,
+        devices: Devices | None = None,
     ):
         super().__init__()
+        self.devices = devices  # what a replayed outbox may name, as the telemetry route holds it
         self.settings = settings
         self.engine = engine
         self.executor = executor
@@ -79,6 +84,39 @@ class Scheduler(Worker):
 
     def run_once(self) -> None:
         self.tick()
+
+    # ------------------------------------------------------------------ the server starts and stops
+    def start(self) -> None:
+        """The server is back: runners whose trainer ends deliver to it again (runfiles.SERVER_STOPPED)."""
+        for run_dir in self._running_dirs():
+            try:
+                (run_dir / runfiles.SERVER_STOPPED).unlink(missing_ok=True)
+            except OSError:  # an unwritable run folder: its runner sees the server answer all the same
+                pass
+        super().start()
+
+    def stop(self) -> None:
+        """Tell the running jobs' runners, through their run folders (any executor's, any node's):
+        one whose trainer has ended and that finds no server leaves its outbox to the next start (the
+        first pass replays it) instead of retrying for `runner_give_up_s`."""
+        super().stop()
+        for run_dir in self._running_dirs():
+            try:
+                (run_dir / runfiles.SERVER_STOPPED).write_text(f"{utcnow().isoformat()}\n")
+            except OSError as e:  # a run folder gone or unwritable: that runner waits as before
+                log.warning("cannot tell the runner in %s that the server stops: %s", run_dir, e)
+
+    def _running_dirs(self) -> list[Path]:
+        try:
+            with Session(self.engine) as session:
+                return [
+                    Path(d)
+                    for d in session.exec(select(Job.run_dir).where(Job.status == JobStatus.running))
+                    if d
+                ]
+        except Exception:  # (a database that cannot be read: nothing to tell)
+            log.exception("scheduler: the running jobs' run folders could not be read")
+            return []
 
     # ------------------------------------------------------------------ one pass
     def tick(self) -> None:
@@ -110,7 +148,8 @@ class Scheduler(Worker):
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
         run_dir = Path(job.run_dir)
         for rank in range(job.nodes):  # every node's runner keeps an outbox of its own
-            self._replay(job.id, _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank)))
+            outbox = _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank))
+            self._replay(job.id, [b for b in (self._replayable(job, b) for b in outbox) if b is not None])
         session.refresh(job)
         if job.status != JobStatus.running:
             return
@@ -134,6 +173,27 @@ class Scheduler(Worker):
                 error=reason or f"runner lost (killed {killed} leftover process(es))",
             )
         log.warning("job %s: %s", job.id, reason or "runner lost")
+
+    def _replayable(self, job: Job, batch: object) -> dict | None:
+        """An outbox line as the telemetry route would take it (the trainer, whose code the job chose,
+        can write the run folder too): None when the model refuses it; without its memory samples when
+        they name a device the job was not given (its other items, the trainer's end above all, stay)."""
+        try:
+            out = plain(TelemetryBatch.model_validate(batch))
+        except ValidationError as e:
+            log.warning("job %s: an outbox line is not a batch, skipped: %s", job.id, e.errors()[:1])
+            return None
+        if self.devices is not None:
+            try:
+                self.devices.admit(
+                    job_id=job.id, gpus=job.gpus, nodes=job.nodes, node=out["node"], memory=out["memory"]
+                )
+            except NotGiven as e:
+                log.warning(
+                    "job %s: outbox batch %s left without its memory samples: %s", job.id, out["seq"], e.msg
+                )
+                out["memory"] = []
+        return out
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
         for fut in [self.writer.submit(job_id, b) for b in batches]:

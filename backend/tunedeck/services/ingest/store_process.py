@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from tunedeck.services.ingest.storage import StorageFault
 from tunedeck.services.ingest.writer import Stored
 from tunedeck.services.jobs.jobstate import Ended, JobState
 
@@ -157,8 +158,11 @@ class _Telling(JobState):
 
 
 def _portable(e: Exception | None) -> Exception | None:
-    # Driver errors do not all survive pickling: the request that waits gets the text.
-    return None if e is None else StoreFailed(f"{type(e).__name__}: {e}")
+    # Driver errors do not all survive pickling: the request that waits gets the text (a storage
+    # fault goes as it is: the server answers it 507/503, and /api/health says it).
+    if e is None or isinstance(e, StorageFault):
+        return e
+    return StoreFailed(f"{type(e).__name__}: {e}")
 
 
 def _cache(dbapi_conn: Any, _record: Any) -> None:

@@ -27,6 +27,7 @@ from tunedeck.contract.lflog import parse_point
 from tunedeck.contract.protocol import MemoryColumns, TelemetryBatch
 from tunedeck.services.charts import pyramid
 from tunedeck.services.ingest import pace
+from tunedeck.services.ingest.storage import StorageFault, StorageHealth, fault_of
 from tunedeck.services.jobs import jobstate
 from tunedeck.services.jobs.jobstate import Ended, JobState
 from tunedeck.store import bulk
@@ -195,7 +196,7 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
             pyramid.catch_up(conn, fresh)
         return Stored([None] * len(group), fresh.before, fresh.top)
     except Exception:
-        errors: list[Exception | None] = []
+        errors: list[Exception | None] = []  # a full disk or a damaged file said as such (storage.fault_of)
         for job_id, batch in group:
             try:
                 with state.begin() as conn:
@@ -204,7 +205,7 @@ def store_group(state: JobState, group: list[tuple[int, dict[str, Any]]]) -> Sto
                     pyramid.catch_up(conn)
                 errors.append(None)
             except Exception as e:  # the waiting request gets the error
-                errors.append(e)
+                errors.append(fault_of(e) or e)
         return Stored(errors)
 
 
@@ -265,9 +266,12 @@ class IngestWriter(Worker):
         state: JobState | None = None,
         group_max: int = 200,
         store: Store | None = None,
+        health: StorageHealth | None = None,
     ):
         super().__init__()
         self.engine = engine
+        # Told of a full disk or a damaged file a group met, and of each group stored (/api/health).
+        self.health = health
         self.state = state or JobState(engine)  # a runner's exit report moves its job
         self.store: Store = store if store is not None else LocalStore(self.state)
         self.group_max = group_max
@@ -360,6 +364,12 @@ class IngestWriter(Worker):
         return group
 
     def _answer(self, group: list[tuple[int, dict[str, Any], Future]], stored: Stored) -> None:
+        if self.health is not None:
+            faults = [e for e in stored.errors if isinstance(e, StorageFault)]
+            if faults:
+                self.health.failed(faults[0])
+            elif not any(stored.errors):
+                self.health.worked()
         for (*_, fut), error in zip(group, stored.errors):
             with contextlib.suppress(InvalidStateError):  # (a future its waiter cancelled)
                 if error is None:

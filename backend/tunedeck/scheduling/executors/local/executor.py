@@ -51,6 +51,7 @@ def runner_config(
         watch=s.runner_watch,
         retry_max_s=s.runner_retry_max_s,
         give_up_s=s.runner_give_up_s,
+        unreachable_s=s.runner_unreachable_s,
         memory_sample_s=s.memory_sample_s,
         memory_polls=s.memory_polls,
         rlimit_as_bytes=s.trainer_rlimit_as_bytes,
