@@ -124,7 +124,10 @@ class Settings(BaseSettings):
         "before it exits (the server also reads the buffer from the run folder).",
     )
     open_read: bool = Field(
-        True, description="Reading needs no token (a wall-screen team page); false: any valid token."
+        True,
+        description="Reading needs no token; false: any valid token (a viewer's for a wall screen). Unset, "
+        "reads are open on a loopback address only: off loopback they need a token unless this is set "
+        "explicitly, and the start then warns that anyone who can reach the port reads everything.",
     )
     open_write: bool = Field(
         True,
@@ -248,8 +251,9 @@ class Settings(BaseSettings):
     chat_idle_s: float = Field(
         900.0,
         gt=0,
-        description="A chat job (`llamafactory-cli api`) that gets no request through tunedeck for this long is "
-        "stopped, and its GPU or CPU slot freed.",
+        description="A chat job (`llamafactory-cli api`) that gets no completion through tunedeck for this long "
+        "(counted from its server's first answer: loading the model is not idleness) is stopped, and its GPU or "
+        "CPU slot freed.",
     )
 
     @field_validator("workspace", "database", "train_python", "admin_token_file", mode="after")
@@ -257,6 +261,11 @@ class Settings(BaseSettings):
     def _absolute(cls, v: Path | None) -> Path | None:
         # Runners run in other folders: every stored path is absolute.
         return None if v is None else Path(v).expanduser().absolute()
+
+    @property
+    def open_read_given(self) -> bool:
+        """TUNEDECK_OPEN_READ was set (environment or argument), not left at its default."""
+        return "open_read" in self.model_fields_set
 
     @property
     def db_path(self) -> Path:
