@@ -136,7 +136,10 @@ class Settings(BaseSettings):
         "at once. Its outbox stays in the run folder, replayed when the server finds the runner gone.",
     )
     open_read: bool = Field(
-        True, description="Reading needs no token (a wall-screen team page); false: any valid token."
+        True,
+        description="Reading needs no token; false: any valid token (a viewer's for a wall screen). Unset, "
+        "reads are open on a loopback address only: off loopback they need a token unless this is set "
+        "explicitly, and the start then warns that anyone who can reach the port reads everything.",
     )
     open_write: bool = Field(
         True,
@@ -266,8 +269,9 @@ class Settings(BaseSettings):
     chat_idle_s: float = Field(
         900.0,
         gt=0,
-        description="A chat job (`llamafactory-cli api`) that gets no request through tunedeck for this long is "
-        "stopped, and its GPU or CPU slot freed.",
+        description="A chat job (`llamafactory-cli api`) that gets no completion through tunedeck for this long "
+        "(counted from its server's first answer: loading the model is not idleness) is stopped, and its GPU or "
+        "CPU slot freed.",
     )
 
     @field_validator(
@@ -288,6 +292,11 @@ class Settings(BaseSettings):
                 f"scratch_root {self.scratch_root} must lie outside the runs folder {self.runs_dir}"
             )
         return self
+
+    @property
+    def open_read_given(self) -> bool:
+        """TUNEDECK_OPEN_READ was set (environment or argument), not left at its default."""
+        return "open_read" in self.model_fields_set
 
     @property
     def db_path(self) -> Path:

@@ -71,6 +71,8 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
     async def lifespan(app: FastAPI):
         if why := auth.writes_are_safe(settings):
             raise RuntimeError(why)
+        if warning := guard.reads_warning(settings):
+            logging.getLogger("tunedeck").warning(warning)
         # Tokens, configs and training output are the team's own: new files 0600, folders 0700
         # (inherited by the runners and trainers this server starts).
         os.umask(0o077)

@@ -59,8 +59,10 @@ async function waitReady(job) {
       return false;
     }
     if (j.status === "running") {
-      const r = await fetch(`${base}/models`, { headers: headers() });
-      if (r.ok) return true;
+      try { await get(`${base}/models`); return true; } catch (e) {
+        // A chat is its owners' and admins': `get` asked for another token once; 503 while it loads.
+        if (e.status === 401 || e.status === 403) { $("#state").textContent = describe(e); return false; }
+      }
     }
     await new Promise((done) => setTimeout(done, 1000));
   }

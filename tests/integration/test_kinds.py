@@ -4,6 +4,7 @@ module, real `llamafactory-cli train | export | api` processes on the CPU."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -199,6 +200,12 @@ def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(ser
         return code == 200
 
     until(listening, "the chat model server listening", timeout=180, interval=0.5)
+
+    def clock_started():  # the idle clock starts when the server first answers, not while it loads
+        with sqlite3.connect(server.workspace / "tunedeck.db") as db:
+            return db.execute("SELECT last_used_at FROM jobs WHERE id = ?", (chat["id"],)).fetchone()[0]
+
+    until(clock_started, "the chat job's idle clock started")
     client = OpenAI(base_url=base, api_key=token, max_retries=0)
     answers = []
     for question in ("Who are you?", "What is your name?"):

@@ -16,8 +16,9 @@ from starlette.requests import Request
 
 from tests.utils.factories import create_token
 from tests.utils.servers import Server, demo_config
-from tunedeck.api import auth
+from tunedeck.api import auth, guard
 from tunedeck.api.auth import AuthError, Principal, Role
+from tunedeck.cli import main as tunedeck_cli
 from tunedeck.config import Settings
 from tunedeck.store.db import make_engine, upgrade
 
@@ -159,6 +160,39 @@ def test_open_writes_are_refused_off_loopback(host, safe):
     assert auth.writes_are_safe(Settings(host=host, open_write=False)) is None
 
 
+@pytest.mark.parametrize(
+    "host, given, is_open, warned",
+    [
+        ("127.0.0.1", None, True, False),  # the default set-up: a page on the same machine
+        ("::1", None, True, False),
+        ("0.0.0.0", None, False, False),  # the README's team block: reads closed with writes
+        ("10.1.2.3", None, False, False),
+        ("0.0.0.0", "true", True, True),  # opened on purpose, and said loudly
+        ("box.example.org", "true", True, True),
+        ("127.0.0.1", "true", True, False),
+        ("127.0.0.1", "false", False, False),
+        ("0.0.0.0", "false", False, False),
+    ],
+)
+def test_reads_off_loopback_need_a_token_unless_opened_explicitly(
+    host, given, is_open, warned, engine, monkeypatch
+):
+    # As `tunedeck serve` reads it: from the environment, `--host` given on top (cli._settings).
+    monkeypatch.setenv("TUNEDECK_OPEN_WRITE", "false")
+    if given is not None:
+        monkeypatch.setenv("TUNEDECK_OPEN_READ", given)
+    monkeypatch.setattr(tunedeck_cli, "get_settings", Settings)
+    settings = tunedeck_cli._settings(host=host)
+    assert auth.reads_open(settings) == is_open
+    assert (guard.reads_warning(settings) is not None) == warned
+    if is_open:
+        assert who(request("GET", "/api/jobs/1/archive"), settings, engine) is None
+    else:
+        assert refused(request("GET", "/api/jobs/1/archive"), settings, engine)[0] == 401
+    # Listening off loopback whatever TUNEDECK_HOST says (plain uvicorn) closes reads left unset.
+    assert auth.reads_open(settings, exposed=True) == (is_open and given is not None)
+
+
 def test_the_guard_by_route_method_and_role(engine):
     closed = Settings(open_read=False, open_write=False)
     tokens = {r: create_token(engine, f"guard-{r}", r) for r in ("viewer", "submitter", "admin")}
@@ -224,6 +258,7 @@ def test_who_may_cancel_a_job():
     assert auth.may_cancel(alice, "alice", closed) and not auth.may_cancel(bob, "alice", closed)
     assert not auth.may_cancel(alice, "bob", closed)
     assert not auth.may_cancel(bob, "alice", open_)  # open writes do not let a teammate cancel by token
+    assert auth.may_cancel(bob, None, open_) and not auth.may_cancel(bob, None, closed)  # nobody's job
     assert auth.may_cancel(Principal("root", Role.admin), "alice", closed)
     assert not auth.may_cancel(Principal("alice", Role.viewer), "alice", closed)
 
@@ -285,10 +320,13 @@ def test_open_writes_only_on_loopback(tmp_path, assets):
         timeout=60,
     )
     assert r.returncode == 2 and "TUNEDECK_OPEN_WRITE" in r.stderr
-    server = Server(tmp_path / "ws2", assets, TUNEDECK_HOST="0.0.0.0", TUNEDECK_OPEN_WRITE="false")
+    server = Server(tmp_path / "ws2", assets, TUNEDECK_OPEN_WRITE="false")
+    server.command += ["--host", "0.0.0.0"]
     try:
         server.start()
         assert server.api.post("/api/jobs", json={}).status_code == 401
+        r = server.api.get("/api/jobs")  # reads off loopback want a token too (TUNEDECK_OPEN_READ unset)
+        assert r.status_code == 401 and "off loopback" in r.json()["detail"]
     finally:
         server.stop()
 

@@ -184,11 +184,13 @@ def test_open_writes_on_all_addresses_are_refused_under_plain_uvicorn(tmp_path, 
     with sqlite3.connect(ws / "tunedeck.db") as db:
         assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
-    # The same bind with writes closed serves, and wants a token to write.
+    # The same bind with writes closed serves, and wants a token to write and, TUNEDECK_HOST being
+    # left at its loopback default, to read as well: the bind is what counts.
     server = Uvicorn(tmp_path / "closed", "0.0.0.0", TUNEDECK_OPEN_WRITE="false")
     try:
         assert server.api.get("/api/health").status_code == 200
         assert server.api.post("/api/jobs", json=spec).status_code == 401
+        assert server.api.get("/api/jobs").status_code == 401
     finally:
         server.stop()
     # Loopback with open writes is the default set-up: it serves.

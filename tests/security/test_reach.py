@@ -636,3 +636,24 @@ def test_the_trainer_can_read_no_token(server_factory, assets):
     assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=180)
     assert job["status"] == "cancelled", job
+
+
+def test_a_model_folder_outside_the_roots_is_said_to_be_outside_and_nothing_more(ws, tmp_path):
+    """`POST /api/lint` (these findings) looked for code in any folder it was given and named what it
+    found there: a folder outside the allowed roots is refused as outside, its contents unread."""
+    theirs = tmp_path / "outside" / "bob" / "model"
+    (theirs / "sub").mkdir(parents=True)
+    (theirs / "config.json").write_text(AUTO_MAP)
+    (theirs / "sub" / "modeling_secret_plan.py").write_text("import os\n")
+    for config in (
+        {"model_name_or_path": str(theirs)},
+        {"adapter_name_or_path": f"{ws / 'models' / 'm'},{theirs}"},
+    ):
+        found = resolve(spec(**config, trust_remote_code=True), settings(ws), Node())
+        said = json.dumps([found.findings, found.errors])
+        assert "secret_plan" not in said and "has auto_map" not in said, said
+        assert str(theirs / "config.json") not in said, said
+        (key,) = config
+        assert (
+            "outside the allowed roots" in {tuple(e["loc"]): e["msg"] for e in found.errors}[("config", key)]
+        )

@@ -57,6 +57,7 @@ def create_job(
     *,
     config: dict[str, Any],
     name: str = "job",
+    kind: str = "train",
     deepspeed: str | dict | None = None,
     gpus: int = 0,
     owner: str | None = None,
@@ -69,7 +70,7 @@ def create_job(
     `runner_token` is the credential the scheduler hands the job's runner when it starts it, for
     `post_telemetry`: such a job is running, as after a launch, and a live process stands in for its
     runner (so the scheduler does not find the runner lost)."""
-    spec = JobSpec(name=name, config=config, deepspeed=deepspeed, gpus=gpus)
+    spec = JobSpec(name=name, kind=kind, config=config, deepspeed=deepspeed, gpus=gpus)
     with Session(engine) as session:
         job, _ = jobs.create_job(
             session, settings=settings, spec=spec, node=Node(gpus=node_gpus), owner=owner

@@ -14,8 +14,8 @@ import itertools
 import os
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
-from ipaddress import ip_address
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from tunedeck.api.guard import EXPOSED, is_loopback
 from tunedeck.config import Settings
 from tunedeck.store.tables import ApiToken, utcnow
 
@@ -144,19 +145,22 @@ def authenticate(engine: Engine, token: str) -> Principal | None:
 
 def writes_are_safe(settings: Settings) -> str | None:
     """Why the server must not start: open writes on a non-loopback address (None when fine)."""
-    if not settings.open_write:
-        return None
-    host = settings.host.strip("[]")
-    try:
-        loopback = host == "localhost" or ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback:
+    if not settings.open_write or is_loopback(settings.host):
         return None
     return (
         f"refusing to bind {settings.host} with TUNEDECK_OPEN_WRITE=true: anyone on the network could "
         "launch and kill jobs. Create tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false."
     )
+
+
+def reads_open(settings: Settings, *, exposed: bool = False) -> bool:
+    """Whether reading needs no token. TUNEDECK_OPEN_READ decides where it was given; left unset, reads
+    are open on a loopback address only (`exposed`: the guard found this process listening off loopback
+    whatever TUNEDECK_HOST says). A team server's port otherwise hands out every adapter, checkpoint,
+    config, log and dataset row to anyone who can reach it."""
+    if settings.open_read_given:
+        return settings.open_read
+    return settings.open_read and not exposed and is_loopback(settings.host)
 
 
 def _token_of(request: Request) -> str | None:
@@ -182,8 +186,9 @@ async def principal_for(request: Request, settings: Settings, engine: Engine) ->
         return principal
     reading = request.method in ("GET", "HEAD", "OPTIONS") or bool(READ_POSTS.match(path))
     if reading:
-        if principal is None and not settings.open_read:
-            raise AuthError(401, "a token is required to read (TUNEDECK_OPEN_READ=false)")
+        if principal is None and not reads_open(settings, exposed=bool(request.scope.get(EXPOSED))):
+            why = "TUNEDECK_OPEN_READ=false" if settings.open_read_given else "off loopback"
+            raise AuthError(401, f"a token is required to read ({why})")
     elif not settings.open_write:
         if principal is None:
             raise AuthError(401, "a submitter or admin token is required")
@@ -220,9 +225,17 @@ def install(app, settings: Settings) -> None:
     app.add_middleware(Auth, settings=settings)
 
 
-def may_cancel(principal: Principal | None, owner: str | None, settings: Settings) -> bool:
-    if settings.open_write and principal is None:
+def may_act(principal: Principal | None, owners: Iterable[str | None], settings: Settings) -> bool:
+    """Whether `principal` may act on a job that any of `owners` owns (cancel it, chat with it): where
+    writes are open, anyone without a token, and anyone at all on a job nobody owns (an OpenAI client
+    always sends its key: a token); else an owner who may submit, or an admin."""
+    owners = set(owners)
+    if settings.open_write and (principal is None or owners <= {None}):
         return True
     if principal is None:
         return False
-    return principal.role == Role.admin or (principal.role == Role.submitter and principal.name == owner)
+    return principal.role == Role.admin or (principal.role == Role.submitter and principal.name in owners)
+
+
+def may_cancel(principal: Principal | None, owner: str | None, settings: Settings) -> bool:
+    return may_act(principal, (owner,), settings)

@@ -2,27 +2,25 @@
 
 Scripts point any OpenAI client at `<tunedeck>/api/jobs/{id}/v1` with a tunedeck token as the API
 key; the model's own server listens on 127.0.0.1 only and wants a key that never leaves tunedeck.
+Only the served job's owner, whoever started the chat and admins get through (services/chat.owners).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from tunedeck.api import auth
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
 from tunedeck.api.responses import errors
 from tunedeck.schemas import JobCreated
 from tunedeck.services.jobs import chat as service
-from tunedeck.services.jobs.records import create_job
+from tunedeck.services.jobs.records import get_job
 from tunedeck.store.db import SessionDep
-
-if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start without it
-    pass
 
 router = APIRouter(prefix="/api/jobs", tags=["chat"])
 STARTING = "the chat server of job {id} does not answer yet (it loads the model first); retry shortly"
@@ -55,25 +53,51 @@ def start_chat(
     node: NodeDep,
     body: ChatStart | None = None,
 ) -> JobCreated:
-    """Start a chat job serving a finished train or export job (queued like any job)."""
+    """Start a chat job serving a finished train or export job (its owner or an admin; queued like any job)."""
+    served = get_job(session, job_id)
+    _allowed(request, settings, (served.owner,), f"start a chat with job {job_id}")
     body = body or ChatStart()
     generating = body.model_dump(exclude={"gpus"}, exclude_none=True)
-    spec = service.chat_spec(session, job_id=job_id, gpus=body.gpus, generating=generating)
-    owner = principal_name(request)
-    return job_created(
-        request, session, create_job(session, settings=settings, spec=spec, node=node, owner=owner)
+    made = service.start(
+        session,
+        settings=settings,
+        node=node,
+        job_id=job_id,
+        gpus=body.gpus,
+        generating=generating,
+        owner=principal_name(request),
     )
+    return job_created(request, session, made)
 
 
-async def _forward(request: Request, session, job_id: int, method: str, path: str, body: bytes | None):
+def _allowed(request: Request, settings, owners: tuple[str | None, ...], what: str) -> None:
+    """401 without a token where writes are closed, 403 for a token that is no owner's or admin's: a chat
+    holds a GPU and answers from someone's adapter (GET .../v1/models passes auth as a read)."""
+    principal = getattr(request.state, "principal", None)
+    if auth.may_act(principal, owners, settings):
+        return
+    if principal is None:
+        raise HTTPException(
+            401, detail=f"a token is required to {what}", headers={"WWW-Authenticate": "Bearer"}
+        )
+    named = ", ".join(sorted({o for o in owners if o})) or "nobody"
+    raise HTTPException(403, detail=f"only its owner ({named}) or an admin may {what}")
+
+
+async def _forward(request: Request, session, settings, job_id: int, path: str, body: bytes | None):
+    """Pass one request to the chat server. Only a completion (a body) is use and resets the idle clock
+    (which starts when the server first answers: services/chat.ChatIdle)."""
     import httpx
 
     job = service.chat_target(session, job_id)
+    _allowed(request, settings, service.owners(session, job), f"chat with job {job_id}")
     engine = request.app.state.engine
-    await run_in_threadpool(service.touch, engine, job_id)
+    completing = body is not None
+    if completing:
+        await run_in_threadpool(service.touch, engine, job_id)
     client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=5.0))
     upstream = client.build_request(
-        method,
+        "POST" if completing else "GET",
         f"http://127.0.0.1:{job.api_port}/v1/{path}",
         content=body,
         headers={"content-type": "application/json", "authorization": f"Bearer {job.api_key}"},
@@ -91,16 +115,17 @@ async def _forward(request: Request, session, job_id: int, method: str, path: st
         finally:
             await answer.aclose()
             await client.aclose()
-            await run_in_threadpool(service.touch, engine, job_id)  # a long answer is use too
+            if completing:
+                await run_in_threadpool(service.touch, engine, job_id)  # a long answer is use too
 
     kept = {k: v for k, v in answer.headers.items() if k.lower() in ("content-type", "cache-control")}
     return StreamingResponse(relay(), status_code=answer.status_code, headers=kept)
 
 
 @router.get("/{job_id}/v1/models", response_class=Response, responses={**PASSED, **errors(404, 409)})
-async def chat_models(job_id: int, request: Request, session: SessionDep) -> Response:
-    """The chat server's model list (OpenAI `GET /v1/models`); 503 while it loads."""
-    return await _forward(request, session, job_id, "GET", "models", None)
+async def chat_models(job_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """The chat server's model list (OpenAI `GET /v1/models`); 503 while it loads. Not use: no idle reset."""
+    return await _forward(request, session, settings, job_id, "models", None)
 
 
 @router.post(
@@ -108,7 +133,9 @@ async def chat_models(job_id: int, request: Request, session: SessionDep) -> Res
     response_class=Response,
     responses={**PASSED, **errors(404, 409, 413)},
 )
-async def chat_completions(job_id: int, request: Request, session: SessionDep) -> Response:
+async def chat_completions(
+    job_id: int, request: Request, session: SessionDep, settings: SettingsDep
+) -> Response:
     """OpenAI-compatible chat completion of a running chat job (`stream: true` streams the answer)."""
     body = await request.body()
     try:
@@ -126,4 +153,4 @@ async def chat_completions(job_id: int, request: Request, session: SessionDep) -
                 }
             ],
         )
-    return await _forward(request, session, job_id, "POST", "chat/completions", body)
+    return await _forward(request, session, settings, job_id, "chat/completions", body)

@@ -26,6 +26,9 @@ log = logging.getLogger("tunedeck.api.guard")
 WRITE_HEADER = "x-tunedeck"
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+# Set in a request's scope when this process listens off loopback though TUNEDECK_HOST is a loopback
+# address (plain uvicorn): auth then wants a token to read, as it does where TUNEDECK_HOST says so.
+EXPOSED = "tunedeck.exposed"
 # plotly injects its own <style> rules, and the pages use a few style attributes: styles stay inline-able.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
@@ -48,6 +51,19 @@ def is_loopback(host: str) -> bool:
         return host == "localhost" or ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def reads_warning(settings: Settings, *, exposed: bool = False) -> str | None:
+    """What the start says, loudly, when reads were opened explicitly off loopback (None otherwise);
+    `exposed`: this process was found listening off loopback whatever TUNEDECK_HOST says."""
+    off_loopback = exposed or not is_loopback(settings.host)
+    if not (off_loopback and settings.open_read_given and settings.open_read):
+        return None
+    return (
+        "TUNEDECK_OPEN_READ=true on a server listening off loopback: ANYONE WHO CAN REACH THIS PORT READS "
+        "EVERY JOB'S CONFIG, LOGS AND DATASET ROWS AND DOWNLOADS EVERY ADAPTER AND CHECKPOINT. Unset it and "
+        "give a wall screen a viewer token: `tunedeck token create --name wall --role viewer`."
+    )
 
 
 def _is_ip(host: str) -> bool:
@@ -136,7 +152,11 @@ class Guard:
         self.settings = settings
         self.hosts = allowed_hosts(settings)
         self.any_host = "*" in settings.allowed_hosts
-        self._exposed: bool | None = None  # open writes on a non-loopback bind, learnt at the first request
+        self._exposed: bool | None = None  # a non-loopback bind, learnt at the first request
+        self._warned = False  # reads opened explicitly, said once when found listening off loopback
+        # Worth learning where it changes something: open writes (refused), or reads that are open
+        # only because the configured host is a loopback one (closed, or a warning where set explicitly).
+        self.watch = settings.open_write or (settings.open_read and is_loopback(settings.host))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -180,12 +200,14 @@ class Guard:
 
     def check(self, scope) -> tuple[int, object] | None:
         """(status, detail) when the request must be refused, else None."""
-        if self.settings.open_write and self._bind_exposed(scope):
-            return 503, (
-                "refusing to serve: this server listens on a non-loopback address with "
-                "TUNEDECK_OPEN_WRITE=true, so anyone on the network could launch and kill jobs. Create "
-                "tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false."
-            )
+        if self.watch and self._bind_exposed(scope):
+            if self.settings.open_write:
+                return 503, (
+                    "refusing to serve: this server listens on a non-loopback address with "
+                    "TUNEDECK_OPEN_WRITE=true, so anyone on the network could launch and kill jobs. Create "
+                    "tokens (`tunedeck token create`) and set TUNEDECK_OPEN_WRITE=false."
+                )
+            scope[EXPOSED] = True
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host_value = headers.get("host")
         host = split_host(host_value)[0] if host_value is not None else ""
@@ -238,13 +260,17 @@ class Guard:
         server = scope.get("server") or (None, None)
         if self._exposed is None:
             self._exposed = listening_exposed(server[1])
-            if self._exposed:
+            if self._exposed and self.settings.open_write:
                 log.error("TUNEDECK_OPEN_WRITE=true on a non-loopback address: refusing every request")
         if self._exposed is not None:
-            return self._exposed
-        # No listening socket seen (an in-process client): judge by the address this connection came to.
-        addr = str(server[0] or "")
-        return _is_ip(addr.strip("[]")) and not is_loopback(addr)
+            exposed = self._exposed
+        else:  # No listening socket seen (an in-process client): judge by the address this connection came to.
+            addr = str(server[0] or "")
+            exposed = _is_ip(addr.strip("[]")) and not is_loopback(addr)
+        if exposed and not self._warned and (warning := reads_warning(self.settings, exposed=True)):
+            self._warned = True  # once, like the start's own warning
+            log.warning(warning)
+        return exposed
 
 
 QUERY_TOKEN = re.compile(r"(access(?:_|%5f)token=)[^&\s\"]*", re.IGNORECASE)

@@ -480,6 +480,10 @@ class _Checker:
             ):
                 continue
             for part in filter(None, (v.strip() for v in value.split(","))):
+                if Path(part).is_absolute() and confine(part, self.s) is None:
+                    # Refused at its key as "outside the allowed roots", and that is all it is told:
+                    # what is inside (a file's name, an auto_map) is no business of whoever asks.
+                    continue
                 folder = Path(part) if Path(part).is_absolute() else self.snapshot(part)
                 if folder is None:
                     unknown.append(f"{name}: {part} (not in the local cache)")

@@ -78,7 +78,9 @@ def _run_server(settings: Settings) -> None:
 def _settings(**overrides) -> Settings:
     base = get_settings()
     update = {k: v for k, v in overrides.items() if v is not None}
-    return Settings(**{**base.model_dump(), **update}) if update else base
+    # Only what was given is passed on: a setting left at its default must stay unset (off loopback,
+    # reads are open only where TUNEDECK_OPEN_READ was given).
+    return Settings(**{**base.model_dump(include=base.model_fields_set), **update}) if update else base
 
 
 @app.command()

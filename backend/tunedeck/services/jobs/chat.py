@@ -2,7 +2,8 @@
 
 The chat server runs as a job of kind `chat` (a GPU or CPU slot like any job) and listens on
 127.0.0.1 with a key only this server knows; clients reach it through tunedeck's authenticated
-proxy route (api/chat.py), which also records each use for the idle stop.
+proxy route (api/chat.py), which also records each completion for the idle stop. A chat job is its
+starter's and the served job's owner's (and admins'): it holds a GPU and answers from their adapter.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 from sqlalchemy import Engine, update
 from sqlmodel import Session, select
 
+from tunedeck.checks.submission import Node, Submission
 from tunedeck.config import Settings
 from tunedeck.schemas import JobSpec
 from tunedeck.services.errors import Conflict
 from tunedeck.services.jobs.jobstate import JobState
-from tunedeck.services.jobs.records import get_job, request_cancel
+from tunedeck.services.jobs.records import create_job, get_job, request_cancel
 from tunedeck.store.tables import Job, JobStatus, utcnow
 from tunedeck.workers import Worker
 
@@ -65,6 +67,33 @@ def chat_spec(session: Session, *, job_id: int, gpus: int | None, generating: di
     return JobSpec(name=f"chat {job.name}"[:100], kind="chat", config=config, gpus=gpus)
 
 
+def start(
+    session: Session,
+    *,
+    settings: Settings,
+    node: Node,
+    job_id: int,
+    gpus: int | None,
+    generating: dict[str, Any],
+    owner: str | None,
+) -> tuple[Job, Submission]:
+    """A chat job serving job `job_id`, queued like any job; it records the job it serves (its parent),
+    whose owner may chat with it too."""
+    spec = chat_spec(session, job_id=job_id, gpus=gpus, generating=generating)
+    job, checked = create_job(session, settings=settings, spec=spec, node=node, owner=owner)
+    job.parent_id = job_id
+    session.add(job)
+    session.commit()
+    session.refresh(job)
+    return job, checked
+
+
+def owners(session: Session, chat: Job) -> tuple[str | None, ...]:
+    """Who may chat with a chat job besides admins: whoever started it and the served job's owner."""
+    served = session.get(Job, chat.parent_id) if chat.parent_id is not None else None
+    return (chat.owner, served.owner if served is not None else None)
+
+
 def touch(engine: Engine, job_id: int) -> None:
     """A chat job was used now: its idle clock starts again."""
     with Session(engine) as session:
@@ -82,8 +111,26 @@ def chat_target(session: Session, job_id: int) -> Job:
     return job
 
 
+def answers(job: Job) -> bool:
+    """Whether a chat job's model server answers on its port yet."""
+    import httpx  # loaded by the first chat job, not by every server start
+
+    if job.api_port is None:
+        return False
+    try:
+        r = httpx.get(
+            f"http://127.0.0.1:{job.api_port}/v1/models",
+            headers={"authorization": f"Bearer {job.api_key}"},
+            timeout=2.0,
+        )
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200
+
+
 class ChatIdle(Worker):
-    """Stops chat jobs nobody has used for `chat_idle_s`, so their slot goes to the queue."""
+    """Stops chat jobs that got no completion for `chat_idle_s` since their server first answered, so
+    their slot goes to the queue."""
 
     name = "chat-idle"
 
@@ -102,9 +149,12 @@ class ChatIdle(Worker):
                 )
             )
             for job in list(chats):
-                last = max(
-                    t.replace(tzinfo=None) for t in (job.last_used_at, job.started_at, job.created_at) if t
-                )
-                if now - last > idle:
+                if job.last_used_at is None:
+                    # Loading the model is not idleness: the clock starts when its server first answers
+                    # (whoever watches it load or not; it listens only once the model is loaded).
+                    if answers(job):
+                        touch(self.engine, job.id)
+                    continue
+                if now - job.last_used_at.replace(tzinfo=None) > idle:
                     log.info("chat job %s idle for %ss: stopping it", job.id, self.settings.chat_idle_s)
                     request_cancel(session, job_id=job.id, executor=self.executor, state=self.state)
