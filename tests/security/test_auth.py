@@ -21,6 +21,7 @@ from tunedeck.api.auth import AuthError, Principal, Role
 from tunedeck.cli import main as tunedeck_cli
 from tunedeck.config import Settings
 from tunedeck.store.db import make_engine, upgrade
+from tunedeck.store.hashes import token_hash
 
 
 def cli(workspace, *args: str) -> subprocess.CompletedProcess:  # noqa: ANN001
@@ -85,7 +86,7 @@ def test_token_names_values_and_revocation(engine):
             auth.create_token(s, name="carol.b@team-1_x", role=Role.admin)
         assert value.startswith("tdk_") and len(value) > 40
         stored = {t.name: t.token_hash for t in auth.list_tokens(s)}
-        assert stored["carol.b@team-1_x"] == auth.hash_token(value) != value
+        assert stored["carol.b@team-1_x"] == token_hash(value) != value
     assert auth.authenticate(engine, longest) == Principal("n" * 64, Role.viewer)
     assert auth.authenticate(engine, value) == Principal("carol.b@team-1_x", Role.submitter)
     assert auth.authenticate(engine, value + "x") is None

@@ -18,11 +18,11 @@ from tunedeck import procs
 from tunedeck.api import auth
 from tunedeck.checks.submission import Node
 from tunedeck.config import Settings
-from tunedeck.scheduling.scheduler import token_hash
 from tunedeck.schemas import JobSpec
 from tunedeck.services.jobs import imports
 from tunedeck.services.jobs import records as jobs
 from tunedeck.services.jobs.jobstate import JobState, move
+from tunedeck.store.hashes import token_hash
 from tunedeck.store.tables import Job, JobStatus
 
 

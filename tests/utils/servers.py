@@ -18,6 +18,7 @@ import httpx
 import yaml
 
 from tests.utils.wait import until
+from tunedeck.store.hashes import token_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -124,7 +125,6 @@ def runner_token(server: Server, job_id: int, timeout: float = 180) -> str:
 
     The server hands the real one to the runner alone (never to a file), so the test swaps the
     stored hash for its own token's once the job runs; the real runner's later batches are refused."""
-    import hashlib
     import secrets
     import sqlite3
     from contextlib import closing
@@ -134,7 +134,7 @@ def runner_token(server: Server, job_id: int, timeout: float = 180) -> str:
     with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db, db:
         db.execute(
             "UPDATE jobs SET runner_token_hash = ? WHERE id = ?",
-            (hashlib.sha256(token.encode()).hexdigest(), job_id),
+            (token_hash(token), job_id),
         )
     return token
 

@@ -8,7 +8,6 @@ telemetry route, which can write only that job's telemetry.
 from __future__ import annotations
 
 import enum
-import hashlib
 import hmac
 import itertools
 import os
@@ -26,6 +25,7 @@ from starlette.responses import JSONResponse
 
 from tunedeck.api.guard import EXPOSED, is_loopback
 from tunedeck.config import Settings
+from tunedeck.store.hashes import token_hash
 from tunedeck.store.tables import ApiToken, utcnow
 
 PREFIX = "tdk_"
@@ -60,10 +60,6 @@ class AuthError(Exception):
         self.status = status
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def create_token(session: Session, *, name: str, role: Role) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", name):
         raise ValueError("name: letters, digits and . _ @ - only, at most 64 characters")
@@ -72,7 +68,7 @@ def create_token(session: Session, *, name: str, role: Role) -> str:
     ).first():
         raise ValueError(f"name: an active token named {name!r} exists; revoke it first")
     token = PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiToken(name=name, role=role.value, token_hash=hash_token(token)))
+    session.add(ApiToken(name=name, role=role.value, token_hash=token_hash(token)))
     session.commit()
     return token
 
@@ -106,7 +102,7 @@ def ensure_admin(engine: Engine, path: Path) -> str | None:
                 raise RuntimeError(
                     f"admin token file {path}: holds {len(token)} characters, a token needs 20 or more"
                 )
-            if session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first():
+            if session.exec(select(ApiToken).where(ApiToken.token_hash == token_hash(token))).first():
                 return f"the token in {path} was revoked or is not an admin's: not registered again"
             what = f"registered the admin token from {path}"
         else:
@@ -122,13 +118,13 @@ def ensure_admin(engine: Engine, path: Path) -> str | None:
             for n in itertools.chain(["admin"], (f"admin-{i}" for i in itertools.count(2)))
             if n not in taken
         )
-        session.add(ApiToken(name=name, role=Role.admin.value, token_hash=hash_token(token)))
+        session.add(ApiToken(name=name, role=Role.admin.value, token_hash=token_hash(token)))
         session.commit()
         return f"{what}, named {name!r}"
 
 
 def authenticate(engine: Engine, token: str) -> Principal | None:
-    digest = hash_token(token)
+    digest = token_hash(token)
     with Session(engine) as session:
         # Whatever row the query gave is compared again below, so a query that matched too much could
         # only refuse; SQLite walks the unique index on token_hash, so even a `>=` finds the match first.

@@ -21,10 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from tunedeck.api.responses import Stored, errors
 from tunedeck.contract import wire
 from tunedeck.contract.protocol import TelemetryBatch
-from tunedeck.scheduling.scheduler import token_hash
 from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest.devices import NotGiven
 from tunedeck.services.ingest.writer import plain
+from tunedeck.store.hashes import token_hash
 from tunedeck.store.tables import Job
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])

@@ -23,7 +23,6 @@ its placement is reserved.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import secrets
@@ -41,14 +40,11 @@ from tunedeck.planning import placement, queueplan
 from tunedeck.services.ingest.devices import Devices, NotGiven
 from tunedeck.services.ingest.writer import IngestWriter, plain
 from tunedeck.services.jobs.jobstate import JobState, move
+from tunedeck.store.hashes import token_hash
 from tunedeck.store.tables import Job, JobStatus, utcnow
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.scheduling.scheduler")
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class Scheduler(Worker):

@@ -1,0 +1,10 @@
+"""Tokens are stored as their SHA-256 only (API tokens and each job's runner token alike): the one
+hasher, so a token is checked the way it was kept."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
