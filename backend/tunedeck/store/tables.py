@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
@@ -81,6 +82,16 @@ class Job(SQLModel, table=True):
     placement: str | None = Field(default=None, sa_column=Column(Text))
     # An imported run's files (and name and owner) as one hash: the same import again is this job.
     import_key: str | None = None
+
+    def config(self) -> dict[str, Any]:
+        """The train.yaml that ran, as a mapping: {} when there is none or it does not parse."""
+        import yaml  # loaded by the first job that needs it, not by every server start
+
+        try:
+            data = yaml.safe_load(self.train_yaml or "")
+        except yaml.YAMLError:
+            return {}
+        return data if isinstance(data, dict) else {}
 
 
 class MetricPoint(SQLModel, table=True):

@@ -55,17 +55,11 @@ def limits_of(settings: Settings) -> Limits:
 
 
 def job_config(job: Job) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    import yaml  # loaded by the first job followed, not by every server start
-
-    try:
-        cfg = yaml.safe_load(job.train_yaml or "") or {}
-    except yaml.YAMLError:
-        cfg = {}
     try:
         ds = json.loads(job.ds_config) if job.ds_config else None
     except ValueError:
         ds = None
-    return (cfg if isinstance(cfg, dict) else {}), ds
+    return job.config(), ds
 
 
 def _loss(

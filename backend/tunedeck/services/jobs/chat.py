@@ -30,16 +30,6 @@ log = logging.getLogger("tunedeck.chat")
 CARRIED = ("template", "finetuning_type", "trust_remote_code", "default_system", "enable_thinking")
 
 
-def _config(job: Job) -> dict[str, Any]:
-    import yaml  # loaded by the first job that needs it, not by every server start
-
-    try:
-        data = yaml.safe_load(job.train_yaml or "")
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def chat_spec(session: Session, *, job_id: int, gpus: int | None, generating: dict[str, Any]) -> JobSpec:
     """The spec of a chat job serving job `job_id`: its adapter on its base model, or its export."""
     job = get_job(session, job_id)
@@ -48,7 +38,7 @@ def chat_spec(session: Session, *, job_id: int, gpus: int | None, generating: di
         raise Conflict(
             f"job {job_id} is a {job.status.value} {job.kind} job: chat serves a finished train or export job"
         )
-    source = _config(job)
+    source = job.config()
     config = {k: source[k] for k in CARRIED if k in source}
     if job.kind == "export":
         if out is None or not (out / "config.json").is_file():

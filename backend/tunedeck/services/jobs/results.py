@@ -90,22 +90,12 @@ def weights_bytes(path: Path) -> int:
     )
 
 
-def _config(job: Job) -> dict[str, Any]:
-    import yaml  # loaded by the first job that needs it, not by every server start
-
-    try:
-        data = yaml.safe_load(job.train_yaml or "")
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def export_summary(job: Job) -> dict[str, Any] | None:
     """An export job's files and size, against the base model's and the adapter's weights."""
     if job.kind != "export" or not job.output_dir:
         return None
     out = Path(job.output_dir)
-    config = _config(job)
+    config = job.config()
 
     def weights(key: str) -> int | None:
         # The rendered config holds paths as checked at submit: absolute, inside the allowed roots.
