@@ -1,24 +1,35 @@
-"""What the REST API takes and answers (pydantic): the job spec, pages of rows, alerts.
+"""What the REST API takes and answers (pydantic): the job spec, rows and pages of rows, alerts.
+What runners send is in contract/protocol.py.
 
-Tables are in tables.py; what runners send is in protocol.py.
+A row's answer derives from the base that its table derives from too (store/tables.py: `AlertBase`
+-> `Alert` and `AlertOut`), so a field is declared once. An answer overrides only what it answers
+otherwise (JSON text stored, an object answered; an id the answer always has) and adds what it computes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 from pydantic import Field as PField
 
 from tunedeck import tree
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import Strict
 from tunedeck.planning.queueplan import Spot, asked
-from tunedeck.store.tables import Job, JobStatus
+from tunedeck.store.tables import (
+    AlertBase,
+    Job,
+    JobBase,
+    JobProgress,
+    JobStatus,
+    LogBase,
+    MemoryBase,
+    MetricBase,
+)
 
 NonFinite = Literal["inf", "-inf", "nan"]
 JobKind = Literal["train", "eval", "predict", "export", "chat"]
@@ -74,11 +85,46 @@ class JobSpec(Strict):
         return v
 
 
-class Progress(BaseModel):
-    current_steps: int | None = None
-    total_steps: int | None = None
-    percentage: float | None = None
-    eta_seconds: float | None = None
+# ---------------------------------------------------------------- rows, as answered
+
+
+def answered(*names: str) -> ConfigDict:
+    """An answer's config whose schema requires `names`, with no default shown: fields that the row's
+    base gives a default (for a new row) and that every answer has. The schema keeps requiring what it
+    required when each answer declared its own fields."""
+
+    def required(schema: dict[str, Any]) -> None:
+        for name in names:
+            schema["properties"][name].pop("default", None)
+        have = {*names, *schema.get("required", ())}
+        schema["required"] = [name for name in schema["properties"] if name in have]
+
+    return ConfigDict(json_schema_extra=required)
+
+
+def _json(v: Any) -> Any:
+    """A JSON column's text as the value it holds (the ORM's rows and plain SELECTs give the text)."""
+    return json.loads(v) if isinstance(v, str) else v
+
+
+def _devices(v: Any) -> Any:
+    """The row's comma-separated device indices as a list."""
+    if not isinstance(v, str):
+        return v
+    return [int(d) for d in v.split(",")] if v else None
+
+
+def _tags(v: Any) -> Any:
+    """The row's JSON list of tags; none (NULL or no text): an empty list."""
+    return _json(v) if v else []
+
+
+FromJson = BeforeValidator(_json)
+
+
+# The row's progress columns, one object of a job's answer (no docstring: the schema has no description).
+class Progress(JobProgress):
+    pass
 
 
 def stop_message(job: Job) -> str | None:
@@ -108,23 +154,24 @@ class AlertSummary(BaseModel):
     )
 
 
-class JobOut(BaseModel):
+class JobOut(JobBase):
+    model_config = answered(
+        "owner",
+        "status",
+        "gpus",
+        "exit_code",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "run_dir",
+        "output_dir",
+    )
+
     id: int
-    name: str
-    kind: str = "train"
-    owner: str | None
-    status: JobStatus
-    gpus: int
-    nodes: int = 1
-    devices: list[int] | None
-    exit_code: int | None
-    error: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    devices: Annotated[list[int] | None, BeforeValidator(_devices)]
+    tags: Annotated[list[str], BeforeValidator(_tags)] = []
     progress: Progress
-    run_dir: str
-    output_dir: str
     stopped: str | None = PField(
         None,
         description='a stopped job\'s "stopped by NAME at step N, adapter saved" (or "no adapter saved")',
@@ -134,47 +181,23 @@ class JobOut(BaseModel):
         description="the status, or succeeded_with_problems for a success whose loss went NaN, "
         "diverged or stayed stuck (alerts.problems)"
     )
-    parent_id: int | None = PField(None, description="the job this one resumes or was cloned from")
-    tags: list[str] = []
-    notes: str | None = None
     priority: int = 0
     queue_position: int | None = PField(None, description="a queued job's place in line: 1 starts next")
     waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
     @classmethod
     def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
+        """The row's fields as they are (devices and tags parsed), and what the answer computes."""
         alerts = alerts or AlertSummary()
         troubled = job.status == JobStatus.succeeded and alerts.problems
-        return cls(
-            id=job.id,
-            name=job.name,
-            kind=job.kind,
-            owner=job.owner,
-            status=job.status,
-            gpus=job.gpus,
-            nodes=job.nodes,
-            devices=[int(d) for d in job.devices.split(",")] if job.devices else None,
-            exit_code=job.exit_code,
-            error=job.error,
-            created_at=job.created_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            progress=Progress(
-                current_steps=job.current_steps,
-                total_steps=job.total_steps,
-                percentage=job.percentage,
-                eta_seconds=job.eta_seconds,
-            ),
-            run_dir=job.run_dir,
-            output_dir=job.output_dir,
-            stopped=stop_message(job),
-            alerts=alerts,
-            verdict="succeeded_with_problems" if troubled else job.status.value,
-            parent_id=job.parent_id,
-            tags=json.loads(job.tags) if job.tags else [],
-            notes=job.notes,
-            priority=asked(job).priority,
-        )
+        computed = {
+            "progress": Progress.model_validate(job, from_attributes=True),
+            "stopped": stop_message(job),
+            "alerts": alerts,
+            "verdict": "succeeded_with_problems" if troubled else job.status.value,
+            "priority": asked(job).priority,
+        }
+        return cls.model_validate(job, from_attributes=True, update=computed)
 
     def placed(self, spots: Mapping[int, Spot]) -> JobOut:
         """This row with its place in the queue (only a queued job has one)."""
@@ -200,30 +223,26 @@ class JobCreated(JobOut):
         return out
 
 
-class MetricOut(BaseModel):
-    id: int
-    step: int | None
-    t: float
-    loss: float | None
-    eval_loss: float | None
-    lr: float | None
-    epoch: float | None
-    throughput: float | None
-    total_tokens: int | None
-    vram_allocated: float | None
-    vram_reserved: float | None
-    grad_norm: float | None = None
-    nonfinite: dict[str, NonFinite] | None = PField(
-        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
-    )
-    extra: dict[str, float] | None = PField(
-        None, description="the step's other numbers as the Trainer logged them (eval_runtime, rewards, ...)"
+class MetricOut(MetricBase):
+    model_config = answered(
+        "step",
+        "loss",
+        "eval_loss",
+        "lr",
+        "epoch",
+        "throughput",
+        "total_tokens",
+        "vram_allocated",
+        "vram_reserved",
     )
 
-    @field_validator("nonfinite", "extra", mode="before")
-    @classmethod
-    def _stored(cls, v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) else v
+    id: int
+    nonfinite: Annotated[dict[str, NonFinite] | None, FromJson] = PField(
+        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
+    )
+    extra: Annotated[dict[str, float] | None, FromJson] = PField(
+        None, description="the step's other numbers as the Trainer logged them (eval_runtime, rewards, ...)"
+    )
 
 
 class MetricPage(BaseModel):
@@ -231,11 +250,8 @@ class MetricPage(BaseModel):
     next: int | None
 
 
-class LogOut(BaseModel):
+class LogOut(LogBase):
     id: int
-    t: float
-    stream: str
-    text: str
 
 
 class LogPage(BaseModel):
@@ -256,18 +272,10 @@ class FileOut(BaseModel):
     bytes: int
 
 
-class MemorySampleOut(BaseModel):
+class MemorySampleOut(MemoryBase):
+    model_config = answered("total_bytes", "util", "power_w", "temp_c")
+
     id: int
-    t: float
-    node: str = PField(
-        "", description="the node of the runner that sampled it ('' in rows from before nodes)"
-    )
-    gpu: int
-    used_bytes: int
-    total_bytes: int | None
-    util: float | None
-    power_w: float | None
-    temp_c: float | None
 
 
 class MemoryGpu(BaseModel):
@@ -284,26 +292,10 @@ class MemoryPage(BaseModel):
     gpus: list[MemoryGpu]
 
 
-class AlertOut(BaseModel):
+class AlertOut(AlertBase):
+    model_config = answered("gpu", "step", "suggestion", "open", "count")
+
     id: int
-    job_id: int
-    kind: str
-    severity: str
-    node: str = ""
-    gpu: int | None
-    t: float
-    step: int | None
-    message: str
-    suggestion: str | None
-    change: dict[str, Any] | None = PField(
+    change: Annotated[dict[str, Any] | None, FromJson] = PField(
         None, description="the suggestion as train.yaml keys and new values (null: not a key change)"
     )
-    open: bool
-    first_t: float
-    last_t: float
-    count: int
-
-    @field_validator("change", mode="before")
-    @classmethod
-    def _stored(cls, v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) else v
