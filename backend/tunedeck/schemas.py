@@ -1,5 +1,6 @@
-"""What the REST API takes and answers (pydantic): the job spec, rows and pages of rows, alerts.
-What runners send is in contract/protocol.py.
+"""What the REST API takes and answers (pydantic): the job spec, rows and pages of rows, alerts, the
+helper routes' answers, the error body. Every API shape is here; api/answers.py says which error
+statuses a route declares, and what runners send is in contract/protocol.py.
 
 A row's answer derives from the base that its table derives from too (store/tables.py: `AlertBase`
 -> `Alert` and `AlertOut`), so a field is declared once. An answer overrides only what it answers
@@ -299,3 +300,165 @@ class AlertOut(AlertBase):
     change: Annotated[dict[str, Any] | None, FromJson] = PField(
         None, description="the suggestion as train.yaml keys and new values (null: not a key change)"
     )
+
+
+# ---------------------------------------------------------------- answers of the helper routes, errors
+
+
+class Message(BaseModel):
+    """An error that is not about one field: what went wrong, in words."""
+
+    detail: str
+
+
+class Finding(BaseModel):
+    code: str
+    severity: Literal["error", "warning", "info"]
+    path: str
+    message: str
+    fix: str
+
+
+class LintOut(BaseModel):
+    findings: list[Finding]
+
+
+class Preset(BaseModel):
+    name: str
+    kind: str = PField(description="yaml (a job config) or json (a DeepSpeed config)")
+
+
+class PresetText(Preset):
+    text: str
+
+
+class CursorOut(BaseModel):
+    cursor: str
+
+
+class Stored(BaseModel):
+    stored: int = PField(description="the batch's seq")
+
+
+class ParsedYaml(BaseModel):
+    config: dict[str, Any]
+    deepspeed: Any = None
+
+
+class PreviewOut(BaseModel):
+    train_yaml: str
+    ds_config: str | None
+    gpus: int
+    warnings: list[str]
+
+
+class Calibration(BaseModel):
+    gpu_kind: str
+    jobs: int
+    mean_ratio: float
+    min_ratio: float
+    max_ratio: float
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    executor: str
+    gpus: int = PField(description="GPUs the scheduler hands out on this node")
+    cpu_slots: int
+    near_oom_share: float = PField(
+        description="share of a device's memory that, sustained, raises vram_near_oom (the charts' band)"
+    )
+
+
+class Nonfinite(BaseModel):
+    """Where a metric was inf or NaN (its curve skips them), thinned to `max_points`."""
+
+    step: list[int]
+    t: list[float]
+    value: list[str] = PField(description="what the trainer logged: inf, -inf or nan")
+
+
+class Curve(BaseModel):
+    step: list[int]
+    t: list[float]
+    y: list[float]
+    n: int = PField(description="finite points in the window before downsampling")
+    nonfinite_points: Nonfinite
+
+
+class SeriesOut(BaseModel):
+    count: int = PField(description="metric rows in the window")
+    last_id: int | None = PField(description="the newest metric row's id (a stream cursor's m)")
+    downsampled: bool
+    series: dict[str, Curve] = PField(description="one curve per metric (loss, eval_loss, lr, ...)")
+
+
+class Estimate(BaseModel):
+    per_gpu_bytes: int
+    breakdown: dict[str, int] = PField(description="bytes per part (weights, gradients, optimizer, ...)")
+    device_total_bytes: int | None
+    fits: bool | None = PField(description="None when the device's memory is unknown")
+    warnings: list[str]
+    params: int
+    trainable_params: int
+    method: str
+    zero_stage: int | None
+    gpus: int
+    dtype_bytes: int
+    gradient_checkpointing: bool
+    tokens_per_micro_batch: int
+
+
+class Measured(BaseModel):
+    bytes: int
+    source: Literal["memory_samples", "vram_reserved"]
+    gpu_kind: str
+
+
+class JobEstimate(BaseModel):
+    job_id: int
+    estimate: Estimate | None
+    measured: Measured | None
+    ratio: float | None = PField(description="measured / predicted per-GPU peak")
+
+
+class Check(BaseModel):
+    name: str
+    status: Literal["ok", "warn", "fail", "skip"]
+    detail: str
+    fix: str | None
+
+
+class Preflight(BaseModel):
+    ok: bool
+    summary: str
+    backend: Literal["rocm", "cuda", "cpu"] | None
+    hostname: str | None
+    python: str | None
+    devices: list[dict[str, Any]] = PField(description="the training torch's devices as its probe saw them")
+    packages: dict[str, str | bool | None] = PField(description="installed versions; flash_attn: importable")
+    checks: list[Check]
+    checked_at: float
+
+
+class NodeGpu(BaseModel):
+    index: int
+    name: str | None
+    bus_id: str | None
+    total_bytes: int | None
+    used_bytes: int
+    util: float | None
+    job_id: int | None = PField(description="the running job holding this GPU")
+
+
+class Node(BaseModel):
+    name: str
+    backend: str
+    reason: str | None = PField(description="why GPU backends are absent")
+    gpus: list[NodeGpu]
+    id: str | None = PField(None, description="the Ray node id (executor `ray`); null on the local executor")
+    address: str | None = PField(None, description="the node's IP (executor `ray`)")
+    alive: bool = PField(True, description="false: Ray lost the node (its GPUs are not read)")
+    head: bool = PField(False, description="the Ray head node")
+    gpu_slots: int | None = PField(None, description="GPUs the node offers Ray (logical; executor `ray`)")

@@ -14,8 +14,8 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
-from tunedeck.api.responses import errors
 from tunedeck.schemas import JobCreated
 from tunedeck.services.jobs import chat as service
 from tunedeck.services.jobs.records import create_job

@@ -18,10 +18,11 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, select
 from starlette.concurrency import run_in_threadpool
 
-from tunedeck.api.responses import Stored, errors
+from tunedeck.api.answers import errors
 from tunedeck.contract import wire
 from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.scheduling.scheduler import token_hash
+from tunedeck.schemas import Stored
 from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest.writer import plain
 from tunedeck.store.tables import Job
