@@ -31,7 +31,7 @@ from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import results as results_api
 from tunedeck.api import runs as runs_api
-from tunedeck.api.responses import COMMON
+from tunedeck.api.answers import COMMON
 from tunedeck.config import Settings, get_settings
 from tunedeck.contract.strictjson import StrictJSONResponse
 from tunedeck.scheduling import executors

@@ -1,24 +1,36 @@
-"""What the REST API takes and answers (pydantic): the job spec, pages of rows, alerts.
+"""What the REST API takes and answers (pydantic): the job spec, rows and pages of rows, alerts, the
+helper routes' answers, the error body. Every API shape is here; api/answers.py says which error
+statuses a route declares, and what runners send is in contract/protocol.py.
 
-Tables are in tables.py; what runners send is in protocol.py.
+A row's answer derives from the base that its table derives from too (store/tables.py: `AlertBase`
+-> `Alert` and `AlertOut`), so a field is declared once. An answer overrides only what it answers
+otherwise (JSON text stored, an object answered; an id the answer always has) and adds what it computes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 from pydantic import Field as PField
 
 from tunedeck import tree
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import Strict
 from tunedeck.planning.queueplan import Spot, asked
-from tunedeck.store.tables import Job, JobStatus
+from tunedeck.store.tables import (
+    AlertBase,
+    Job,
+    JobBase,
+    JobProgress,
+    JobStatus,
+    LogBase,
+    MemoryBase,
+    MetricBase,
+)
 
 NonFinite = Literal["inf", "-inf", "nan"]
 JobKind = Literal["train", "eval", "predict", "export", "chat"]
@@ -74,11 +86,46 @@ class JobSpec(Strict):
         return v
 
 
-class Progress(BaseModel):
-    current_steps: int | None = None
-    total_steps: int | None = None
-    percentage: float | None = None
-    eta_seconds: float | None = None
+# ---------------------------------------------------------------- rows, as answered
+
+
+def answered(*names: str) -> ConfigDict:
+    """An answer's config whose schema requires `names`, with no default shown: fields that the row's
+    base gives a default (for a new row) and that every answer has. The schema keeps requiring what it
+    required when each answer declared its own fields."""
+
+    def required(schema: dict[str, Any]) -> None:
+        for name in names:
+            schema["properties"][name].pop("default", None)
+        have = {*names, *schema.get("required", ())}
+        schema["required"] = [name for name in schema["properties"] if name in have]
+
+    return ConfigDict(json_schema_extra=required)
+
+
+def _json(v: Any) -> Any:
+    """A JSON column's text as the value it holds (the ORM's rows and plain SELECTs give the text)."""
+    return json.loads(v) if isinstance(v, str) else v
+
+
+def _devices(v: Any) -> Any:
+    """The row's comma-separated device indices as a list."""
+    if not isinstance(v, str):
+        return v
+    return [int(d) for d in v.split(",")] if v else None
+
+
+def _tags(v: Any) -> Any:
+    """The row's JSON list of tags; none (NULL or no text): an empty list."""
+    return _json(v) if v else []
+
+
+FromJson = BeforeValidator(_json)
+
+
+# The row's progress columns, one object of a job's answer (no docstring: the schema has no description).
+class Progress(JobProgress):
+    pass
 
 
 def stop_message(job: Job) -> str | None:
@@ -108,23 +155,24 @@ class AlertSummary(BaseModel):
     )
 
 
-class JobOut(BaseModel):
+class JobOut(JobBase):
+    model_config = answered(
+        "owner",
+        "status",
+        "gpus",
+        "exit_code",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "run_dir",
+        "output_dir",
+    )
+
     id: int
-    name: str
-    kind: str = "train"
-    owner: str | None
-    status: JobStatus
-    gpus: int
-    nodes: int = 1
-    devices: list[int] | None
-    exit_code: int | None
-    error: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    devices: Annotated[list[int] | None, BeforeValidator(_devices)]
+    tags: Annotated[list[str], BeforeValidator(_tags)] = []
     progress: Progress
-    run_dir: str
-    output_dir: str
     stopped: str | None = PField(
         None,
         description='a stopped job\'s "stopped by NAME at step N, adapter saved" (or "no adapter saved")',
@@ -134,47 +182,23 @@ class JobOut(BaseModel):
         description="the status, or succeeded_with_problems for a success whose loss went NaN, "
         "diverged or stayed stuck (alerts.problems)"
     )
-    parent_id: int | None = PField(None, description="the job this one resumes or was cloned from")
-    tags: list[str] = []
-    notes: str | None = None
     priority: int = 0
     queue_position: int | None = PField(None, description="a queued job's place in line: 1 starts next")
     waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
     @classmethod
     def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
+        """The row's fields as they are (devices and tags parsed), and what the answer computes."""
         alerts = alerts or AlertSummary()
         troubled = job.status == JobStatus.succeeded and alerts.problems
-        return cls(
-            id=job.id,
-            name=job.name,
-            kind=job.kind,
-            owner=job.owner,
-            status=job.status,
-            gpus=job.gpus,
-            nodes=job.nodes,
-            devices=[int(d) for d in job.devices.split(",")] if job.devices else None,
-            exit_code=job.exit_code,
-            error=job.error,
-            created_at=job.created_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            progress=Progress(
-                current_steps=job.current_steps,
-                total_steps=job.total_steps,
-                percentage=job.percentage,
-                eta_seconds=job.eta_seconds,
-            ),
-            run_dir=job.run_dir,
-            output_dir=job.output_dir,
-            stopped=stop_message(job),
-            alerts=alerts,
-            verdict="succeeded_with_problems" if troubled else job.status.value,
-            parent_id=job.parent_id,
-            tags=json.loads(job.tags) if job.tags else [],
-            notes=job.notes,
-            priority=asked(job).priority,
-        )
+        computed = {
+            "progress": Progress.model_validate(job, from_attributes=True),
+            "stopped": stop_message(job),
+            "alerts": alerts,
+            "verdict": "succeeded_with_problems" if troubled else job.status.value,
+            "priority": asked(job).priority,
+        }
+        return cls.model_validate(job, from_attributes=True, update=computed)
 
     def placed(self, spots: Mapping[int, Spot]) -> JobOut:
         """This row with its place in the queue (only a queued job has one)."""
@@ -200,30 +224,26 @@ class JobCreated(JobOut):
         return out
 
 
-class MetricOut(BaseModel):
-    id: int
-    step: int | None
-    t: float
-    loss: float | None
-    eval_loss: float | None
-    lr: float | None
-    epoch: float | None
-    throughput: float | None
-    total_tokens: int | None
-    vram_allocated: float | None
-    vram_reserved: float | None
-    grad_norm: float | None = None
-    nonfinite: dict[str, NonFinite] | None = PField(
-        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
-    )
-    extra: dict[str, float] | None = PField(
-        None, description="the step's other numbers as the Trainer logged them (eval_runtime, rewards, ...)"
+class MetricOut(MetricBase):
+    model_config = answered(
+        "step",
+        "loss",
+        "eval_loss",
+        "lr",
+        "epoch",
+        "throughput",
+        "total_tokens",
+        "vram_allocated",
+        "vram_reserved",
     )
 
-    @field_validator("nonfinite", "extra", mode="before")
-    @classmethod
-    def _stored(cls, v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) else v
+    id: int
+    nonfinite: Annotated[dict[str, NonFinite] | None, FromJson] = PField(
+        None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
+    )
+    extra: Annotated[dict[str, float] | None, FromJson] = PField(
+        None, description="the step's other numbers as the Trainer logged them (eval_runtime, rewards, ...)"
+    )
 
 
 class MetricPage(BaseModel):
@@ -231,11 +251,8 @@ class MetricPage(BaseModel):
     next: int | None
 
 
-class LogOut(BaseModel):
+class LogOut(LogBase):
     id: int
-    t: float
-    stream: str
-    text: str
 
 
 class LogPage(BaseModel):
@@ -256,18 +273,10 @@ class FileOut(BaseModel):
     bytes: int
 
 
-class MemorySampleOut(BaseModel):
+class MemorySampleOut(MemoryBase):
+    model_config = answered("total_bytes", "util", "power_w", "temp_c")
+
     id: int
-    t: float
-    node: str = PField(
-        "", description="the node of the runner that sampled it ('' in rows from before nodes)"
-    )
-    gpu: int
-    used_bytes: int
-    total_bytes: int | None
-    util: float | None
-    power_w: float | None
-    temp_c: float | None
 
 
 class MemoryGpu(BaseModel):
@@ -284,26 +293,175 @@ class MemoryPage(BaseModel):
     gpus: list[MemoryGpu]
 
 
-class AlertOut(BaseModel):
+class AlertOut(AlertBase):
+    model_config = answered("gpu", "step", "suggestion", "open", "count")
+
     id: int
-    job_id: int
-    kind: str
-    severity: str
-    node: str = ""
-    gpu: int | None
-    t: float
-    step: int | None
-    message: str
-    suggestion: str | None
-    change: dict[str, Any] | None = PField(
+    change: Annotated[dict[str, Any] | None, FromJson] = PField(
         None, description="the suggestion as train.yaml keys and new values (null: not a key change)"
     )
-    open: bool
-    first_t: float
-    last_t: float
-    count: int
 
-    @field_validator("change", mode="before")
-    @classmethod
-    def _stored(cls, v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) else v
+
+# ---------------------------------------------------------------- answers of the helper routes, errors
+
+
+class Message(BaseModel):
+    """An error that is not about one field: what went wrong, in words."""
+
+    detail: str
+
+
+class Finding(BaseModel):
+    code: str
+    severity: Literal["error", "warning", "info"]
+    path: str
+    message: str
+    fix: str
+
+
+class LintOut(BaseModel):
+    findings: list[Finding]
+
+
+class Preset(BaseModel):
+    name: str
+    kind: str = PField(description="yaml (a job config) or json (a DeepSpeed config)")
+
+
+class PresetText(Preset):
+    text: str
+
+
+class CursorOut(BaseModel):
+    cursor: str
+
+
+class Stored(BaseModel):
+    stored: int = PField(description="the batch's seq")
+
+
+class ParsedYaml(BaseModel):
+    config: dict[str, Any]
+    deepspeed: Any = None
+
+
+class PreviewOut(BaseModel):
+    train_yaml: str
+    ds_config: str | None
+    gpus: int
+    warnings: list[str]
+
+
+class Calibration(BaseModel):
+    gpu_kind: str
+    jobs: int
+    mean_ratio: float
+    min_ratio: float
+    max_ratio: float
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    reason: str | None = PField(
+        None, description="why it is degraded: a full disk, a read-only workspace or a damaged database"
+    )
+    version: str
+    executor: str
+    gpus: int = PField(description="GPUs the scheduler hands out on this node")
+    cpu_slots: int
+    near_oom_share: float = PField(
+        description="share of a device's memory that, sustained, raises vram_near_oom (the charts' band)"
+    )
+
+
+class Nonfinite(BaseModel):
+    """Where a metric was inf or NaN (its curve skips them), thinned to `max_points`."""
+
+    step: list[int]
+    t: list[float]
+    value: list[str] = PField(description="what the trainer logged: inf, -inf or nan")
+
+
+class Curve(BaseModel):
+    step: list[int]
+    t: list[float]
+    y: list[float]
+    n: int = PField(description="finite points in the window before downsampling")
+    nonfinite_points: Nonfinite
+
+
+class SeriesOut(BaseModel):
+    count: int = PField(description="metric rows in the window")
+    last_id: int | None = PField(description="the newest metric row's id (a stream cursor's m)")
+    downsampled: bool
+    series: dict[str, Curve] = PField(description="one curve per metric (loss, eval_loss, lr, ...)")
+
+
+class Estimate(BaseModel):
+    per_gpu_bytes: int
+    breakdown: dict[str, int] = PField(description="bytes per part (weights, gradients, optimizer, ...)")
+    device_total_bytes: int | None
+    fits: bool | None = PField(description="None when the device's memory is unknown")
+    warnings: list[str]
+    params: int
+    trainable_params: int
+    method: str
+    zero_stage: int | None
+    gpus: int
+    dtype_bytes: int
+    gradient_checkpointing: bool
+    tokens_per_micro_batch: int
+
+
+class Measured(BaseModel):
+    bytes: int
+    source: Literal["memory_samples", "vram_reserved"]
+    gpu_kind: str
+
+
+class JobEstimate(BaseModel):
+    job_id: int
+    estimate: Estimate | None
+    measured: Measured | None
+    ratio: float | None = PField(description="measured / predicted per-GPU peak")
+
+
+class Check(BaseModel):
+    name: str
+    status: Literal["ok", "warn", "fail", "skip"]
+    detail: str
+    fix: str | None
+
+
+class Preflight(BaseModel):
+    ok: bool
+    summary: str
+    backend: Literal["rocm", "cuda", "cpu"] | None
+    hostname: str | None
+    python: str | None
+    devices: list[dict[str, Any]] = PField(description="the training torch's devices as its probe saw them")
+    packages: dict[str, str | bool | None] = PField(description="installed versions; flash_attn: importable")
+    checks: list[Check]
+    checked_at: float
+
+
+class NodeGpu(BaseModel):
+    index: int
+    name: str | None
+    bus_id: str | None
+    total_bytes: int | None
+    used_bytes: int
+    util: float | None
+    job_id: int | None = PField(description="the running job holding this GPU")
+
+
+class Node(BaseModel):
+    name: str
+    backend: str
+    reason: str | None = PField(description="why GPU backends are absent")
+    gpus: list[NodeGpu]
+    id: str | None = PField(None, description="the Ray node id (executor `ray`); null on the local executor")
+    address: str | None = PField(None, description="the node's IP (executor `ray`)")
+    alive: bool = PField(True, description="false: Ray lost the node (its GPUs are not read)")
+    head: bool = PField(False, description="the Ray head node")
+    gpu_slots: int | None = PField(None, description="GPUs the node offers Ray (logical; executor `ray`)")

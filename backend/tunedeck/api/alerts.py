@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunedeck.api.responses import errors
+from tunedeck.api.answers import errors
 from tunedeck.schemas import AlertOut, Severity
 from tunedeck.services.alerting import engine as service
 from tunedeck.store.db import SessionDep

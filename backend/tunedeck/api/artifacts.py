@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse, StreamingResponse
 
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import only_query
-from tunedeck.api.responses import errors
 from tunedeck.services.jobs import artifacts
 from tunedeck.services.jobs import records as service
 from tunedeck.store.db import SessionDep

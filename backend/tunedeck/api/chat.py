@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api import auth
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
-from tunedeck.api.responses import errors
 from tunedeck.schemas import JobCreated
 from tunedeck.services.jobs import chat as service
 from tunedeck.services.jobs.records import get_job

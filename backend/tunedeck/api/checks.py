@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from pydantic import Field
 
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import NodeDep, SettingsDep
-from tunedeck.api.responses import Calibration, Estimate, JobEstimate, LintOut, errors
 from tunedeck.checks.submission import resolve
-from tunedeck.schemas import JobSpec
+from tunedeck.schemas import Calibration, Estimate, JobEstimate, JobSpec, LintOut
 from tunedeck.services.charts import estimates as service
 from tunedeck.services.jobs.records import get_job
 from tunedeck.store.db import SessionDep

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body, HTTPException, Query, Request
 
 from tunedeck.api import auth
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
-from tunedeck.api.responses import errors
 from tunedeck.checks import spec as specs
 from tunedeck.planning.queueplan import asked
 from tunedeck.schemas import (

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict
 from pydantic import Field as PField
 
 from tunedeck.api import auth
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
-from tunedeck.api.responses import errors
 from tunedeck.schemas import NAME_RULES, JobCreated, JobOut
 from tunedeck.services.alerting.summary import job_out
 from tunedeck.services.jobs import checkpoints, lifecycle

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import SettingsDep
-from tunedeck.api.responses import errors
 from tunedeck.contract.protocol import NODE_PATTERN
 from tunedeck.schemas import MemoryPage, MemorySampleOut
 from tunedeck.services.charts import memory as service

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request
 
-from tunedeck.api.responses import Node, errors
+from tunedeck.api.answers import errors
+from tunedeck.schemas import Node
 
 router = APIRouter(prefix="/api", tags=["nodes"])
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import SettingsDep
-from tunedeck.api.responses import Preflight, errors
 from tunedeck.checks import preflight
+from tunedeck.schemas import Preflight
 
 router = APIRouter(prefix="/api/nodes", tags=["nodes"])
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
+from tunedeck.api.answers import WHY
 from tunedeck.api.deps import NodeDep, SettingsDep
-from tunedeck.api.responses import WHY, Message
 from tunedeck.checks import preflight
+from tunedeck.schemas import Message
 from tunedeck.services.jobs.records import get_job, slug
 from tunedeck.services.views import report as service
 from tunedeck.store.db import SessionDep

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunedeck.api.responses import errors
+from tunedeck.api.answers import errors
 from tunedeck.schemas import FileOut
 from tunedeck.services.jobs import results as service
 from tunedeck.services.jobs.records import get_job

@@ -12,8 +12,8 @@ from fastapi import APIRouter, File, Form, HTTPException, Request, Response, Upl
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.alerts.rundir import BadInput
+from tunedeck.api.answers import TOO_LARGE
 from tunedeck.api.deps import SettingsDep, principal_name
-from tunedeck.api.responses import TOO_LARGE
 from tunedeck.schemas import NAME_RULES, JobOut
 from tunedeck.services.alerting.summary import stored_job_out
 from tunedeck.services.jobs.imports import BadUpload, import_run

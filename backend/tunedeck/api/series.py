@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from tunedeck.api.answers import errors
 from tunedeck.api.deps import SettingsDep
-from tunedeck.api.responses import SeriesOut, errors
+from tunedeck.schemas import SeriesOut
 from tunedeck.services.charts import metrics as service
 from tunedeck.services.jobs import records as jobs_service
 from tunedeck.store.db import SessionDep

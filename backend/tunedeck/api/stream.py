@@ -8,7 +8,8 @@ import anyio
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
-from tunedeck.api.responses import CursorOut, errors
+from tunedeck.api.answers import errors
+from tunedeck.schemas import CursorOut
 from tunedeck.services.live import feed
 from tunedeck.services.live.events import TEAM
 

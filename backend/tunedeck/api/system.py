@@ -6,8 +6,9 @@ from fastapi import APIRouter, HTTPException, Request
 from sqlalchemy import text
 
 from tunedeck import __version__
-from tunedeck.api.responses import Health, Preset, PresetText, errors
+from tunedeck.api.answers import errors
 from tunedeck.checks.presets import presets
+from tunedeck.schemas import Health, Preset, PresetText
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["system"])

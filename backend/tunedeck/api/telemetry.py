@@ -18,9 +18,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from tunedeck.api.responses import Stored, errors
+from tunedeck.api.answers import errors
 from tunedeck.contract import wire
 from tunedeck.contract.protocol import TelemetryBatch
+from tunedeck.schemas import Stored
 from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest.devices import NotGiven
 from tunedeck.services.ingest.writer import plain

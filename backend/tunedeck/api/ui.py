@@ -13,11 +13,11 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from tunedeck.api import forms, report
+from tunedeck.api.answers import COMMON, errors
 from tunedeck.api.deps import NodeDep, SettingsDep
-from tunedeck.api.responses import COMMON, ParsedYaml, PreviewOut, errors
 from tunedeck.checks import spec as specs
 from tunedeck.checks.submission import resolve
-from tunedeck.schemas import JobSpec
+from tunedeck.schemas import JobSpec, ParsedYaml, PreviewOut
 from tunedeck.services.views.report import PLOTLY_JS
 
 # Inside the package, so an installed wheel (not only a checkout) serves the pages.

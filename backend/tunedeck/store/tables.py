@@ -1,6 +1,11 @@
 """The SQLite tables (SQLModel): jobs and their series, tokens, alerts, calibration, chart tiles.
 
 Alembic's migrations create them; a test holds the two to the same schema (tests/test_migrations.py).
+
+A table whose rows the API answers derives from a base (`AlertBase` -> `Alert`) that the answer in
+schemas.py derives from too, so a field both have is declared once, with the row's type and default
+(tests/test_models.py). One table per base: a field declared with `sa_column=` is one Column object,
+which a second table could not take.
 """
 
 from __future__ import annotations
@@ -29,7 +34,40 @@ class JobStatus(str, enum.Enum):
         return self in (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
 
 
-class Job(SQLModel, table=True):
+class JobBase(SQLModel):
+    """A job's fields that its row and its answer (schemas.JobOut) share: declared once, here."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    kind: str = Field(default="train", sa_column_kwargs={"server_default": "train"})  # checks/kinds.py
+    owner: str | None = None
+    status: JobStatus = Field(default=JobStatus.queued)
+    gpus: int = 0  # on each node
+    nodes: int = Field(default=1, sa_column_kwargs={"server_default": "1"})  # one runner on each
+    devices: str | None = None  # comma-separated device indices given to the job
+    exit_code: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    run_dir: str = ""
+    output_dir: str = ""
+    parent_id: int | None = Field(default=None, description="the job this one resumes or was cloned from")
+    tags: str | None = Field(default=None, sa_column=Column(Text))  # JSON list of strings
+    notes: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class JobProgress(SQLModel):
+    """A job's progress, from the newest trainer_log.jsonl line: columns of its row, one object of its
+    answer (schemas.Progress)."""
+
+    current_steps: int | None = None
+    total_steps: int | None = None
+    percentage: float | None = None
+    eta_seconds: float | None = None
+
+
+class Job(JobProgress, JobBase, table=True):
     __tablename__ = "jobs"
     __table_args__ = (
         Index("ix_jobs_status", "status"),
@@ -38,30 +76,11 @@ class Job(SQLModel, table=True):
         Index("ix_jobs_import_key", "import_key", unique=True),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
-    name: str
-    owner: str | None = None
-    status: JobStatus = Field(default=JobStatus.queued)
-    gpus: int = 0  # on each node
-    nodes: int = Field(default=1, sa_column_kwargs={"server_default": "1"})  # one runner on each
     spec: str = Field(sa_column=Column(Text, nullable=False))  # the submitted spec, JSON
     train_yaml: str = Field(sa_column=Column(Text, nullable=False))  # exactly what runs
     ds_config: str | None = Field(default=None, sa_column=Column(Text))
-    run_dir: str = ""
-    output_dir: str = ""
-    devices: str | None = None  # comma-separated device indices given to the job
-    exit_code: int | None = None
-    error: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
     cancelled_by: str | None = None  # the token name that asked for the stop (None: no token)
-    # Progress, from the newest trainer_log.jsonl line.
-    current_steps: int | None = None
-    total_steps: int | None = None
-    percentage: float | None = None
-    eta_seconds: float | None = None
     # The runner process (reattach after a server restart) and its credentials.
     runner_pid: int | None = None
     runner_started: float | None = None  # psutil create_time, guards against PID reuse
@@ -69,15 +88,9 @@ class Job(SQLModel, table=True):
     runner_token_hash: str | None = None
     last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
     estimate: str | None = Field(default=None, sa_column=Column(Text))  # VRAM estimate, JSON
-    kind: str = Field(
-        default="train", sa_column_kwargs={"server_default": "train"}
-    )  # tunedeck/checks/kinds.py
     api_port: int | None = None  # a chat job's `llamafactory-cli api` port on 127.0.0.1
     api_key: str | None = None  # ... and the key it wants: other local users cannot use it directly
     last_used_at: datetime | None = None  # a chat job's newest proxied request (idle stop)
-    parent_id: int | None = None  # the job this one resumes or was cloned from
-    tags: str | None = Field(default=None, sa_column=Column(Text))  # JSON list of strings
-    notes: str | None = Field(default=None, sa_column=Column(Text))
     # Where the executor placed it: JSON list of {"node": ..., "devices": [...]}, one per node (None: local).
     placement: str | None = Field(default=None, sa_column=Column(Text))
     # An imported run's files (and name and owner) as one hash: the same import again is this job.
@@ -94,22 +107,12 @@ class Job(SQLModel, table=True):
         return data if isinstance(data, dict) else {}
 
 
-class MetricPoint(SQLModel, table=True):
-    """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
-
-    __tablename__ = "metric_points"
-    __table_args__ = (
-        UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
-        Index("ix_metric_job_step", "job_id", "step"),
-        Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")),
-    )
+class MetricBase(SQLModel):
+    """A metric point's fields that its row and its answer (schemas.MetricOut) share."""
 
     id: int | None = Field(default=None, primary_key=True)
-    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
-    line: int  # 0-based line number in trainer_log.jsonl
-    t: float  # unix time the runner read the line
     step: int | None = None
-    total_steps: int | None = None
+    t: float  # unix time the runner read the line
     loss: float | None = None
     eval_loss: float | None = None
     lr: float | None = None
@@ -119,23 +122,43 @@ class MetricPoint(SQLModel, table=True):
     vram_allocated: float | None = None  # GiB, peak since process start (RECORD_VRAM)
     vram_reserved: float | None = None
     grad_norm: float | None = None  # from tunedeck_log.jsonl (tunedeck_train/lf_train.py)
-    extra: str | None = Field(default=None, sa_column=Column(Text))  # its other finite numbers, JSON
-    raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
     # The columns above hold finite numbers only; an Infinity or NaN of the line is NULL there and
     # named here, JSON such as {"loss": "inf"} (SQLite cannot store NaN, and JSON cannot carry either).
     nonfinite: str | None = Field(default=None, sa_column=Column(Text))
+    extra: str | None = Field(default=None, sa_column=Column(Text))  # its other finite numbers, JSON
 
 
-class LogLine(SQLModel, table=True):
-    __tablename__ = "log_lines"
-    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_log_job_line"),)
+class MetricPoint(MetricBase, table=True):
+    """One trainer_log.jsonl line; (job_id, line) makes a resent line a no-op."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (
+        UniqueConstraint("job_id", "line", name="uq_metric_job_line"),
+        Index("ix_metric_job_step", "job_id", "step"),
+        Index("ix_metric_nonfinite", "job_id", "id", sqlite_where=text("nonfinite IS NOT NULL")),
+    )
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based line number in trainer_log.jsonl
+    total_steps: int | None = None
+    raw: str = Field(sa_column=Column(Text, nullable=False))  # the line as written
+
+
+class LogBase(SQLModel):
+    """A log line's fields that its row and its answer (schemas.LogOut) share."""
 
     id: int | None = Field(default=None, primary_key=True)
-    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
-    line: int  # 0-based, over stdout and stderr together, in the order the runner read them
     t: float
     stream: str  # stdout | stderr | runner
     text: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class LogLine(LogBase, table=True):
+    __tablename__ = "log_lines"
+    __table_args__ = (UniqueConstraint("job_id", "line", name="uq_log_job_line"),)
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    line: int  # 0-based, over stdout and stderr together, in the order the runner read them
 
 
 class JobChange(SQLModel, table=True):
@@ -163,7 +186,26 @@ class ApiToken(SQLModel, table=True):
     revoked_at: datetime | None = None
 
 
-class MemorySample(SQLModel, table=True):
+class MemoryBase(SQLModel):
+    """A memory sample's fields that its row and its answer (schemas.MemorySampleOut) share."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    t: float
+    # '' in rows from before nodes were named: the job's one node.
+    node: str = Field(
+        default="",
+        sa_column_kwargs={"server_default": text("''")},
+        description="the node of the runner that sampled it ('' in rows from before nodes)",
+    )
+    gpu: int  # device index on the node; -1 = host memory (cpu backend)
+    used_bytes: int = Field(sa_type=BigInteger)
+    total_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    util: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+
+
+class MemorySample(MemoryBase, table=True):
     """One sampler interval of one device: the MAX seen inside it. One index keys a resend (a sample
     sent again is the same sample: same node, device, time and line) and orders each device's series
     by time; a second index would double what each stored sample costs the disk's writer."""
@@ -173,26 +215,13 @@ class MemorySample(SQLModel, table=True):
         UniqueConstraint("job_id", "node", "gpu", "t", "line", name="uq_memory_job_node_gpu_t_line"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
-    # The node of the runner that sampled it ('' in rows from before nodes were named: the job's one node).
-    node: str = Field(default="", sa_column_kwargs={"server_default": text("''")})
     line: int  # the runner's sample sequence number (one sequence per node)
-    t: float
-    gpu: int  # device index on the node; -1 = host memory (cpu backend)
-    used_bytes: int = Field(sa_type=BigInteger)
-    total_bytes: int | None = Field(default=None, sa_type=BigInteger)
-    util: float | None = None
-    power_w: float | None = None
-    temp_c: float | None = None
     name: str | None = None
 
 
-class Alert(SQLModel, table=True):
-    """One episode of a detected condition; open while it holds, updated while it recurs."""
-
-    __tablename__ = "alerts"
-    __table_args__ = (Index("ix_alerts_job_kind", "job_id", "kind", "gpu"), Index("ix_alerts_open", "open"))
+class AlertBase(SQLModel):
+    """An alert's fields that its row and its answer (schemas.AlertOut) share: all of them."""
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
@@ -212,6 +241,13 @@ class Alert(SQLModel, table=True):
     first_t: float
     last_t: float
     count: int = 1
+
+
+class Alert(AlertBase, table=True):
+    """One episode of a detected condition; open while it holds, updated while it recurs."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_job_kind", "job_id", "kind", "gpu"), Index("ix_alerts_open", "open"))
 
 
 class EstimateCalibration(SQLModel, table=True):
