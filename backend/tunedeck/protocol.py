@@ -7,6 +7,7 @@ environment and must not pull in the server's database or routes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -106,6 +107,11 @@ class RunnerState(Strict):
 
 
 NODE_PATTERN = r"^[A-Za-z0-9._:\-]*$"  # a host name or an IPv4/IPv6 address
+
+
+def token_hash(token: str) -> str:
+    """What the server keeps of a runner's token, and all that a Ray node tells it of one it made."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def node_name(name: str) -> str:

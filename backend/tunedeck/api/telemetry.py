@@ -20,8 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tunedeck import wire
 from tunedeck.api.responses import Stored, errors
-from tunedeck.protocol import TelemetryBatch
-from tunedeck.scheduler import token_hash
+from tunedeck.protocol import TelemetryBatch, token_hash
 from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest import plain
 from tunedeck.tables import Job
@@ -106,7 +105,8 @@ def _check_runner(engine: Engine, job_id: int, authorization: str | None) -> Non
         raise HTTPException(
             status_code=401, detail=f"job {job_id} has ended: its runner token is no longer valid"
         )
-    if not row.runner_token_hash or not hmac.compare_digest(token_hash(token), row.runner_token_hash):
+    digest = token_hash(token)  # one hash, or one per rank where each node made its runner's (Ray)
+    if not any(hmac.compare_digest(digest, h) for h in (row.runner_token_hash or "").split()):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
 
 
