@@ -18,13 +18,14 @@ STORE = 80 * 1024 * 1024  # Ray's object store per node: tunedeck passes nothing
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A head without GPUs (nothing is placed there) and two nodes of 2 CPUs and 1 GPU each."""
+    """A head without GPUs (nothing is placed there) and two nodes of 2 CPUs and 1 GPU each. The head
+    runs the dashboard, which serves Ray's state API (`ray.util.state`): the tests read what it shows."""
     cluster = ray_utils.Cluster(
         initialize_head=True,
         head_node_args={
             "num_cpus": 0,
             "num_gpus": 0,
-            "include_dashboard": False,
+            "include_dashboard": True,
             "object_store_memory": STORE,
         },
     )

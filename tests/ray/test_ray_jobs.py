@@ -1,4 +1,5 @@
-"""Jobs on a two-node Ray cluster: placement, the queue, multi-node ZeRO-3, restart, cancel, a lost node.
+"""Jobs on a two-node Ray cluster: placement, the queue, multi-node ZeRO-3, restart, cancel, a lost node;
+no runner token in what Ray shows or logs.
 
 Real LLaMA-Factory runs of the tiny model; the scenarios share runs where they can (the suite's time).
 """
@@ -6,13 +7,18 @@ Real LLaMA-Factory runs of the tiny model; the scenarios share runs where they c
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from tests.utils.servers import CONFIGS, demo_config, job_processes
 from tests.utils.wait import until
+from tunedeck.store.hashes import token_hash
 
+ray_state = pytest.importorskip("ray.util.state")
 pytestmark = pytest.mark.slow
 ENDED = ("succeeded", "failed", "cancelled")
 
@@ -36,6 +42,55 @@ def keys(job: dict) -> list[str]:
 
 def left(job: dict) -> list:
     return [p for k in keys(job) for p in job_processes(k)]
+
+
+TOKENISH = re.compile(r"[A-Za-z0-9_-]{43,}")  # runs of secrets.token_urlsafe(32)'s alphabet and length
+
+
+def tokens_in(text: str, hashes: set[str]) -> set[str]:
+    """Every 43 characters of `text` whose SHA-256 is one of `hashes`: a token found from its hash."""
+    return {
+        run[i : i + 43]
+        for run in TOKENISH.findall(text)
+        for i in range(len(run) - 42)
+        if token_hash(run[i : i + 43]) in hashes
+    }
+
+
+def token_hashes(server, job: dict) -> set[str]:
+    """What the server keeps of the running job's runner tokens."""
+    with closing(sqlite3.connect(server.workspace / "tunedeck.db", timeout=60)) as db:
+        (stored,) = db.execute("SELECT runner_token_hash FROM jobs WHERE id = ?", (job["id"],)).fetchone()
+    return set(stored.split())
+
+
+def what_ray_shows(cluster) -> str:
+    """Ray's state API as its dashboard serves it, every listing in detail, as one text."""
+    address = f"http://{cluster.head_node.webui_url}"
+    listings = (
+        ray_state.list_actors,
+        ray_state.list_tasks,
+        ray_state.list_objects,
+        ray_state.list_workers,
+        ray_state.list_placement_groups,
+        ray_state.list_jobs,
+    )
+    return json.dumps(
+        [f(address=address, detail=True, limit=10000, raise_on_missing_output=False) for f in listings],
+        default=lambda o: getattr(o, "__dict__", None) or str(o),
+    )
+
+
+def ray_logs(cluster) -> str:
+    """Every file under the session's logs folder (every node's, on this one machine), as text."""
+    logs = Path(cluster.head_node.get_session_dir_path()) / "logs"
+    return "\n".join(p.read_bytes().decode("latin-1") for p in sorted(logs.rglob("*")) if p.is_file())
+
+
+def test_tokens_are_found_from_their_hashes():
+    made = ["A" * 43, "x-_9" * 10 + "end"]
+    text = f"[{made[0]}] ..{made[1]}.. {'B' * 60}"
+    assert tokens_in(text, {token_hash(t) for t in made}) == set(made)
 
 
 def test_a_job_that_can_never_fit_is_refused_naming_the_largest_node(ray_server, assets):
@@ -68,9 +123,10 @@ def assert_points_are_rank0s(server, job: dict) -> None:
     assert [p["loss"] for p in points] == [x.get("loss") for x in lines]
 
 
-def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_server, assets):
+def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_cluster, ray_server, assets):
     """Two 1-node jobs land on different nodes; a 2-node ZeRO-3 job waits for both, then trains
-    across the nodes through a server kill -9 and restart, and a cancel stops both nodes gracefully."""
+    across the nodes through a server kill -9 and restart, and a cancel stops both nodes gracefully.
+    No runner token is ever in what Ray shows (its state API, the dashboard's) or logs."""
     first = ray_server.submit({"name": "one", "config": demo_config(assets, max_steps=6), "gpus": 1})
     second = ray_server.submit({"name": "two", "config": demo_config(assets, max_steps=6), "gpus": 1})
     wide = ray_server.submit(
@@ -95,6 +151,13 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_server, asset
     seen = len(first_point(ray_server, wide))
     ranks = placed(wide)
     assert len({r["node_id"] for r in ranks}) == 2 and all(r["gpu_ids"] == [0] for r in ranks)
+    # Each rank's actor made its runner's token: the server holds only their hashes, Ray's state
+    # (what its dashboard shows) no token, though it lists every call of the launch.
+    hashes = token_hashes(ray_server, wide)
+    assert len(hashes) == 2, hashes
+    shown = what_ray_shows(ray_cluster)
+    assert all(f"tunedeck-job-{wide['id']}-rank{r}" in shown for r in (0, 1)) and "JobNode.start" in shown
+    assert not tokens_in(shown, hashes)
     ray_server.kill()  # the actors are detached: training goes on without the server
     ray_server.start()
     first_point(ray_server, wide, after=seen)  # reattached: the runner's batches arrive again
@@ -111,6 +174,9 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_server, asset
     logs = " ".join(g["text"] for g in ray_server.all(job["id"], "logs"))
     assert "[rank 1]" in logs and "SIGABRT" in logs
     assert until(lambda: not left(job), "no process of the job left", timeout=120)
+    # Nor did Ray log any of the tokens, on any node, from start to end.
+    logged = ray_logs(ray_cluster)
+    assert "JobNode" in logged and not tokens_in(what_ray_shows(ray_cluster) + logged, hashes)
 
 
 def test_a_lost_node_fails_the_job_naming_it_and_ends_the_other_node(ray_cluster, ray_server, assets):

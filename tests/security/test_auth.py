@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -11,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from sqlalchemy import text
 from sqlmodel import Session
 from starlette.requests import Request
 
-from tests.utils.factories import create_token
+from tests.utils.factories import create_job, create_token, post_telemetry
 from tests.utils.servers import Server, demo_config
 from tunedeck.api import auth, guard
 from tunedeck.api.auth import AuthError, Principal, Role
@@ -360,3 +362,28 @@ def test_body_limits(server_factory):
     r = server.api.post("/api/jobs", json={"name": "x", "config": {}, "owner": "mallory"})
     assert r.status_code == 422  # unknown fields are refused, not ignored
     assert server.api.get("/api/jobs").json()["jobs"] == []
+
+
+def test_a_token_per_rank_each_writes_its_jobs_telemetry_and_no_hash_does(app_factory, assets):
+    """On Ray each rank's actor makes its runner's token and the server keeps one hash per rank, the
+    one made at launch no longer counting (scheduling/executors/ray/actor.py): each rank's token is taken; the
+    old one, a hash (all that crossed Ray) or the stored column are refused."""
+    app = app_factory()
+    job = create_job(app.engine, app.settings, config=demo_config(assets), runner_token="the scheduler's")
+    ranks = [secrets.token_urlsafe(32) for _ in range(2)]
+    stored = " ".join(token_hash(t) for t in ranks)
+    with app.engine.begin() as conn:  # what the Ray executor's admit() writes before any runner starts
+        conn.execute(
+            text("UPDATE jobs SET runner_token_hash = :h WHERE id = :id"), {"h": stored, "id": job.id}
+        )
+    for seq, tok in enumerate(ranks):
+        assert (
+            post_telemetry(app.api, job.id, tok, seq=seq, start_line=seq, logs=[f"rank {seq}"]).status_code
+            == 200
+        )
+    for wrong in ("the scheduler's", token_hash(ranks[0]), stored, ""):
+        assert post_telemetry(app.api, job.id, wrong, seq=5, logs=["forged"]).status_code == 401, wrong
+    assert [g["text"] for g in app.api.get(f"/api/jobs/{job.id}/logs").json()["lines"]] == [
+        "rank 0",
+        "rank 1",
+    ]

@@ -113,7 +113,8 @@ def _check_runner(state: Any, job_id: int, authorization: str | None, batch: dic
         raise HTTPException(
             status_code=401, detail=f"job {job_id} has ended: its runner token is no longer valid"
         )
-    if not row.runner_token_hash or not hmac.compare_digest(token_hash(token), row.runner_token_hash):
+    digest = token_hash(token)  # one hash, or one per rank where each node made its runner's (Ray)
+    if not any(hmac.compare_digest(digest, h) for h in (row.runner_token_hash or "").split()):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
     try:
         state.devices.admit(

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 from sqlmodel import Session, select
 
 from tunedeck.config import Settings
@@ -232,7 +232,11 @@ class Scheduler(Worker):
         self.writer.warm()  # its store ready while the runner starts
         try:
             pid, started_at = self.executor.launch(
-                job, devices=devices, token=token, server_url=self.settings.url
+                job,
+                devices=devices,
+                token=token,
+                server_url=self.settings.url,
+                admit=lambda hashes: self._admit(job.id, hashes),
             )
         except Exception as e:  # OSError here; on Ray, an actor that could not start
             self.executor.kill(job)
@@ -243,6 +247,18 @@ class Scheduler(Worker):
         session.add(job)
         session.commit()
         log.info("job %s started: runner pid %s, devices %s", job.id, pid, devices or "cpu")
+
+    def _admit(self, job_id: int, hashes: list[str]) -> None:
+        """The hashes of the tokens a job's nodes made for their runners (Ray: each rank its own, so the
+        server never holds them): the telemetry route takes these instead of the one made here."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(Job.__table__)
+                .where(Job.__table__.c.id == job_id, Job.__table__.c.status == JobStatus.running.name)
+                .values(runner_token_hash=" ".join(hashes))
+            )
+        if res.rowcount == 0:
+            raise RuntimeError("the job ended while its runners were being started")
 
 
 def _jsonl(path: Path) -> list[dict]:

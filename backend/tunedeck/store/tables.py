@@ -85,7 +85,7 @@ class Job(JobProgress, JobBase, table=True):
     runner_pid: int | None = None
     runner_started: float | None = None  # psutil create_time, guards against PID reuse
     trainer_pid: int | None = None
-    runner_token_hash: str | None = None
+    runner_token_hash: str | None = None  # SHA-256 hex; on Ray one per rank, space-separated
     last_batch_seq: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"})
     estimate: str | None = Field(default=None, sa_column=Column(Text))  # VRAM estimate, JSON
     api_port: int | None = None  # a chat job's `llamafactory-cli api` port on 127.0.0.1

@@ -4,6 +4,7 @@ what its cluster looks like. A new executor is a folder beside local/ and ray/ a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from tunedeck.planning.placement import ClusterNode
@@ -38,9 +39,19 @@ class Executor(Protocol):
         """Give back what `place` reserved for a job that will not start now."""
 
     def launch(
-        self, job: Job, *, devices: list[int], token: str, server_url: str
+        self,
+        job: Job,
+        *,
+        devices: list[int],
+        token: str,
+        server_url: str,
+        admit: Callable[[list[str]], None],
     ) -> tuple[int, float | None]:
-        """Start the job's runner(s); the pid and start time of the one that reports the job's end."""
+        """Start the job's runner(s); the pid and start time of the one that reports the job's end.
+
+        `token` is the one the scheduler made for the job. An executor whose nodes make their
+        runners' tokens themselves (Ray: then no token crosses the cluster) instead calls
+        `admit(their hashes)` before any runner starts, and the telemetry route takes those."""
 
     def alive(self, job: Job) -> bool:
         """True while the job's runner(s) run."""

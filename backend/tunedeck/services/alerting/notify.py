@@ -2,14 +2,21 @@
 
 Callers only enqueue; each URL has its own lane (a queue and a thread) that posts, retrying with
 backoff. A webhook that is down or hangs never slows training telemetry, nor the other webhooks.
+
+A webhook URL is a credential (Slack's secret is its path): logs, thread names and error messages show
+only its scheme and host, and httpx's own request log line is rewritten to match.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import re
+import threading
 import time
+import traceback
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
 
 from sqlalchemy import Engine
 from sqlmodel import Session
@@ -25,6 +32,51 @@ from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.notify")
 ICON = {"info": "ℹ️", "warning": "⚠️", "critical": "🚨"}
+HIDDEN = "/…"
+
+
+def origin(url: str) -> str:
+    """What a log may show of a webhook URL: its scheme and host (and port), never user, path or query."""
+    try:
+        u = urlsplit(url)
+        host, port = u.hostname, u.port
+    except ValueError:  # a port that is not a number
+        return "an unparsable URL"
+    if not u.scheme or not host:
+        return "an unparsable URL"
+    host = f"[{host}]" if ":" in host else host
+    return f"{u.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def secrets_of(url: str) -> list[str]:
+    """The parts of a webhook URL that no log may show, longest first: its path, query and fragment,
+    each of their pieces, any `user:password@`, each raw, percent-decoded and percent-encoded."""
+    try:
+        u = urlsplit(url)
+    except ValueError:  # nothing of it can be told apart: all of it
+        return [url]
+    user = u.netloc.rpartition("@")[0]
+    found = {f"{u.path}?{u.query}", u.path, u.query, u.fragment, f"{user}@" if user else ""}
+    found |= {p for p in re.split(r"[/?&=#;]", f"{u.path}?{u.query}#{u.fragment}") if len(p) >= 3}
+    found |= {unquote(x) for x in found}
+    found |= {quote(x, safe="/") for x in found}
+    return sorted((x for x in found if x.strip("/")), key=len, reverse=True)
+
+
+_lane = threading.local()  # the lane whose thread this is (a lane posts to its own URL only)
+
+
+class HideWebhookUrls(logging.Filter):
+    """httpx logs every request's whole URL at INFO: in a lane's thread, its URL shows scheme and host."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        lane = getattr(_lane, "lane", None)
+        if lane is not None and isinstance(record.args, tuple):
+            record.args = tuple(lane.hidden(a) for a in record.args)
+        return True
+
+
+HIDE = HideWebhookUrls()
 
 
 class Lane(Worker):
@@ -33,10 +85,12 @@ class Lane(Worker):
     final_pass = True  # what was queued before stop is still sent
     stop_timeout_s = 5.0
 
-    def __init__(self, url: str, retries: int, name_job) -> None:
+    def __init__(self, url: str, retries: int, name_job, number: int = 1) -> None:
         super().__init__()
         self.url, self.retries, self._name_job = url, retries, name_job
-        self.name = f"webhook {url.split('?')[0]}"
+        # Its place in TUNEDECK_WEBHOOK_URLS tells apart two webhooks of one host (Slack's).
+        self.name = f"webhook {number} ({origin(url)})"
+        self._secrets = secrets_of(url)
         self.sent = 0
         self._q: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=10000)
 
@@ -62,17 +116,35 @@ class Lane(Worker):
                 if r.status_code < 500 and r.status_code != 429:
                     self.sent += 1
                     return
-            except httpx.HTTPError:
-                pass
+                why = f"HTTP {r.status_code}"
+            except httpx.HTTPError as e:  # its message may hold the URL (an HTTPStatusError's does)
+                why = self.scrubbed(f"{type(e).__name__}: {e}")
             if self.stopping and attempt:  # at shutdown one retry, not a backoff of minutes
                 break
             time.sleep(min(0.5 * 2**attempt, 30))
-        log.warning("webhook %s failed after %s tries", self.name, attempt + 1)
+        log.warning("%s failed after %s tries: %s", self.name, attempt + 1, why)
+
+    def hidden(self, arg: Any) -> Any:
+        """A log record's argument as it may be shown: unchanged unless its text holds a secret."""
+        text = str(arg)
+        shown = self.scrubbed(text)
+        return arg if shown == text else shown
+
+    def scrubbed(self, text: str) -> str:
+        """`text` with every secret part of this webhook's URL hidden."""
+        for secret in self._secrets:
+            text = text.replace(secret, HIDDEN)
+        return text
 
     def run_once(self) -> None:
         if self._q.empty():
             return
         import httpx
+
+        _lane.lane = self
+        httpx_log = logging.getLogger("httpx")
+        if HIDE not in httpx_log.filters:  # inert outside lanes' threads: added once, never taken back
+            httpx_log.addFilter(HIDE)
 
         with httpx.Client(timeout=10) as client:
             while True:
@@ -82,8 +154,10 @@ class Lane(Worker):
                     return
                 try:
                     self._post(client, payload)
-                except Exception:
-                    log.exception("webhook failed")
+                except Exception as e:  # the traceback, with whatever it says of the URL hidden
+                    log.error(
+                        "%s failed: %s", self.name, self.scrubbed("".join(traceback.format_exception(e)))
+                    )
 
 
 class Notifier(Worker):
@@ -96,7 +170,10 @@ class Notifier(Worker):
         super().__init__()
         self.engine = engine
         self.min_severity = settings.webhook_min_severity
-        self.lanes = [Lane(url, settings.webhook_retries, self._job_name) for url in settings.webhook_urls]
+        self.lanes = [
+            Lane(url, settings.webhook_retries, self._job_name, number)
+            for number, url in enumerate(settings.webhook_urls, 1)
+        ]
 
     @property
     def sent(self) -> int:

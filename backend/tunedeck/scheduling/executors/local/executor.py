@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,15 @@ class LocalExecutor:
         pass
 
     def launch(
-        self, job: Job, *, devices: list[int], token: str, server_url: str
+        self,
+        job: Job,
+        *,
+        devices: list[int],
+        token: str,
+        server_url: str,
+        admit: Callable[[list[str]], None],
     ) -> tuple[int, float | None]:
-        run_dir = Path(job.run_dir)
+        run_dir = Path(job.run_dir)  # `token` goes to the runner through a pipe: nothing to admit
         s = self.settings
         env = spec.launch_env(
             gpus=job.gpus,

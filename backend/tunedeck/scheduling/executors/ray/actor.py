@@ -3,11 +3,16 @@
 Ray imports this module on the node (the actor is detached and named, so a restarted server finds it
 again). The runner is its child and watches it: when the actor goes (killed, or its node's raylet
 died), the runner ends the job's processes on that node (runner.main.watch_parent).
+
+The actor makes its runner's token itself, on the node, and gives Ray only the token's SHA-256 (what
+the server keeps of any token): the token is no argument or result of a Ray call, so neither Ray's
+state API, its dashboard, nor its logs can hold it. The runner reads it from a pipe, as on one host.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -15,6 +20,7 @@ from pathlib import Path
 
 from tunedeck import procs
 from tunedeck.contract import runfiles
+from tunedeck.store.hashes import token_hash
 
 
 def free_port() -> int:
@@ -30,9 +36,11 @@ class JobNode:
     def __init__(self, job_key: str):
         self.job_key = job_key
         self.proc: subprocess.Popen | None = None
+        self._token: str | None = secrets.token_urlsafe(32)  # this rank's runner's; forgotten at start
 
     def info(self, rendezvous: bool) -> dict:
-        """Where this rank landed: node id, address, host name, its GPUs (and a port for rank 0)."""
+        """Where this rank landed: node id, address, host name, its GPUs (and a port for rank 0), and
+        the hash of its runner's token, for the server to accept."""
         import ray  # on the node, inside the actor: Ray is there
 
         return {
@@ -42,12 +50,16 @@ class JobNode:
             "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
             "port": free_port() if rendezvous else None,
             "pid": os.getpid(),
+            "token_sha256": token_hash(self._token) if self._token else None,
         }
 
-    def start(self, python: str, run_dir: str, rank: int, token: str) -> tuple[int, float | None]:
+    def start(self, python: str, run_dir: str, rank: int) -> tuple[int, float | None]:
         """`python -m tunedeck.runner RUN_DIR RANK` (no shell); the token goes through its stdin."""
         if self.proc is not None:
             return self.proc.pid, procs.create_time(self.proc.pid)
+        token, self._token = self._token, None
+        if token is None:
+            raise RuntimeError("this rank's runner token was handed out already")
         log = Path(run_dir) / runfiles.ranked(runfiles.RUNNER_LOG, rank)
         self.proc = procs.start_runner(python, run_dir, [str(rank)], self.job_key, token, log)
         return self.proc.pid, procs.create_time(self.proc.pid)

@@ -12,6 +12,7 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,8 +182,15 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ launch
     def launch(
-        self, job: Job, *, devices: list[int], token: str, server_url: str
+        self,
+        job: Job,
+        *,
+        devices: list[int],
+        token: str,
+        server_url: str,
+        admit: Callable[[list[str]], None],
     ) -> tuple[int, float | None]:
+        """Each rank's actor makes its runner's token: `token` stays here, and only hashes cross Ray."""
         pg = self._group(job, create=False)
         if pg is None:
             raise RuntimeError(f"placement group {group_name(job.id)} is gone")
@@ -199,6 +207,9 @@ class RayExecutor:
             for r in range(job.nodes)
         ]
         where = ray.get([a.info.remote(r == 0) for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
+        hashes = [info.pop("token_sha256") for info in where]
+        if not all(hashes):  # an actor whose runner started already (never one made just now)
+            raise RuntimeError("a rank's actor has handed out its runner's token already")
         run_dir, s = Path(job.run_dir), self.settings
         names = node_names(where)
         for r, info in enumerate(where):
@@ -221,8 +232,9 @@ class RayExecutor:
                 job_key=job_key(job, r),
                 watch_parent=True,
             ).write(run_dir)
+        admit(hashes)  # before any runner starts: its first batch must find its token accepted
         started = ray.get(
-            [a.start.remote(str(s.train_python), job.run_dir, r, token) for r, a in enumerate(actors)],
+            [a.start.remote(str(s.train_python), job.run_dir, r) for r, a in enumerate(actors)],
             timeout=START_TIMEOUT_S,
         )
         for info, (pid, _) in zip(where, started):
