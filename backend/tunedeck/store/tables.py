@@ -36,7 +36,9 @@ class Job(SQLModel, table=True):
         Index("ix_jobs_parent", "parent_id"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    # None only until the row is inserted (the database numbers it); typed `int` because the code
+    # reads jobs from the store, where every one has its id.
+    id: int = Field(default=None, primary_key=True)
     name: str
     owner: str | None = None
     status: JobStatus = Field(default=JobStatus.queued)
