@@ -52,6 +52,7 @@ def start_runner(
         )
     # The token travels through a pipe the runner reads once: no file or environment the
     # trainer (and any code a model brings) could read holds it.
+    assert p.stdin is not None  # stdin=PIPE above
     try:
         p.stdin.write(f"{token}\n".encode())
         p.stdin.close()

@@ -9,17 +9,19 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationInfo, field_validator
 from pydantic import Field as PField
 
 from tunedeck import tree
+from tunedeck.alerts import Severity
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import Strict
 from tunedeck.planning.queueplan import Spot, asked
 from tunedeck.store.tables import Job, JobStatus
 
+_Row = TypeVar("_Row", bound="JobOut")  # JobOut or JobCreated: `of` and `placed` keep the class
 NonFinite = Literal["inf", "-inf", "nan"]
 JobKind = Literal["train", "eval", "predict", "export", "chat"]
 
@@ -94,9 +96,6 @@ def stop_message(job: Job) -> str | None:
     return f"stopped {who}{at}, {kept}"
 
 
-Severity = Literal["info", "warning", "critical"]
-
-
 class AlertSummary(BaseModel):
     """A job's alerts at a glance, closed ones included: a finished run keeps what went wrong."""
 
@@ -142,7 +141,7 @@ class JobOut(BaseModel):
     waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
     @classmethod
-    def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
+    def of(cls: type[_Row], job: Job, alerts: AlertSummary | None = None) -> _Row:
         alerts = alerts or AlertSummary()
         troubled = job.status == JobStatus.succeeded and alerts.problems
         return cls(
@@ -176,7 +175,7 @@ class JobOut(BaseModel):
             priority=asked(job).priority,
         )
 
-    def placed(self, spots: Mapping[int, Spot]) -> JobOut:
+    def placed(self: _Row, spots: Mapping[int, Spot]) -> _Row:
         """This row with its place in the queue (only a queued job has one)."""
         if (spot := spots.get(self.id)) is not None and self.status == JobStatus.queued:
             self.queue_position, self.waiting_for = spot.position, spot.waiting_for

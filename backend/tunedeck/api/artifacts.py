@@ -8,13 +8,13 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, StreamingResponse
 
 from tunedeck.api.deps import only_query
-from tunedeck.api.responses import errors
+from tunedeck.api.responses import Responses, errors
 from tunedeck.services.jobs import artifacts
 from tunedeck.services.jobs import records as service
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["artifacts"])
-BINARY = {200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}}
+BINARY: Responses = {200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}}
 
 
 @router.get(

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
-from tunedeck.api.responses import errors
+from tunedeck.api.responses import Responses, errors
 from tunedeck.schemas import JobCreated
 from tunedeck.services.jobs import chat as service
 from tunedeck.services.jobs.records import create_job
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported on use: the server and `tunedeck serve` start with
 router = APIRouter(prefix="/api/jobs", tags=["chat"])
 STARTING = "the chat server of job {id} does not answer yet (it loads the model first); retry shortly"
 # The model server's answer as the client gets it: an OpenAI chat completion, or its event stream.
-PASSED = {
+PASSED: Responses = {
     200: {
         "description": "the model server's answer",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},

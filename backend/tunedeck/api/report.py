@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
 from tunedeck.api.deps import NodeDep, SettingsDep
-from tunedeck.api.responses import WHY, Message
+from tunedeck.api.responses import WHY, Message, Responses
 from tunedeck.checks import preflight
 from tunedeck.services.jobs.records import get_job, slug
 from tunedeck.services.views import report as service
@@ -15,7 +15,7 @@ from tunedeck.store.db import SessionDep
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 # The answer is HTML, its errors JSON: FastAPI would document a model-typed error under the route's
 # media type, so each one is spelled out (this router is mounted without COMMON for that reason).
-ERRORS = {
+ERRORS: Responses = {
     code: {"description": WHY[code], "content": {"application/json": {"schema": Message.model_json_schema()}}}
     for code in (401, 403, 404, 503, 507)
 }

@@ -6,6 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+# A route's `responses=`: OpenAPI entries by status code.
+Responses = dict[int | str, dict[str, Any]]
+
 
 class Message(BaseModel):
     """An error that is not about one field: what went wrong, in words."""
@@ -28,7 +31,7 @@ WHY = {
 TOO_LARGE = {"description": WHY[413], "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
-def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+def errors(*codes: int) -> Responses:
     """`responses=` entries for these statuses, each answered as {"detail": "..."} (413: plain text)."""
     return {
         code: TOO_LARGE if code == 413 else {"model": Message, "description": WHY[code]} for code in codes

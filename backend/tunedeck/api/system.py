@@ -16,7 +16,7 @@ router = APIRouter(prefix="/api", tags=["system"])
 @router.get("/health", response_model=Health)
 def health(request: Request, session: SessionDep) -> dict:
     """Liveness, version and what the scheduler sees (answers anyone: no paths)."""
-    session.exec(text("SELECT 1"))
+    session.execute(text("SELECT 1"))
     state = request.app.state
     return {
         "status": "ok",

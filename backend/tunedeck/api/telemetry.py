@@ -24,12 +24,12 @@ from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.scheduling.scheduler import token_hash
 from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest.writer import plain
-from tunedeck.store.tables import Job
+from tunedeck.store.tables import Job, core
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 JSON_TYPES = ("", "application/json")
 STORE_WAIT_S = 60.0
-JOBS = Job.__table__
+JOBS = core(Job)
 
 
 def _refused(e: ValidationError) -> RequestValidationError:

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
@@ -89,7 +89,7 @@ class Scheduler(Worker):
             if not self.settings.launch_paused:
                 self._start_queued(session)
             if not self.executor.plans_devices:  # placements and actors of jobs that ended
-                active = select(Job.id).where(Job.status.in_([JobStatus.running, JobStatus.queued]))
+                active = select(Job.id).where(col(Job.status).in_([JobStatus.running, JobStatus.queued]))
                 self.executor.sweep(set(session.exec(active)))
 
     def _watch(self, session: Session, job: Job) -> None:

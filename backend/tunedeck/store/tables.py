@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime, timezone
 
-from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, Index, Table, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -263,3 +263,8 @@ class ChartPruned(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
     level: int
+
+
+def core(model: type[SQLModel]) -> Table:
+    """A table model's Core table, for bulk statements that skip the ORM."""
+    return model.__table__  # type: ignore[attr-defined]  # SQLModel sets it on the class, undeclared
