@@ -25,7 +25,10 @@ from tunedeck.alerts import KINDS, analyze
 def scores(labelled: list[tuple[set[str], set[str], set[str]]]) -> dict[str, tuple[int, float, float]]:
     """Per kind (labelled or fired): (traces labelled with it, precision, recall); each trace is
     (labels, kinds not scored on it, kinds fired)."""
-    tp, fp, fn, n = Counter(), Counter(), Counter(), Counter()
+    tp: Counter[str] = Counter()
+    fp: Counter[str] = Counter()
+    fn: Counter[str] = Counter()
+    n: Counter[str] = Counter()
     for labels, unsure, fired in labelled:
         for k in (labels | fired) - unsure:
             n[k] += k in labels
@@ -47,7 +50,8 @@ def raised(series) -> set[str]:
 
 def realistic_table(name: str, seeds: range) -> None:
     t0 = time.perf_counter()
-    rows, per_scenario = [], Counter()
+    rows = []
+    per_scenario: Counter[str] = Counter()
     for seed in seeds:
         for tr in realistic.generate(seed):
             got = raised(tr.series)
@@ -82,7 +86,10 @@ def main() -> None:
     if args.only_realistic:
         return
     traces = corpus(range(args.seeds))
-    tp, fp, fn, n = Counter(), Counter(), Counter(), Counter()
+    tp: Counter[str] = Counter()
+    fp: Counter[str] = Counter()
+    fn: Counter[str] = Counter()
+    n: Counter[str] = Counter()
     t0 = time.perf_counter()
     for tr in traces:
         fired = {f.kind for f in analyze(tr.series)}
@@ -105,10 +112,10 @@ def main() -> None:
         full = list(tr.series.memory[0])
         for spike in tr.spike_times:
             k0 = next(i for i, x in enumerate(full) if x[0] == spike)
-            for k in range(k0, len(full)):
-                tr.series.memory[0], tr.series.now = full[: k + 1], full[k][0]
+            for at in range(k0, len(full)):
+                tr.series.memory[0], tr.series.now = full[: at + 1], full[at][0]
                 if any(spike in f.times for f in analyze(tr.series) if f.kind == "vram_spike"):
-                    delays.append(k - k0)
+                    delays.append(at - k0)
                     break
         tr.series.memory[0] = full
     print(

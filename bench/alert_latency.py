@@ -43,8 +43,8 @@ OBSERVE = """() => {
 
 def main() -> None:
     sample_s = float(os.environ.get("SAMPLE_S", "1.0"))
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         assets = Path(os.environ.get("TUNEDECK_TEST_ASSETS", tmp / "assets"))
         subprocess.run(
             [PYTHON, "-m", "tunedeck_train.demo", "build", "--workspace", str(assets)],
@@ -154,14 +154,14 @@ def main() -> None:
                     if last.get(a["kind"]) == (a["t"], a["count"]):
                         continue
                     last[a["kind"]] = (a["t"], a["count"])
-                    if (k := spike_of(a["t"])) is not None:
-                        seen.setdefault(k, now)
+                    if (hit := spike_of(a["t"])) is not None:
+                        seen.setdefault(hit, now)
                 if view is not None:
                     for when, kind, t, count in view.evaluate("window.shownAlerts.splice(0)"):
                         if kind in ("vram_spike", "vram_periodic_spikes") and shown.get(kind) != (t, count):
                             shown[kind] = (t, count)
-                            if (k := spike_of(t)) is not None:
-                                on_page.setdefault(k, when)
+                            if (hit := spike_of(t)) is not None:
+                                on_page.setdefault(hit, when)
                 time.sleep(0.05)
             server.api.post(f"/api/jobs/{job['id']}/cancel")
             print(f"sample interval {sample_s:g} s (max of 4 polls), alert interval 1 s")
@@ -179,7 +179,7 @@ def main() -> None:
                     + (
                         f"; its sample in the API after {samples[high[0]][2] - t0:.2f} s, the confirming "
                         f"one after {confirm[2] - t0:.2f} s"
-                        if confirm
+                        if confirm and t0
                         else ""
                     )
                 )

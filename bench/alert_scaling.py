@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tunedeck.alerts import Limits
 from tunedeck.services.alerting.engine import Tracker
 from tunedeck.store.db import make_engine, upgrade
-from tunedeck.store.tables import Job, JobStatus, MemorySample, MetricPoint
+from tunedeck.store.tables import Job, JobStatus, MemorySample, MetricPoint, core
 
 GiB = 1024**3
 GPUS = 8
@@ -78,9 +78,9 @@ class Job8:
             if int(k) % 5 == 0
         ]
         with self.engine.begin() as conn:
-            conn.execute(MemorySample.__table__.insert(), rows)
+            conn.execute(core(MemorySample).insert(), rows)
             if pts:
-                conn.execute(MetricPoint.__table__.insert(), pts)
+                conn.execute(core(MetricPoint).insert(), pts)
         self.s += seconds
         return len(rows)
 

@@ -114,17 +114,17 @@ def reads(db: Path, n: int, rnd: random.Random, k: int = 20) -> dict[str, list[f
         out[f"metric {kind}"].append(1000 * (time.perf_counter() - t))
         out[f"metric {kind} cpu"].append(1000 * (time.process_time() - c))
         loss = s["series"]["loss"]
-        assert len(loss["y"]) <= 2000 and loss["n"] == (n if x0 is None else x1 - x0 + 1)
-        spikes = [i + 1 for i in range(7, n, 99_991) if x0 is None or x0 <= i + 1 <= x1]
+        assert len(loss["y"]) <= 2000 and loss["n"] == (n if x0 is None or x1 is None else x1 - x0 + 1)
+        spikes = [i + 1 for i in range(7, n, 99_991) if x0 is None or x1 is None or x0 <= i + 1 <= x1]
         assert set(spikes) <= set(loss["step"]), "a loss spike was lost"
         engine.dispose()
         engine = make_engine(db)
-        t0, t1 = (None, None) if x0 is None else (T0 + x0 - 1, T0 + x1 - 1)
+        t0, t1 = (None, None) if x0 is None or x1 is None else (T0 + x0 - 1, T0 + x1 - 1)
         t, c = time.perf_counter(), time.process_time()
         rows, _, _ = chart(engine, job_id=1, gpu=None, max_points=2000, t0=t0, t1=t1)
         out[f"memory {kind}"].append(1000 * (time.perf_counter() - t))
         out[f"memory {kind} cpu"].append(1000 * (time.process_time() - c))
-        peaks = {T0 + i for i in range(11, n, 77_777) if t0 is None or t0 <= T0 + i <= t1}
+        peaks = {T0 + i for i in range(11, n, 77_777) if t0 is None or t1 is None or t0 <= T0 + i <= t1}
         assert peaks <= {r.t for r in rows}, "a memory spike was lost"
         engine.dispose()
     return out

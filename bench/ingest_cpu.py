@@ -30,6 +30,7 @@ from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.services.alerting.engine import Tracker, limits_of
 from tunedeck.services.charts import pyramid
 from tunedeck.services.ingest.writer import apply_batch, durable, plain
+from tunedeck.store import bulk
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Job, JobStatus
 
@@ -66,7 +67,7 @@ def main() -> None:
         t.pull()
         with Session(engine) as s:
             for j in ids:
-                t.build(s.get(Job, j))
+                t.build(s.get_one(Job, j))
 
     packed = [wire.encode(json.loads(b)) for _, b in bodies]
     stages: dict[str, float] = {}
@@ -85,9 +86,9 @@ def main() -> None:
             durable(conn)
             c = time.process_time()
             fresh = pyramid.Fresh(pyramid.newest_sample(conn))
-            for (j, _), b in zip(bodies[i : i + 16], batches[i : i + 16]):
-                apply_batch(conn, j, b)
-                fresh.add(j, b["memory"])
+            for (j, _), batch in zip(bodies[i : i + 16], batches[i : i + 16]):
+                apply_batch(conn, j, batch)
+                fresh.add(j, batch["memory"])
             fresh.seal(conn)
             c1 = time.process_time()
             pyramid.catch_up(conn, fresh)
@@ -114,7 +115,7 @@ def main() -> None:
     # The floor of the read back: the same rows fetched into tuples, nothing done with them.
     c = time.process_time()
     with engine.connect() as conn:
-        cur = conn.connection.driver_connection.cursor()
+        cur = bulk.driver_cursor(conn)
         cur.execute(
             "SELECT id, job_id, gpu, t, used_bytes, coalesce(total_bytes, 0), name, node FROM memory_samples"
         )

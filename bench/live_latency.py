@@ -62,8 +62,8 @@ def main() -> None:
     args = ap.parse_args()
     a = assets()
     rng = random.Random(7)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         server = Server(
             tmp / "ws",
             a,
@@ -133,6 +133,7 @@ def main() -> None:
         finally:
             if browser is not None:
                 browser.close()
+            if pw is not None:
                 pw.stop()
             server.stop()
 

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -330,7 +331,7 @@ async def main() -> None:
             with sqlite3.connect(ws / "tunedeck.db") as db:
                 for j, tok in tokens.items():
                     play_runner(db, j, tok)
-            stats = {
+            stats: dict[str, Any] = {
                 "post_ms": [],
                 "items": 0,
                 "errors": 0,
@@ -384,7 +385,7 @@ async def main() -> None:
                 await asyncio.gather(*(runner(client, j, tokens[j], stop, stats) for j in jobs))
             cpu1, wall1, me1 = tree_cpu(proc), time.time(), time.process_time()
             per_pid = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
-            cpu0, cpu1 = 0.0, sum(per_pid.values())
+            server_cpu = sum(per_pid.values())
             rss_stop.set()
             # How the alert detectors got the samples: from the writer's columns, or read back.
             fed = {
@@ -407,7 +408,7 @@ async def main() -> None:
         )
         print(
             f"ingest: {len(post)} batches, {items / wall:.0f} values/s, "
-            f"server CPU {1e6 * (cpu1 - cpu0) / max(1, items):.1f} µs/value ({(cpu1 - cpu0) / wall:.0%} of a core"
+            f"server CPU {1e6 * server_cpu / max(1, items):.1f} µs/value ({server_cpu / wall:.0%} of a core"
             + (
                 f": {' + '.join(f'{v / wall:.0%}' for v in per_pid.values())} by process"
                 if len(per_pid) > 1

@@ -26,6 +26,7 @@ import datetime
 import io
 import json
 import os
+import py_compile
 import random
 import shlex
 import shutil
@@ -151,7 +152,7 @@ def scratch_copy(tree: str | None, tests_from: str | None) -> Path:
     # mutant (same size, same second) is never served from a stale one.
     for folder in ("backend", "trainer", "tests"):
         compileall.compile_dir(
-            dest / folder, quiet=1, invalidation_mode=compileall.py_compile.PycInvalidationMode.CHECKED_HASH
+            dest / folder, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
         )
     return dest
 
@@ -159,13 +160,13 @@ def scratch_copy(tree: str | None, tests_from: str | None) -> Path:
 def spans(source: Path, names: tuple[str, ...]) -> list[tuple[int, int]]:
     """The line ranges of the named top-level functions and classes."""
     tree = ast.parse(source.read_text())
-    found = {n.name: (n.lineno, n.end_lineno) for n in tree.body if hasattr(n, "name")}
+    found = {n.name: (n.lineno, n.end_lineno or n.lineno) for n in tree.body if hasattr(n, "name")}
     if missing := set(names) - set(found):
         raise SystemExit(f"{source}: no function or class {sorted(missing)}")
     return [found[n] for n in names]
 
 
-def annotations(source: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+def annotation_spans(source: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """Where the type annotations are, in a module that never evaluates them (`from __future__ import
     annotations`, no pydantic model): a mutant there (`str | None` -> `str + None`) cannot change behaviour."""
     text = source.read_text()
@@ -187,7 +188,11 @@ def annotations(source: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
             found.append(node.returns)
         elif isinstance(node, ast.AnnAssign):
             found = [node.annotation]
-        out += [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in found if n is not None]
+        out += [
+            ((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset))
+            for n in found
+            if n is not None and n.end_lineno is not None and n.end_col_offset is not None  # parsed: always
+        ]
     return out
 
 
@@ -199,7 +204,7 @@ def keep(session: Path, work: Path, n: int | None, seed: int, within: list[tuple
             "SELECT job_id, module_path, start_pos_row, start_pos_col FROM mutation_specs ORDER BY "
             "module_path, operator_name, occurrence, start_pos_row, start_pos_col"
         ).fetchall()
-        inert = {path: annotations(work / path) for path in {r[1] for r in rows}}
+        inert = {path: annotation_spans(work / path) for path in {r[1] for r in rows}}
         # A line marked `# pragma: no mutate` says, above it, why its mutants cannot change what matters.
         waived = {
             path: {i for i, line in enumerate((work / path).read_text().splitlines(), 1) if NO_MUTATE in line}

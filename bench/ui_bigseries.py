@@ -37,6 +37,7 @@ def fill(db: Path, n: int) -> int:
         (n, n),
     )
     job = cur.lastrowid
+    assert job is not None  # set by the INSERT
     rnd = random.Random(0)
 
     def metrics():
@@ -79,7 +80,10 @@ MARKS = """document.addEventListener("load", (e) => {
 
 
 def bundle_url(api, job: int) -> str:
-    return re.search(r'(?:src|href)="(/static/vendor/[^"]+)"', api.get(f"/jobs/{job}").text).group(1)
+    m = re.search(r'(?:src|href)="(/static/vendor/[^"]+)"', api.get(f"/jobs/{job}").text)
+    if m is None:
+        raise SystemExit("the job page links no plotly.js bundle under /static/vendor/")
+    return m.group(1)
 
 
 class Loads:

@@ -41,6 +41,7 @@ def make_job(ws: Path, token: str) -> int:
         (hashlib.sha256(token.encode()).hexdigest(),),
     )
     con.commit()
+    assert cur.lastrowid is not None  # set by the INSERT
     return cur.lastrowid
 
 
@@ -117,8 +118,8 @@ async def level(
             await asyncio.sleep(max(0.0, 0.5 - (time.time() - t)))
     await asyncio.sleep(2)
     stop.set()
-    for t in tasks:
-        t.cancel()
+    for task in tasks:
+        task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return lat, connected, steps
 

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -284,6 +285,16 @@ class MLflow:
 
 
 # ------------------------------------------------------------------ the measures
+def counted(n: int, send: Callable[[int], None]) -> Callable[[int], int]:
+    """A step for `timed` that sends n values."""
+
+    def step(k: int) -> int:
+        send(k)
+        return n
+
+    return step
+
+
 def timed(seconds: float, cap: int, step) -> tuple[int, float, float]:
     """Calls step() (returns values it sent) until `seconds` or `cap` values; (values, wall s, last ack)."""
     sent, t0 = 0, time.perf_counter()
@@ -340,11 +351,11 @@ def main() -> None:
         n_td, s_td, _ = timed(
             args.seconds,
             10**9,
-            lambda k: (
-                td.post(
+            counted(
+                200 * 7,
+                lambda k: td.post(
                     job, hd, json.dumps({"seq": next(seq), "metrics": lf_lines(k // 7, 200, t0)}).encode()
-                )
-                or 200 * 7
+                ),
             ),
         )
         run = ml.run()
@@ -387,7 +398,7 @@ def main() -> None:
         n_td, s_td, ack_td = timed(
             args.seconds * 3,
             cap,
-            lambda k: td.post(job, hd, memory_body(next(seq), k, flat, t0)) or 2000,
+            counted(2000, lambda k: td.post(job, hd, memory_body(next(seq), k, flat, t0))),
         )
         cpu_td = tree_cpu(td.proc.pid) - cpu0
         lag_td = until_stored(
@@ -397,8 +408,9 @@ def main() -> None:
         n_ml, s_ml, ack_ml = timed(
             args.seconds,
             cap,
-            lambda k: (
-                ml.log(
+            counted(
+                1000,
+                lambda k: ml.log(
                     run,
                     [
                         {
@@ -409,8 +421,7 @@ def main() -> None:
                         }
                         for i in range(k, k + 1000)
                     ],
-                )
-                or 1000
+                ),
             ),
         )
         lag_ml = until_stored(lambda: ml.count(run, "gpu0_used"), n_ml, ack_ml)

@@ -259,7 +259,9 @@ def _classify_string(text: str) -> tuple[str, list | None]:
 
 
 def _split_top_level(text: str, sep: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -282,8 +284,8 @@ def _split_top_level(text: str, sep: str) -> list[str]:
 def _default(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return _json_value(field.default)
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return _json_value(field.default_factory())  # type: ignore[misc]
+    if field.default_factory is not dataclasses.MISSING:
+        return _json_value(field.default_factory())
     return None
 
 

@@ -63,7 +63,10 @@ def extract(data: bytes, dest: Path) -> int:
             raise Refused(f"{MEMBER} is not in the tarball") from None
         if not info.isreg():
             raise Refused(f"{MEMBER} is not a regular file in the tarball")
-        body = tar.extractfile(info).read()
+        member = tar.extractfile(info)
+        if member is None:
+            raise Refused(f"{MEMBER} cannot be read from the tarball")
+        body = member.read()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
     try:

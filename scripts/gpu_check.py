@@ -93,7 +93,8 @@ class Server:
                 self.proc.kill()
 
     def pages(self, path: str, key: str) -> list[dict]:
-        out, after = [], None
+        out: list[dict] = []
+        after = None
         while True:
             r = self.api.get(path, params={"limit": 20000, **({"after": after} if after is not None else {})})
             r.raise_for_status()

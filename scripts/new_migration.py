@@ -16,7 +16,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.script import ScriptDirectory
+from alembic.script import Script, ScriptDirectory
 
 from tunedeck.store.db import MIGRATIONS_DIR, make_engine, upgrade
 
@@ -27,6 +27,8 @@ def main(message: str, migrations: Path = MIGRATIONS_DIR) -> Path:
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations))
     head = ScriptDirectory.from_config(cfg).get_current_head()
+    if head is None:
+        raise SystemExit(f"{migrations} holds no revision to follow")
     rev_id = f"{int(head) + 1:04d}"
     slug = re.sub(r"[^a-z0-9]+", "_", message.lower()).strip("_")[:40]
     with tempfile.TemporaryDirectory() as tmp:
@@ -36,6 +38,8 @@ def main(message: str, migrations: Path = MIGRATIONS_DIR) -> Path:
             cfg.attributes["connection"] = conn
             script = command.revision(cfg, message=message, autogenerate=True, rev_id=rev_id)
         engine.dispose()
+    if not isinstance(script, Script):  # one revision asked for: one written
+        raise SystemExit(f"alembic wrote {script!r}, not one revision")
     path = Path(script.path)
     final = path.with_name(f"{rev_id}_{slug}.py")
     path.rename(final)

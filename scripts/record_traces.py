@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
@@ -45,7 +46,7 @@ COMMON = {
     "warmup_steps": 0,
 }
 # name -> overrides of the preset and COMMON (what makes the run do what it does).
-RUNS = {
+RUNS: dict[str, dict[str, Any]] = {
     "healthy_lr0.1": {"learning_rate": 0.1},
     "stuck_lr1": {"learning_rate": 1.0},
     "stuck_lr30": {"learning_rate": 30.0},

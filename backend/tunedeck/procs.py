@@ -7,6 +7,7 @@ the key finds them wherever they were reparented to.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -17,6 +18,15 @@ import psutil
 JOB_KEY_ENV = "TUNEDECK_JOB_KEY"
 # Server settings that are credentials: no runner or trainer inherits them.
 SECRET_ENV = frozenset({"TUNEDECK_TOKEN", "TUNEDECK_WEBHOOK_URLS"})
+
+
+def script(module: str) -> Path:
+    """The file of a module of the trainer's package, found and not imported (it imports training
+    packages, which nothing under tunedeck loads): the runner and the preflight start it by path."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"{module} is not installed next to tunedeck", name=module)
+    return Path(spec.origin)
 
 
 def trainer_env(base: dict[str, str]) -> dict[str, str]:
@@ -42,6 +52,7 @@ def start_runner(
         )
     # The token travels through a pipe the runner reads once: no file or environment the
     # trainer (and any code a model brings) could read holds it.
+    assert p.stdin is not None  # stdin=PIPE above
     try:
         p.stdin.write(f"{token}\n".encode())
         p.stdin.close()

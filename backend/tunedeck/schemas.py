@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ValidationInfo, field_validator
 from pydantic import Field as PField
+from sqlmodel.main import SQLModelConfig
 
 from tunedeck import tree
+from tunedeck.alerts import Severity
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import Strict
 from tunedeck.planning.queueplan import Spot, asked
@@ -32,6 +34,7 @@ from tunedeck.store.tables import (
     MetricBase,
 )
 
+_Row = TypeVar("_Row", bound="JobOut")  # JobOut or JobCreated: `of` and `placed` keep the class
 NonFinite = Literal["inf", "-inf", "nan"]
 JobKind = Literal["train", "eval", "predict", "export", "chat"]
 
@@ -89,7 +92,7 @@ class JobSpec(Strict):
 # ---------------------------------------------------------------- rows, as answered
 
 
-def answered(*names: str) -> ConfigDict:
+def answered(*names: str) -> SQLModelConfig:
     """An answer's config whose schema requires `names`, with no default shown: fields that the row's
     base gives a default (for a new row) and that every answer has. The schema keeps requiring what it
     required when each answer declared its own fields."""
@@ -100,7 +103,7 @@ def answered(*names: str) -> ConfigDict:
         have = {*names, *schema.get("required", ())}
         schema["required"] = [name for name in schema["properties"] if name in have]
 
-    return ConfigDict(json_schema_extra=required)
+    return SQLModelConfig(json_schema_extra=required)
 
 
 def _json(v: Any) -> Any:
@@ -141,9 +144,6 @@ def stop_message(job: Job) -> str | None:
     return f"stopped {who}{at}, {kept}"
 
 
-Severity = Literal["info", "warning", "critical"]
-
-
 class AlertSummary(BaseModel):
     """A job's alerts at a glance, closed ones included: a finished run keeps what went wrong."""
 
@@ -170,8 +170,8 @@ class JobOut(JobBase):
     )
 
     id: int
-    devices: Annotated[list[int] | None, BeforeValidator(_devices)]
-    tags: Annotated[list[str], BeforeValidator(_tags)] = []
+    devices: Annotated[list[int] | None, BeforeValidator(_devices)]  # type: ignore[assignment]  # stored as text, answered as the value
+    tags: Annotated[list[str], BeforeValidator(_tags)] = []  # type: ignore[assignment]  # stored as text, answered as the value
     progress: Progress
     stopped: str | None = PField(
         None,
@@ -187,7 +187,7 @@ class JobOut(JobBase):
     waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
     @classmethod
-    def of(cls, job: Job, alerts: AlertSummary | None = None) -> JobOut:
+    def of(cls: type[_Row], job: Job, alerts: AlertSummary | None = None) -> _Row:
         """The row's fields as they are (devices and tags parsed), and what the answer computes."""
         alerts = alerts or AlertSummary()
         troubled = job.status == JobStatus.succeeded and alerts.problems
@@ -200,7 +200,7 @@ class JobOut(JobBase):
         }
         return cls.model_validate(job, from_attributes=True, update=computed)
 
-    def placed(self, spots: Mapping[int, Spot]) -> JobOut:
+    def placed(self: _Row, spots: Mapping[int, Spot]) -> _Row:
         """This row with its place in the queue (only a queued job has one)."""
         if (spot := spots.get(self.id)) is not None and self.status == JobStatus.queued:
             self.queue_position, self.waiting_for = spot.position, spot.waiting_for
@@ -238,10 +238,10 @@ class MetricOut(MetricBase):
     )
 
     id: int
-    nonfinite: Annotated[dict[str, NonFinite] | None, FromJson] = PField(
+    nonfinite: Annotated[dict[str, NonFinite] | None, FromJson] = PField(  # type: ignore[assignment]  # stored as text, answered as the value
         None, description='the keys above that are null because the value was not finite: {"loss": "inf"}'
     )
-    extra: Annotated[dict[str, float] | None, FromJson] = PField(
+    extra: Annotated[dict[str, float] | None, FromJson] = PField(  # type: ignore[assignment]  # stored as text, answered as the value
         None, description="the step's other numbers as the Trainer logged them (eval_runtime, rewards, ...)"
     )
 
@@ -297,7 +297,7 @@ class AlertOut(AlertBase):
     model_config = answered("gpu", "step", "suggestion", "open", "count")
 
     id: int
-    change: Annotated[dict[str, Any] | None, FromJson] = PField(
+    change: Annotated[dict[str, Any] | None, FromJson] = PField(  # type: ignore[assignment]  # stored as text, answered as the value
         None, description="the suggestion as train.yaml keys and new values (null: not a key change)"
     )
 

@@ -125,7 +125,7 @@ def _without_ray() -> None:
     under a tight memory limit or next to a PyPI amdsmi without ROCm. A None in sys.modules is
     Python's way to block an import: find_spec answers None and `import ray` raises ImportError."""
     if not _enabled("USE_RAY"):
-        sys.modules.setdefault("ray", None)
+        sys.modules.setdefault("ray", None)  # type: ignore[arg-type]  # None blocks the import (above)
 
 
 def main() -> int:

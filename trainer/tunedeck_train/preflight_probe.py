@@ -12,6 +12,7 @@ import platform
 import shutil
 import socket
 import sys
+from typing import Any
 
 ENV_KEYS = (
     "ROCM_PATH",
@@ -63,7 +64,7 @@ def machine():
 def versions():
     from importlib import metadata
 
-    out = {}
+    out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             out[name.replace("-", "_")] = out.get(name.replace("-", "_")) or metadata.version(name)
@@ -77,7 +78,7 @@ def torch_info():
         import torch
     except Exception as e:
         return {"error": _err(e)}
-    info = {
+    info: dict[str, Any] = {
         "version": torch.__version__,
         "hip": getattr(torch.version, "hip", None),
         "cuda": getattr(torch.version, "cuda", None),

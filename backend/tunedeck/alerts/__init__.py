@@ -7,6 +7,8 @@ same findings, live on ingest or when an old run is imported.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from tunedeck.alerts.series import Finding, Limits, Point, Series
 from tunedeck.alerts.stream import OutOfOrder, Run, feed_series
 
@@ -23,7 +25,8 @@ KINDS = (
     "loss_stuck",
     "vram_plateau",
 )
-SEVERITIES = ("info", "warning", "critical")
+Severity = Literal["info", "warning", "critical"]
+SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 # The kinds that make a run's weights suspect, whatever its exit status: a NaN or diverged loss
 # trained on garbage gradients, a loss stuck at its starting height learned nothing. Memory and
 # progress alerts (near-OOM, spikes, a stall the run recovered from) say nothing about the result.

@@ -5,6 +5,7 @@ change of train.yaml keys carries that change, so a page can offer the edited jo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +21,11 @@ class Tip:
         return bool(self.text)
 
 
-def combine(tips: list[Tip | str], sep: str = "; ") -> tuple[str, dict[str, Any] | None]:
-    """The tips as one text, and the change of the first that is a key change (what one click runs)."""
-    tips = [t if isinstance(t, Tip) else Tip(t) for t in tips if t]
-    return sep.join(t.text for t in tips), next((t.change for t in tips if t.change), None)
+def combine(tips: Sequence[Tip | str | None], sep: str = "; ") -> tuple[str, dict[str, Any] | None]:
+    """The tips as one text, and the change of the first that is a key change (what one click runs).
+    A tip that is None or empty is left out."""
+    given = [t if isinstance(t, Tip) else Tip(t) for t in tips if t]
+    return sep.join(t.text for t in given), next((t.change for t in given if t.change), None)
 
 
 def _num(v: Any) -> float | None:

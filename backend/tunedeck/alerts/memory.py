@@ -552,16 +552,17 @@ class Gpu:
         t_warm = w[1] + (warm - w[0]) * (w[2] - w[1]) / max(1.0, w[3] - 1)
         t_steps = -math.inf
         if steps.t:
-            t_steps = steps.reached(max(1, advice.warmup_steps(s)))
-            if t_steps is None:  # still warming up
+            reached = steps.reached(max(1, advice.warmup_steps(s)))
+            if reached is None:  # still warming up
                 return []
+            t_steps = reached
             t_warm = max(t_warm, t_steps)
         calm = max([self.calm_from, *(e.t0 for e in self._up)])
         # The trailing stretch: blocks from the newest back while their range stays within the band.
-        lo, hi = np.minimum.accumulate(b[::-1, 4]), np.maximum.accumulate(b[::-1, 5])
+        lows, highs = np.minimum.accumulate(b[::-1, 4]), np.maximum.accumulate(b[::-1, 5])
         t0 = b[::-1, 1]
         fits = (
-            (hi - lo <= band)
+            (highs - lows <= band)
             & ((i0[::-1] >= warm) | (np.arange(len(b)) == 0))
             & (t0 > calm)
             & (t0 >= t_steps)
@@ -569,7 +570,7 @@ class Gpu:
         k = int(np.argmin(fits)) if not fits.all() else len(b)  # blocks in the stretch
         if k == 0:
             return []
-        first, lo, hi = b[len(b) - k], float(lo[k - 1]), float(hi[k - 1])
+        first, lo, hi = b[len(b) - k], float(lows[k - 1]), float(highs[k - 1])
         start, end = float(first[1]), self.t_last
         if n - first[0] < SETTLED_N or end - start < max(SETTLED_S, 0.5 * (end - t_warm)):
             return []

@@ -83,7 +83,9 @@ class Occurrences:
     __slots__ = ("first", "n", "recent")
 
     def __init__(self) -> None:
-        self.n, self.first, self.recent = 0, None, deque(maxlen=KEEP)
+        self.n = 0
+        self.first: float | None = None
+        self.recent: deque[float] = deque(maxlen=KEEP)
 
     def add(self, t: float) -> None:
         if not self.n:

@@ -101,14 +101,16 @@ class Training:
         self.over = Occurrences()  # points since the minimum with the smoothed loss over the bar
         self.over_step: int | None = None
         self.steps = 0  # points with a step
-        self.t_step, self.last_step = math.nan, None
+        self.t_step = math.nan
+        self.last_step: int | None = None
         self.intervals: deque[float] = deque(maxlen=INTERVALS)
         self.pending: list[tuple[float, float, int | None]] | None = []  # intervals before SETTLE came
         self.stalls = Occurrences()
         self.last_gap: tuple[float, float, int | None] | None = None
         self.oom, self.flush = Occurrences(), Occurrences()
         # DeepSpeed prints the flush line only for 1 flush or more, so a start of 0 or 1 reads the same.
-        self.oom_line, self.oom_gpu, self.flush_worst = "", None, 0  # pragma: no mutate
+        self.oom_line, self.flush_worst = "", 0  # pragma: no mutate
+        self.oom_gpu: int | None = None
         self.early: list[float] = []  # the first finite losses
         self.flat: list | None = None  # the trailing flat run of losses: [first step, points, min, max]
         self.frozen: list | None = None  # the trailing frozen run (STUCK_FROZEN), same shape
@@ -357,7 +359,8 @@ class Training:
         ]
 
     def _oom(self, s: Series, steps: Steps, running: bool, host_memory: bool) -> list[Finding]:
-        if not self.oom.n:
+        first = self.oom.first  # None until an out-of-memory line came
+        if first is None:
             return []
         gpu = None
         if self.oom_gpu is not None:
@@ -372,12 +375,12 @@ class Training:
                 "critical",
                 gpu,
                 self.oom.times(),
-                steps.before(self.oom.first),
+                steps.before(first),
                 f"out of memory in the trainer output: {self.oom_line.strip()[:300]}",
                 relief.text,
                 running,
                 self.oom.n,
-                self.oom.first,
+                first,
                 relief.change,
             )
         ]

@@ -9,6 +9,9 @@ from typing import Any
 
 from tunedeck.schemas import Message
 
+# A route's `responses=`: OpenAPI entries by status code.
+Responses = dict[int | str, dict[str, Any]]
+
 WHY = {
     401: "no token, or an invalid or revoked one",
     403: "the token's role (or ownership) does not allow this",
@@ -24,7 +27,7 @@ WHY = {
 TOO_LARGE = {"description": WHY[413], "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
-def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+def errors(*codes: int) -> Responses:
     """`responses=` entries for these statuses, each answered as {"detail": "..."} (413: plain text)."""
     return {
         code: TOO_LARGE if code == 413 else {"model": Message, "description": WHY[code]} for code in codes

@@ -7,14 +7,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse, StreamingResponse
 
-from tunedeck.api.answers import errors
+from tunedeck.api.answers import Responses, errors
 from tunedeck.api.deps import only_query
 from tunedeck.services.jobs import artifacts
 from tunedeck.services.jobs import records as service
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["artifacts"])
-BINARY = {200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}}
+BINARY: Responses = {200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}}
 
 
 @router.get(

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api import auth
-from tunedeck.api.answers import errors
+from tunedeck.api.answers import Responses, errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
 from tunedeck.schemas import JobCreated
 from tunedeck.services.jobs import chat as service
@@ -25,7 +25,7 @@ from tunedeck.store.db import SessionDep
 router = APIRouter(prefix="/api/jobs", tags=["chat"])
 STARTING = "the chat server of job {id} does not answer yet (it loads the model first); retry shortly"
 # The model server's answer as the client gets it: an OpenAI chat completion, or its event stream.
-PASSED = {
+PASSED: Responses = {
     200: {
         "description": "the model server's answer",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},

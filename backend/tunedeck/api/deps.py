@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 from fastapi import Depends, Request, status
 
@@ -47,8 +47,15 @@ def principal_name(request: Request) -> str | None:
     return principal.name if principal else None
 
 
+class Creates(TypedDict):
+    """The decorator arguments of a route that makes a job, typed for `**` into `router.post`."""
+
+    status_code: int
+    response_model: type[JobCreated]
+
+
 # How every route that makes a job is declared: 201 and the new job.
-CREATES = {"status_code": status.HTTP_201_CREATED, "response_model": JobCreated}
+CREATES: Creates = {"status_code": status.HTTP_201_CREATED, "response_model": JobCreated}
 
 
 def job_created(request: Request, session, made: tuple) -> JobCreated:

@@ -43,5 +43,5 @@ def metrics(request: Request) -> Response:
     """Jobs' step, loss, tokens/s and VRAM; open alerts; queue; ingest backlog; live streams."""
     from prometheus_client.exposition import choose_encoder
 
-    encode, content_type = choose_encoder(request.headers.get("accept"))
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
     return Response(encode(registry_of(request)), media_type=content_type)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from tunedeck.api.answers import WHY
+from tunedeck.api.answers import WHY, Responses
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.checks import preflight
 from tunedeck.schemas import Message
@@ -16,7 +16,7 @@ from tunedeck.store.db import SessionDep
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 # The answer is HTML, its errors JSON: FastAPI would document a model-typed error under the route's
 # media type, so each one is spelled out (this router is mounted without COMMON for that reason).
-ERRORS = {
+ERRORS: Responses = {
     code: {"description": WHY[code], "content": {"application/json": {"schema": Message.model_json_schema()}}}
     for code in (401, 403, 404, 503, 507)
 }

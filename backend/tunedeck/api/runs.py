@@ -12,14 +12,14 @@ from fastapi import APIRouter, File, Form, HTTPException, Request, Response, Upl
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.alerts.rundir import BadInput
-from tunedeck.api.answers import TOO_LARGE
+from tunedeck.api.answers import TOO_LARGE, Responses
 from tunedeck.api.deps import SettingsDep, principal_name
 from tunedeck.schemas import NAME_RULES, JobOut
 from tunedeck.services.alerting.summary import stored_job_out
 from tunedeck.services.jobs.imports import BadUpload, import_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
-ANSWERS = {
+ANSWERS: Responses = {
     200: {"model": JobOut, "description": "the same files, name and owner were imported before: that job"},
     413: {**TOO_LARGE, "description": "the request body is larger than TUNEDECK_IMPORT_MAX_BYTES"},
 }

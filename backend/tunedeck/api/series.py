@@ -11,7 +11,7 @@ from tunedeck.api.deps import SettingsDep
 from tunedeck.schemas import SeriesOut
 from tunedeck.services.charts import metrics as service
 from tunedeck.services.jobs import records as jobs_service
-from tunedeck.store.db import SessionDep
+from tunedeck.store.db import SessionDep, engine_of
 
 router = APIRouter(prefix="/api/jobs", tags=["charts"])
 
@@ -37,7 +37,7 @@ def get_series(
     """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""
     jobs_service.get_job(session, job_id)
     return service.metric_series(
-        session.get_bind(),
+        engine_of(session),
         job_id=job_id,
         max_points=max_points or settings.chart_points,
         x0=x0,

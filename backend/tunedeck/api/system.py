@@ -18,7 +18,7 @@ router = APIRouter(prefix="/api", tags=["system"])
 def health(request: Request, session: SessionDep) -> dict:
     """Liveness, version and what the scheduler sees (answers anyone: no paths); "degraded" and why
     while the disk is full, the workspace read-only or the database damaged."""
-    session.exec(text("SELECT 1"))
+    session.execute(text("SELECT 1"))
     state = request.app.state
     status, reason = state.storage.state()
     return {

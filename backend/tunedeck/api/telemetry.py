@@ -26,12 +26,12 @@ from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest.devices import NotGiven
 from tunedeck.services.ingest.writer import plain
 from tunedeck.store.hashes import token_hash
-from tunedeck.store.tables import Job
+from tunedeck.store.tables import Job, core
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 JSON_TYPES = ("", "application/json")
 STORE_WAIT_S = 60.0
-JOBS = Job.__table__
+JOBS = core(Job)
 
 
 def _refused(e: ValidationError) -> RequestValidationError:

@@ -191,7 +191,7 @@ def preview(dataset_dir: str | None, name: str, settings: Settings, *, rows: int
     path = _open_data_file(folder, entry, settings)
     try:
         if path.suffix == ".jsonl":
-            out = []
+            out: list[Any] = []
             with path.open("rb") as f:
                 while len(out) < rows and (line := f.readline(LINE_MAX_BYTES)):
                     if line.strip():

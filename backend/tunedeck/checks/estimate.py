@@ -111,7 +111,10 @@ def _int(config: dict[str, Any], key: str) -> int:
     """A whole-number training argument as LLaMA-Factory takes it: the YAML's value or its default.
     0 is a value (`freeze_trainable_layers: 0` trains no layer), not a cue for a default; a value that
     is no number raises TypeError, which the caller reports (lint names the key)."""
-    return int(number(lf_value(config, key)))
+    value = number(lf_value(config, key))
+    if value is None:
+        raise TypeError(f"{key} is not a number")
+    return int(value)
 
 
 def lora_targets(config: dict[str, Any]) -> list[str]:
@@ -283,7 +286,7 @@ def estimate(
     per_gpu = sum(breakdown.values())
     fits = None if device_total_bytes is None else per_gpu <= device_total_bytes
     warnings = []
-    if fits is False:
+    if device_total_bytes is not None and per_gpu > device_total_bytes:  # fits is False
         warnings.append(
             f"estimated {per_gpu / GiB:.1f} GiB per GPU exceeds the device's "
             f"{device_total_bytes / GiB:.1f} GiB: use ZeRO-3, offload, a smaller micro batch or "

@@ -462,12 +462,12 @@ def lint_ds_vs_training(ds: dict[str, Any], config: dict[str, Any], *, gpus: int
         ("fp16.enabled", "fp16", truthy(lf_value(config, "fp16"))),
         ("bf16.enabled", "bf16", truthy(lf_value(config, "bf16"))),
     ]
-    if gpus is not None and number(micro) is not None and number(ga) is not None:
+    if gpus is not None and (m := number(micro)) is not None and (g := number(ga)) is not None:
         pairs.append(
             (
                 "train_batch_size",
                 "per_device_train_batch_size × gradient_accumulation_steps × GPUs",
-                int(number(micro) * number(ga) * max(gpus, 1)),
+                int(m * g * max(gpus, 1)),
             )
         )
     out = []
@@ -522,10 +522,10 @@ def lint_ds_memory(ds: dict[str, Any], *, hidden_size: int | None) -> list[Findi
             v = auto.get(k) if v == "auto" else v
             if v is None and k == "prefetch_bucket_size":
                 continue
-            if number(v) is None:
+            if (n := number(v)) is None:
                 known = False
                 continue
-            total += number(v)
+            total += n
         cost = (
             f"≈{OVERLAP_FACTOR * total * 2 / 2**30:.1f} GiB (at 2 bytes per element)"
             if known
@@ -675,9 +675,8 @@ def read_model_config(model: Any, *, hub_only: bool = False) -> dict[str, Any] |
 def hidden_size_of(model_config: dict[str, Any] | None) -> int | None:
     if not model_config:
         return None
-    text = (
-        model_config.get("text_config") if isinstance(model_config.get("text_config"), dict) else model_config
-    )
+    sub = model_config.get("text_config")
+    text = sub if isinstance(sub, dict) else model_config
     h = text.get("hidden_size")
     return int(h) if isinstance(h, int) else None
 

@@ -109,6 +109,7 @@ def why(folder: Path, settings: Settings, kind: Loads) -> str | None:
     """Why loading from `folder` would unpickle a file that no tunedeck run wrote, or None."""
     if own_run(folder, settings, kind):
         return None
+    found: str | None
     if kind == "checkpoint":
         if not folder.exists():
             found = "what it will hold (it does not exist yet, so it cannot be checked)"

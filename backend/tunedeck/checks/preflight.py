@@ -10,7 +10,6 @@ when no check fails. Its `summary` says what the node is ("CPU only", "ROCm 6.2:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import threading
@@ -20,14 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunedeck import procs
 from tunedeck.checks import kinds
 from tunedeck.checks.lint import lf_table
 
 # Found, not imported: it imports torch and deepspeed, which nothing under tunedeck may.
-PROBE = Path(importlib.util.find_spec("tunedeck_train.preflight_probe").origin)
+PROBE = procs.script("tunedeck_train.preflight_probe")
 MARK = "@@PREFLIGHT@@"
 _cache: dict[str, tuple[float, dict[str, Any]]] = {}
-_flights: dict[str, Future] = {}  # the probe running now, per python
+_flights: dict[str, Future[dict[str, Any]]] = {}  # the probe running now, per python
 _lock = threading.Lock()
 
 
@@ -409,12 +409,11 @@ def run(python: Path, *, ttl: float, refresh: bool = False, refresh_min_s: float
     key = str(python)
     with _lock:
         hit = _cache.get(key)
-        age = time.time() - hit[0] if hit else None
-        if age is not None and age < (min(refresh_min_s, ttl) if refresh else ttl):
+        if hit is not None and time.time() - hit[0] < (min(refresh_min_s, ttl) if refresh else ttl):
             return hit[1]
         flight = _flights.get(key)
         leader = flight is None
-        if leader:
+        if flight is None:
             flight = _flights[key] = Future()
     if not leader:
         return flight.result()

@@ -91,7 +91,10 @@ def spec_from_yaml(
     config = load_yaml(text, max_items=max_items)
     ds = config.pop("deepspeed", None)
     try:
-        return JobSpec(name=name, kind=kind, config=config, deepspeed=ds, gpus=gpus, nodes=nodes)
+        # Validated, not constructed: `kind` is the caller's text, which JobSpec refuses if unknown.
+        return JobSpec.model_validate(
+            {"name": name, "kind": kind, "config": config, "deepspeed": ds, "gpus": gpus, "nodes": nodes}
+        )
     except ValidationError as e:  # e.g. `deepspeed: 5`: located at the YAML key, like every other error
         where = {
             "deepspeed": ("config", "deepspeed"),

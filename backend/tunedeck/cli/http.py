@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -41,7 +41,8 @@ def refused(r: httpx.Response) -> typer.Exit:
     return typer.Exit(1)
 
 
-def call(server: str | None, method: str, path: str, **kw) -> dict | list:
+def call(server: str | None, method: str, path: str, **kw: Any) -> Any:
+    """The server's JSON answer (an object or a list, as the route documents), or exit with its error."""
     import httpx
 
     try:

@@ -267,7 +267,7 @@ def import_run(
         upload = {}
         for field, path in parts.items():
             f = _regular(path) if path is not None else None
-            if f is not None:
+            if f is not None and path is not None:
                 upload[field] = (path.name, opened.enter_context(f))  # streamed as it is sent
         if "trainer_log" not in upload:
             typer.echo(f"error: {parts['trainer_log']} not found", err=True)

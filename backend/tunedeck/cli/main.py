@@ -99,13 +99,13 @@ def submit(
     """Submit a fine-tune (or an eval, predict, export or chat job) from a YAML file or a preset."""
     from tunedeck.checks.spec import load_yaml
 
-    if (file is None) == (preset is None):
+    if file is not None and preset is None:
+        text, default_name = file.read_text(), file.stem
+    elif preset is not None and file is None:
+        text, default_name = _call(server, "GET", f"/api/presets/{preset}")["text"], preset
+    else:
         typer.echo("give either FILE or --preset", err=True)
         raise typer.Exit(2)
-    if file is not None:
-        text, default_name = file.read_text(), file.stem
-    else:
-        text, default_name = _call(server, "GET", f"/api/presets/{preset}")["text"], preset
     config = load_yaml(text)
     ds = deepspeed if deepspeed is not None else config.pop("deepspeed", None)
     if deepspeed is not None:

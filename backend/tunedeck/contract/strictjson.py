@@ -25,7 +25,8 @@ def clean(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        out, bad = {}, {}
+        out: dict[Any, Any] = {}
+        bad: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, float) and not math.isfinite(v):
                 out[k], bad[str(k)] = None, name(v)

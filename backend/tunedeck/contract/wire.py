@@ -21,7 +21,7 @@ import struct
 from typing import Any
 
 from pydantic import Field, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from tunedeck.contract.protocol import SAMPLES_MAX, Strict, TelemetryBatch
 
@@ -79,11 +79,19 @@ class PackedMemory(Strict):
     name: list[str | None] | None = Field(None, max_length=SAMPLES_MAX)
 
 
-def _error(loc: tuple, kind: str, msg: str, **ctx: Any) -> dict[str, Any]:
+def _error(loc: tuple[int | str, ...], kind: str, msg: str, **ctx: Any) -> InitErrorDetails:
     return {"type": PydanticCustomError(kind, msg, ctx), "loc": loc, "input": None}
 
 
-def _refuse(errors: list[dict[str, Any]]) -> ValidationError:
+def _under_memory(err: ErrorDetails) -> InitErrorDetails:
+    """An error of the memory header, placed under `memory` (its message follows from type and ctx)."""
+    moved: InitErrorDetails = {"type": err["type"], "loc": ("memory", *err["loc"]), "input": err["input"]}
+    if "ctx" in err:
+        moved["ctx"] = err["ctx"]
+    return moved
+
+
+def _refuse(errors: list[InitErrorDetails]) -> ValidationError:
     return ValidationError.from_exception_data("TelemetryBatch", errors)
 
 
@@ -113,7 +121,7 @@ def decode(body: bytes) -> tuple[TelemetryBatch, dict[str, list]]:
     try:
         mem = PackedMemory.model_validate(desc)
     except ValidationError as e:
-        raise _refuse([{**err, "loc": ("memory", *err["loc"])} for err in e.errors()]) from None
+        raise _refuse([_under_memory(err) for err in e.errors()]) from None
     errors = [
         _error(("memory", "columns"), "packed_column", "`{field}` is not a packed column", field=k)
         for k in mem.columns
@@ -167,11 +175,12 @@ def decode(body: bytes) -> tuple[TelemetryBatch, dict[str, list]]:
     return batch, cols
 
 
-def _checked(k: str, arr) -> tuple[list[dict[str, Any]], Any]:
+def _checked(k: str, arr) -> tuple[list[InitErrorDetails], Any]:
     """A packed column's faults (its first bad value, per kind) and where it holds no reading."""
     import numpy as np
 
-    errors, absent = [], None
+    errors: list[InitErrorDetails] = []
+    absent = None
     if k in INT_BOUNDS:
         lo, hi = INT_BOUNDS[k]
         if k not in REQUIRED:

@@ -19,7 +19,6 @@ one above; the others send their output and memory only, from files of their own
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import platform
@@ -32,6 +31,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from tunedeck import procs
 from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
@@ -44,7 +44,7 @@ from tunedeck.telemetry.sampler import Sampler
 
 # LLaMA-Factory's train command with our callbacks (full checkpoint on stop, grad_norm); run by path.
 # Found, not imported: the runner, like the server, never loads the training packages.
-TRAIN_SCRIPT = Path(importlib.util.find_spec("tunedeck_train.lf_train").origin)
+TRAIN_SCRIPT = procs.script("tunedeck_train.lf_train")
 RANK_LINE_BASE = 1 << 40  # rank r numbers its log lines and memory samples from r << 40: never rank 0's
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
 
@@ -149,7 +149,9 @@ class Runner:
         self._extras.update((base + i, raw) for i, raw in enumerate(extras))
         first = self.tail.line
         lines = self.tail.read() if self.rank == 0 else []
-        metrics = [{"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(lines)]
+        metrics: list[dict[str, Any]] = [
+            {"line": first + i, "t": now, "raw": raw} for i, raw in enumerate(lines)
+        ]
         for m in metrics:
             if (extra := self._extras.pop(m["line"], None)) is not None:
                 m["extra"] = extra[:65536]
@@ -227,7 +229,7 @@ class Runner:
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
         (self.run_dir / self._file(runfiles.TRAINER_PID)).write_text(str(trainer.pid))
-        self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
+        watch = self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
         self.sampler = self._start_sampler(trainer.pid)
         if self.rank == 0:  # the job's trainer pid and its end are rank 0's to tell
             self.reporter.add(states=[{"event": "started", "trainer_pid": trainer.pid}])
@@ -237,7 +239,7 @@ class Runner:
         ]
         for r in readers:
             r.start()
-        self._follow(trainer)
+        self._follow(trainer, watch)
         for r in readers:
             r.join(timeout=10)
         # No process of the job may outlive it (torchrun workers, dataloader workers, ...).
@@ -261,20 +263,23 @@ class Runner:
         self.wake.set()  # lines written before the watch began are read at once, later ones wake it
         return watch
 
-    def _follow(self, trainer: subprocess.Popen) -> None:
+    def _follow(self, trainer: subprocess.Popen, watch: FileWatch) -> None:
         """Until the trainer exits: wake on a trainer_log write, a memory sample or cancel (or each
         `poll_s` when polling) and send what is new; output lines alone wait up to `flush_s`."""
         stopper = None
-        threading.Thread(
-            target=lambda: (trainer.wait(), self.wake.set()), name="trainer-exit", daemon=True
-        ).start()
+
+        def exited() -> None:
+            trainer.wait()
+            self.wake.set()
+
+        threading.Thread(target=exited, name="trainer-exit", daemon=True).start()
         flush_s = self.cfg.flush_s
         next_flush = time.monotonic() + flush_s
         while trainer.poll() is None:
             if self.cancel.is_set() and stopper is None:
                 stopper = threading.Thread(target=self._stop_sequence, args=(trainer,), daemon=True)
                 stopper.start()
-            wait = self.cfg.poll_s if self.watch.mode == "poll" else flush_s
+            wait = self.cfg.poll_s if watch.mode == "poll" else flush_s
             self.wake.wait(max(0.0, min(wait, next_flush - time.monotonic())))
             self.wake.clear()  # before reading: a write after this point wakes the next wait
             due = time.monotonic() >= next_flush

@@ -160,12 +160,17 @@ class Reporter:
     def add(self, *, metrics=(), logs=(), states=(), memory=()) -> None:
         if not (metrics or logs or states or memory):
             return
-        batch = {"seq": self.seq, "metrics": list(metrics), "logs": list(logs), "states": list(states)}
+        made: dict[str, Any] = {
+            "seq": self.seq,
+            "metrics": list(metrics),
+            "logs": list(logs),
+            "states": list(states),
+        }
         if self.node:
-            batch["node"] = self.node
+            made["node"] = self.node
         if memory:  # the sampler's VRAM / host-memory samples
-            batch["memory"] = columns(list(memory))
-        batch = checked(batch, self.say)
+            made["memory"] = columns(list(memory))
+        batch = checked(made, self.say)
         if batch is None:
             return
         self.seq += 1
@@ -252,6 +257,7 @@ class Reporter:
                     continue
                 if ok or permanent:
                     if permanent:  # the server will never take it; it stays in the outbox file
+                        assert r is not None  # only an answer is permanent
                         most = LIST_MAX
                         _say(f"batch {group[0]['seq']} refused: {r.status_code} {r.text[:300]}")
                     with self._cond:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import BinaryIO
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -16,7 +17,7 @@ class JsonlTail:
     def __init__(self, path: Path):
         self.path = path
         self.line = 0  # number of whole lines handed out
-        self._fh = None
+        self._fh: BinaryIO | None = None
         self._inode: int | None = None
         self._partial = b""
 

@@ -14,6 +14,7 @@ import select
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 COALESCE_S = 0.005  # lines written together (an eval line right after a train line) go in one batch
 
@@ -24,8 +25,9 @@ class FileWatch:
 
     def __init__(self, folder: Path, name: str, wake: threading.Event, *, mode: str = "auto"):
         self.folder, self.name, self.wake = folder, name, wake
-        self.mode, self.reason = "poll", "polling was asked for (runner_watch = poll)"
-        self._ino = None
+        self.mode = "poll"
+        self.reason: str | None = "polling was asked for (runner_watch = poll)"
+        self._ino: Any = None  # an inotify_simple.INotify (the package has no types)
         self._stop_r, self._stop_w = -1, -1
         if mode == "poll":
             return

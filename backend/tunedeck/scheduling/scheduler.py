@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from sqlalchemy import Engine, update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
@@ -41,7 +41,7 @@ from tunedeck.services.ingest.devices import Devices, NotGiven
 from tunedeck.services.ingest.writer import IngestWriter, plain
 from tunedeck.services.jobs.jobstate import JobState, move
 from tunedeck.store.hashes import token_hash
-from tunedeck.store.tables import Job, JobStatus, utcnow
+from tunedeck.store.tables import Job, JobStatus, core, utcnow
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.scheduling.scheduler")
@@ -123,7 +123,7 @@ class Scheduler(Worker):
             if not self.settings.launch_paused:
                 self._start_queued(session)
             if not self.executor.plans_devices:  # placements and actors of jobs that ended
-                active = select(Job.id).where(Job.status.in_([JobStatus.running, JobStatus.queued]))
+                active = select(Job.id).where(col(Job.status).in_([JobStatus.running, JobStatus.queued]))
                 self.executor.sweep(set(session.exec(active)))
 
     def _watch(self, session: Session, job: Job) -> None:
@@ -252,9 +252,10 @@ class Scheduler(Worker):
         """The hashes of the tokens a job's nodes made for their runners (Ray: each rank its own, so the
         server never holds them): the telemetry route takes these instead of the one made here."""
         with self.engine.begin() as conn:
+            jobs = core(Job)
             res = conn.execute(
-                update(Job.__table__)
-                .where(Job.__table__.c.id == job_id, Job.__table__.c.status == JobStatus.running.name)
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == JobStatus.running.name)
                 .values(runner_token_hash=" ".join(hashes))
             )
         if res.rowcount == 0:

@@ -58,12 +58,12 @@ def script_heads() -> set[str] | None:
     needs no Alembic); None when a file says something this reading does not follow."""
     revs, parents = set(), set()
     for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
-        found = dict(m.groups() for m in _REVISION.finditer(path.read_text()))
-        names = {k: _NAME.match(found.get(k, "")) for k in ("revision", "down_revision")}
-        if not all(names.values()) or names["revision"].group(0) == "None":
+        found = {m.group(1): m.group(2) for m in _REVISION.finditer(path.read_text())}
+        rev, down = (_NAME.match(found.get(k, "")) for k in ("revision", "down_revision"))
+        if rev is None or down is None or rev.group(0) == "None":
             return None
-        revs.add(next(g for g in names["revision"].groups() if g is not None))
-        parents |= {g for g in names["down_revision"].groups() if g is not None}
+        revs.add(next(g for g in rev.groups() if g is not None))
+        parents |= {g for g in down.groups() if g is not None}
     return revs - parents or None
 
 
@@ -136,3 +136,11 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def engine_of(session: Session) -> Engine:
+    """The engine a session is bound to: every session here is made on one (never on a connection),
+    and the chart reads need it for a raw connection and transactions of their own."""
+    bind = session.get_bind()
+    assert isinstance(bind, Engine), bind
+    return bind

@@ -23,7 +23,8 @@ def fold(heads: set[str]) -> str:
     if unknown:
         raise LegacyHeadsError(f"alembic_version holds several rows, some unknown: {sorted(unknown)}")
     applied: set[str] = set()
-    for rev in heads:
+    for head in heads:
+        rev: str | None = head
         while rev is not None:
             applied.add(rev)
             rev = OLD_PARENT[rev]

@@ -14,7 +14,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, Index, Table, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -37,7 +37,9 @@ class JobStatus(str, enum.Enum):
 class JobBase(SQLModel):
     """A job's fields that its row and its answer (schemas.JobOut) share: declared once, here."""
 
-    id: int | None = Field(default=None, primary_key=True)
+    # None only until the row is inserted (the database numbers it); typed `int` because the code
+    # reads jobs from the store, where every one has its id.
+    id: int = Field(default=None, primary_key=True)
     name: str
     kind: str = Field(default="train", sa_column_kwargs={"server_default": "train"})  # checks/kinds.py
     owner: str | None = None
@@ -311,3 +313,8 @@ class ChartPruned(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
     level: int
+
+
+def core(model: type[SQLModel]) -> Table:
+    """A table model's Core table, for bulk statements that skip the ORM."""
+    return model.__table__  # type: ignore[attr-defined]  # SQLModel sets it on the class, undeclared

@@ -22,7 +22,8 @@ from tunedeck.alerts import SEVERITIES, Finding, Limits, OutOfOrder, Point, Run,
 from tunedeck.config import Settings
 from tunedeck.services.charts.pyramid import Fresh
 from tunedeck.services.errors import NotFound
-from tunedeck.store.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint
+from tunedeck.store import bulk
+from tunedeck.store.tables import Alert, Job, JobStatus, LogLine, MemorySample, MetricPoint, core
 from tunedeck.telemetry.base import RISE_BYTES, RISE_SHARE
 from tunedeck.workers import Worker
 
@@ -40,7 +41,7 @@ LOG_PATTERNS = (
     "%start new thread%",
     "%allocator cache flushes%",
 )  # a cheap prefilter of OOM/FLUSH (tests/alerts/test_store.py holds it to the regexes)
-MEMORY, METRICS, LOGS = MemorySample.__table__, MetricPoint.__table__, LogLine.__table__
+MEMORY, METRICS, LOGS = core(MemorySample), core(MetricPoint), core(LogLine)
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
 SPIKES = ("vram_spike", "vram_periodic_spikes")  # alerted as they rise, withdrawn when the rise stays up
@@ -267,7 +268,7 @@ class Tracker:
             c = query().compile(dialect=conn.dialect)
             self._sql[shape] = (str(c), list(c.positiontup or ()), dict(c.params))
         sql, names, fixed = self._sql[shape]
-        cur = conn.connection.driver_connection.cursor()
+        cur = bulk.driver_cursor(conn)
         try:
             cur.execute(sql, [values[k] if k in values else fixed[k] for k in names])
             while part := cur.fetchmany(CHUNK):
@@ -491,7 +492,7 @@ def reconcile(
             continue
         seen.add(key)
         is_open = f.open and not finished
-        fields = {
+        fields: dict[str, Any] = {
             "severity": f.severity,
             "t": f.t,
             "step": f.step,
@@ -506,6 +507,7 @@ def reconcile(
             # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
             times = f.times if row is None else f.times[bisect_right(f.times, row.last_t) :]
             first, count = (f.first, f.count) if row is None else (times[0], len(times))
+            assert first is not None  # a Finding sets it from its times
             row = Alert(
                 job_id=job_id, kind=f.kind, node=f.node, gpu=f.gpu, first_t=first, count=count, **fields
             )

@@ -10,6 +10,7 @@ from sqlmodel import Session, select
 
 from tunedeck.services.charts import memory as memory_charts
 from tunedeck.services.charts import pyramid
+from tunedeck.store.db import engine_of
 from tunedeck.store.tables import EstimateCalibration, Job
 
 GiB = 2**30
@@ -19,7 +20,7 @@ def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     """The job's measured peak per GPU: sampled device memory if recorded, else LLaMA-Factory's
     `vram_reserved` (GiB, main rank). On the CPU the host samples (gpu -1) stand in. Read from the
     chart tiles' top level (a few rows, not a scan of a long run's samples; kept by retention too)."""
-    pyramid.current(session.get_bind())
+    pyramid.current(engine_of(session))
     # The whole key, one series at a time: a handful of rows (a LIKE on the series walks every tile).
     top = "SELECT max(y_max) FROM chart_tiles WHERE job_id = :j AND series = :s AND level = :top"
     at = {"j": job.id, "top": pyramid.LEVELS}
@@ -28,7 +29,7 @@ def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
         for g in memory_charts.gpus_of(session, job.id)
     ]
     peak, g = max(((p, g) for p, g in peaks if p is not None), key=lambda x: x[0], default=(None, None))
-    if peak:
+    if peak and g is not None:
         kind = "cpu" if g.gpu == -1 else (g.name or "gpu")
         return {"bytes": int(peak), "source": "memory_samples", "gpu_kind": kind}
     peak = session.execute(text(top), {**at, "s": pyramid.metric_key("vram_reserved")}).scalar()
@@ -41,7 +42,7 @@ def job_estimate(session: Session, job: Job) -> dict[str, Any]:
     """Predicted against measured for one job; a finished job's pair is recorded for calibration."""
     predicted = json.loads(job.estimate) if job.estimate else None
     measured = measured_peak(session, job)
-    out = {"job_id": job.id, "estimate": predicted, "measured": measured, "ratio": None}
+    out: dict[str, Any] = {"job_id": job.id, "estimate": predicted, "measured": measured, "ratio": None}
     if predicted and measured:
         out["ratio"] = measured["bytes"] / predicted["per_gpu_bytes"]
         if (

@@ -26,7 +26,7 @@ def _nonfinite(rows: list[tuple], name: str, max_points: int) -> dict:
     return {"step": [p[0] for p in pts], "t": [p[1] for p in pts], "value": [p[2] for p in pts]}
 
 
-def series_of(job_id: int, name: str, scan: int | None = None) -> Series:
+def series_of(job_id: int, name: str | None, scan: int | None = None) -> Series:
     """A metric's curve (x = step, y = value, aux = the time the line was read), or with name None
     the rows themselves (y = row id)."""
     y = "id" if name is None else name  # column names come from METRICS only, never from a request

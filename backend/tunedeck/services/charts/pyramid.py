@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
@@ -120,7 +121,7 @@ def distinct(pts: np.ndarray) -> np.ndarray:
     return pts[keep]
 
 
-def tiles_of(x: np.ndarray, level: int) -> np.ndarray:
+def tiles_of(x: ArrayLike, level: int) -> np.ndarray:
     # Widths are powers of two, so floor(x / 4**k) == floor(floor(x / 4**(k-1)) / 4) exactly.
     return np.floor(np.asarray(x, dtype=np.float64) / 4.0**level)
 
@@ -174,12 +175,13 @@ class Source:
             f = np.float64
             return np.array(job, f), sid, np.array(t, f), np.array(used, f), np.array(ids, f), key
         arr = np.array(rows, dtype=np.float64)  # NULL -> NaN
-        ids, job = arr[:, 0], arr[:, 1]
+        row_ids, jobs = arr[:, 0], arr[:, 1]
         # id, job_id, step, t, metric columns...: series 0 is the rows themselves (y = id)
         parts = []
-        for i, y in enumerate((ids, *arr[:, 4:].T)):
+        for i, y in enumerate((row_ids, *arr[:, 4:].T)):
             keep = ~np.isnan(arr[:, 2]) & ~np.isnan(y)
-            parts.append((job[keep], np.full(keep.sum(), i), arr[keep, 2], y[keep], arr[keep, 3]))
+            parts.append((jobs[keep], np.full(keep.sum(), i), arr[keep, 2], y[keep], arr[keep, 3]))
+        # (mypy counts a starred generator's items as unknown: five arrays, then the key)
         return (*(np.concatenate(c) for c in zip(*parts)), _metric_name)  # type: ignore[return-value]
 
 
@@ -202,7 +204,7 @@ def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     s = np.vstack((s, rows))
     sids = sid.tolist()
     named = {v: key(v) for v in set(sids)}  # (a few series, many tiles each)
-    rows = zip(
+    out = zip(
         job.astype(np.int64).tolist(),
         [named[v] for v in sids],
         level.astype(np.int64).tolist(),
@@ -210,14 +212,14 @@ def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
         s[:, N].astype(np.int64).tolist(),
         *s[:, 1:].T.tolist(),
     )
-    bulk.insert(cur, INTO_TILES, list(rows), MERGE)
+    bulk.insert(cur, INTO_TILES, list(out), MERGE)
 
 
 def newest_sample(conn: Connection) -> int:
     """The newest memory sample's id (0: none): taken before a transaction's inserts, it lets
     `catch_up` tell that the rows after it are exactly the samples the transaction handed over."""
     conn.exec_driver_sql("UPDATE chart_state SET through_id = through_id")  # the write lock first
-    return conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM memory_samples").scalar()
+    return conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM memory_samples").scalar_one()
 
 
 @dataclass
@@ -238,7 +240,7 @@ class Fresh:
         """After the inserts, in their transaction: whether every sample handed over was stored (no
         resend skipped), so that others may take the columns for the rows (`top` set) or not (None)."""
         n = sum(len(c["line"]) for _, _, c in self.batches)
-        top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM memory_samples").scalar()
+        top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM memory_samples").scalar_one()
         self.top = top if n and top - self.before == n else None
 
     def points(self, cur, through: int) -> tuple | None:

@@ -59,7 +59,7 @@ def stored_series(engine: Engine, job_id: int, most: int) -> dict[str, set[int]]
     """The job's stored (node, gpu) series, `most` of them at most (enough to tell "too many")."""
     found: dict[str, set[int]] = {}
     with engine.connect() as conn:
-        row = conn.execute(
+        row: tuple[Any, ...] | None = conn.execute(
             text("SELECT node, gpu FROM memory_samples WHERE job_id = :job ORDER BY node, gpu LIMIT 1"),
             {"job": job_id},
         ).first()

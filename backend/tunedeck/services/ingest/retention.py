@@ -61,7 +61,7 @@ def prune_job(engine: Engine, job_id: int, *, level: int) -> tuple[int, int]:
     count = text("SELECT count(*) FROM memory_samples WHERE job_id = :j")
     with engine.begin() as c:
         pyramid.catch_up(c)  # nothing goes before the tiles hold it
-        before = c.execute(count, {"j": job_id}).scalar()
+        before = c.execute(count, {"j": job_id}).scalar_one()
         keep = sorted({i for pair in c.execute(text(KEEP), {"job": job_id}) for i in pair})
         c.execute(
             text(f"DELETE FROM memory_samples WHERE job_id = :j AND id NOT IN ({', '.join(map(str, keep))})"),
@@ -82,7 +82,7 @@ def prune_job(engine: Engine, job_id: int, *, level: int) -> tuple[int, int]:
                 "WHERE source = 'memory'"
             )
         )
-        after = c.execute(count, {"j": job_id}).scalar()
+        after = c.execute(count, {"j": job_id}).scalar_one()
     return before, after
 
 

@@ -56,7 +56,7 @@ def fault_of(e: BaseException) -> StorageFault | None:
     if isinstance(e, StorageFault):
         return e
     if isinstance(e, OSError):
-        kind = {errno.ENOSPC: FULL, errno.EDQUOT: FULL, errno.EROFS: READ_ONLY}.get(e.errno)
+        kind = {errno.ENOSPC: FULL, errno.EDQUOT: FULL, errno.EROFS: READ_ONLY}.get(e.errno or 0)
         return StorageFault(kind, e.strerror or str(e)) if kind else None
     text = str(getattr(e, "orig", None) or e)  # a SQLAlchemy error wraps the driver's
     low = text.lower()

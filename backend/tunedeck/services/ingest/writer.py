@@ -31,13 +31,13 @@ from tunedeck.services.ingest.storage import StorageFault, StorageHealth, fault_
 from tunedeck.services.jobs import jobstate
 from tunedeck.services.jobs.jobstate import Ended, JobState
 from tunedeck.store import bulk
-from tunedeck.store.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint
+from tunedeck.store.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint, core
 from tunedeck.workers import Worker
 
-METRICS = MetricPoint.__table__
-LOGS = LogLine.__table__
-JOBS = Job.__table__
-MEMORY = MemorySample.__table__
+METRICS = core(MetricPoint)
+LOGS = core(LogLine)
+JOBS = core(Job)
+MEMORY = core(MemorySample)
 MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c", "name")
 MEMORY_REQUIRED = MEMORY_KEYS[:4]
 
@@ -74,7 +74,7 @@ def samples(memory: Any) -> int:
 def _insert(conn: Connection, table: str, names: tuple[str, ...], rows: list[tuple], key: str) -> None:
     """Plain tuples, a few hundred rows a statement (`bulk.insert`); a row whose `key` is already stored
     stays as it is. Table, column and key names come from code, never from a request."""
-    cur = conn.connection.driver_connection.cursor()
+    cur = bulk.driver_cursor(conn)
     try:
         bulk.insert(cur, f"INSERT INTO {table} ({', '.join(names)})", rows, f"ON CONFLICT ({key}) DO NOTHING")
     finally:
@@ -213,7 +213,8 @@ class Store(Protocol):
     """Where the writer's groups are stored: `send` hands one over, `receive` gives the oldest one's
     `Stored`; `warm` gets ready ahead of the first, `rest` lets an idle store's resources go."""
 
-    pid: int | None  # of its own process, while one runs
+    @property
+    def pid(self) -> int | None: ...  # of its own process, while one runs
 
     def warm(self) -> None: ...
     def rest(self) -> None: ...
@@ -355,7 +356,7 @@ class IngestWriter(Worker):
                     self._window.release()
 
     def _take(self) -> list[tuple[int, dict[str, Any], Future]]:
-        group = []
+        group: list[tuple[int, dict[str, Any], Future]] = []
         while len(group) < self.group_max:
             try:
                 group.append(self._q.get_nowait())

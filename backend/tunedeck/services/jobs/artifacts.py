@@ -118,6 +118,9 @@ class _Sink:
     def flush(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass  # nothing to let go: the generator has taken the bytes
+
     def take(self) -> bytes:
         out, self.parts = b"".join(self.parts), []
         return out

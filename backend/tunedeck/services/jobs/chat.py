@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from tunedeck.checks.submission import Node, Submission
 from tunedeck.config import Settings
@@ -87,7 +87,7 @@ def owners(session: Session, chat: Job) -> tuple[str | None, ...]:
 def touch(engine: Engine, job_id: int) -> None:
     """A chat job was used now: its idle clock starts again."""
     with Session(engine) as session:
-        session.exec(update(Job).where(Job.id == job_id).values(last_used_at=utcnow()))
+        session.exec(update(Job).where(col(Job.id) == job_id).values(last_used_at=utcnow()))
         session.commit()
 
 
@@ -135,7 +135,9 @@ class ChatIdle(Worker):
         with Session(self.engine) as session:
             chats = session.exec(
                 select(Job).where(
-                    Job.kind == "chat", Job.status == JobStatus.running, Job.cancel_requested_at.is_(None)
+                    Job.kind == "chat",
+                    Job.status == JobStatus.running,
+                    col(Job.cancel_requested_at).is_(None),
                 )
             )
             for job in list(chats):

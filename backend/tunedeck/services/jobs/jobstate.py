@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, update
 
-from tunedeck.store.tables import Job, JobStatus, utcnow
+from tunedeck.store.tables import Job, JobStatus, core, utcnow
 
 if TYPE_CHECKING:
     from tunedeck.services.alerting.engine import AlertEngine
     from tunedeck.services.alerting.notify import Notifier
 
 log = logging.getLogger("tunedeck.jobstate")
-JOBS = Job.__table__
+JOBS = core(Job)
 Q, R = JobStatus.queued, JobStatus.running
 ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
     {

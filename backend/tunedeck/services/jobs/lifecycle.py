@@ -130,7 +130,7 @@ def remove(session: Session, job: Job, *, settings: Settings, files: bool) -> No
     job_id = job.id
     session.expunge(job)
     # Guarded in SQL: a job that started meanwhile is not deleted.
-    gone = session.execute(
+    gone = session.exec(
         delete(Job)
         .where(col(Job.id) == job_id)
         .where(col(Job.status).notin_([JobStatus.queued, JobStatus.running]))

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from sqlalchemy import Engine, text
 
@@ -132,7 +133,7 @@ class Broadcaster:
             rows = conn.execute(
                 text("SELECT seq, job_id FROM job_changes WHERE seq > :s"), {"s": self._seen_seq}
             ).all()
-            alerts: list = []
+            alerts: Sequence[Any] = []
             try:
                 if self._seen_alert is None:
                     self._seen_alert = conn.execute(

@@ -52,8 +52,8 @@ class NodeInventory:
         otherwise than this server's; a bus id names the same device for both. Bus ids do not change
         while the server runs: any earlier reading answers."""
         by_index = {r.index: r.bus_id for r in self.reading(max_age_s=float("inf"))[2]}
-        ids = [by_index.get(d) for d in devices]
-        return ids if all(ids) else []
+        ids = [b for d in devices if (b := by_index.get(d))]
+        return ids if len(ids) == len(devices) else []
 
     def nodes(self) -> list[dict[str, Any]]:
         name, reason, readings = self.reading()

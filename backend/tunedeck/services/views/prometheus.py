@@ -153,7 +153,7 @@ class Collector:
         yield total
 
     def _queue(self, conn: Connection) -> Iterator[Metric]:
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 text(
                     "SELECT status, count(*) FROM jobs WHERE status IN ('queued', 'running') GROUP BY status"

@@ -30,6 +30,7 @@ from tunedeck.schemas import JobOut, JobSpec, stop_message
 from tunedeck.services.charts import estimates
 from tunedeck.services.charts import memory as memory_charts
 from tunedeck.services.charts import metrics as metric_charts
+from tunedeck.store.db import engine_of
 from tunedeck.store.tables import Alert, Job
 
 MAX_POINTS = 2000  # per series: extremes kept (the pages' downsampling), the file stays a few MB
@@ -158,7 +159,7 @@ def _environment_html(pf: dict[str, Any] | None) -> str:
 
 
 def _chart_data(session: Session, job: Job) -> dict[str, Any]:
-    series = metric_charts.metric_series(session.get_bind(), job_id=job.id, max_points=MAX_POINTS)["series"]
+    series = metric_charts.metric_series(engine_of(session), job_id=job.id, max_points=MAX_POINTS)["series"]
     rows, _, _ = memory_charts.memory_page(
         session, job_id=job.id, gpu=None, after=None, max_points=MAX_POINTS, t0=None, t1=None, limit=10**9
     )

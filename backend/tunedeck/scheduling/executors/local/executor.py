@@ -133,7 +133,7 @@ class LocalExecutor:
 
     def cancel(self, job: Job) -> None:
         """SIGTERM to the runner: it runs the graceful SIGABRT → SIGTERM → SIGKILL sequence."""
-        if self.alive(job):
+        if job.runner_pid is not None and self.alive(job):
             try:
                 os.kill(job.runner_pid, signal.SIGTERM)
             except OSError:

@@ -69,9 +69,10 @@ class JobNode:
 
     def cancel(self) -> None:
         """SIGTERM to the runner: its graceful SIGABRT → SIGTERM → SIGKILL sequence on this node."""
-        if self.running():
+        proc = self.proc
+        if proc is not None and proc.poll() is None:  # running
             try:
-                self.proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
             except OSError:
                 pass
 

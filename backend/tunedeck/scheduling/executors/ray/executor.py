@@ -84,7 +84,9 @@ class RayExecutor:
         self.settings = settings
         join_ray(settings.ray_address)
         self.node_source = RayNodes(engine, address=settings.ray_address, cache_s=settings.nodes_cache_s)
-        self._node = ray.remote(JobNode)
+        # Any: Ray types an actor's methods only where @ray.method decorates them, and the actor's
+        # module imports Ray only inside them (it is imported on the nodes).
+        self._node: Any = ray.remote(JobNode)
         self._probe = ray.remote(read_probe)
         self._groups: dict[int, PlacementGroup] = {}
         self._lost: dict[int, str] = {}
