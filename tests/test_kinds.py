@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from tests.utils.servers import demo_config
-from tunedeck.checks import kinds, lint
+from tunedeck.checks import kinds, tables
 
 
 def model(assets) -> str:
@@ -56,7 +56,7 @@ def test_each_kind_renders_its_commands_keys(app_factory, assets):
     assert any("export_dir '/etc' ignored" in w for w in r.json()["warnings"])
     ran = yaml.safe_load(r.json()["train_yaml"])
     assert ran["export_dir"].endswith("/output")
-    trainer = {k for k, v in lint.lf_table()["args"].items() if v["group"] == "TrainingArguments"}
+    trainer = {k for k, v in tables.lf_table()["args"].items() if v["group"] == "TrainingArguments"}
     assert not trainer & ran.keys(), trainer & ran.keys()
     ran = preview(app, {"name": "c", "kind": "chat", "config": {"model_name_or_path": model(assets)}})
     assert not trainer & ran.keys() and "export_dir" not in ran
@@ -122,7 +122,7 @@ def test_specs_the_command_would_refuse_are_422_at_the_key(app_factory, assets):
 
 def test_a_predict_job_is_refused_where_its_metric_packages_are_missing():
     config = {"model_name_or_path": "m", "eval_dataset": "d"}
-    args = lint.lf_table()["args"]
+    args = tables.lf_table()["args"]
     preflight = {"packages": {"jieba": None, "nltk": "3.10.4", "rouge_chinese": "1.0.3"}}
     errors, _ = kinds.check(kinds.KINDS["predict"], config, args=args, gpus=0, preflight=preflight)
     assert [e["loc"] for e in errors] == [["kind"]] and "`jieba`" in errors[0]["msg"]

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from tests.utils.toy_model import TOY_QWEN2
-from tunedeck.checks.lint import lf_table as lf_args
 from tunedeck.checks.spec import launch_env, spec_from_yaml
 from tunedeck.checks.submission import Node, Submission, resolve
+from tunedeck.checks.tables import lf_table as lf_args
 from tunedeck.config import Settings
 from tunedeck.problems import SpecError
 from tunedeck.schemas import JobSpec

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.utils.servers import demo_config
-from tunedeck.checks import lint
+from tunedeck.checks import lint, tables
 
 SEED_YAML = (Path(__file__).parent / "data" / "seed_qwen2_lora_sft.yaml").read_text()
 
@@ -75,7 +75,7 @@ def test_key_help_comes_from_llamafactorys_table(server):
     r = server.api.get("/api/ui/help", params={"keys": "lora_rank,learning_rate,not_a_key"})
     assert r.status_code == 200, r.text
     body = r.json()
-    table = lint.lf_table()["args"]
+    table = tables.lf_table()["args"]
     assert set(body["keys"]) == {"lora_rank", "learning_rate"}
     assert (
         body["keys"]["lora_rank"]["help"] == table["lora_rank"]["help"] and body["keys"]["lora_rank"]["help"]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.utils.servers import CONFIGS
-from tunedeck.checks import lint
+from tunedeck.checks import findings, lint, tables
 
 DATA = Path(__file__).parent / "data"
 SEED_DS = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
@@ -40,11 +40,11 @@ def seed_with(**zero) -> dict:
 
 
 def test_key_tables_are_captured_from_the_installed_packages():
-    assert lint.ds_table()["deepspeed_version"] == "0.19.8"
-    zero = lint.ds_table()["models"]["zero_optimization"]
+    assert tables.ds_table()["deepspeed_version"] == "0.19.8"
+    zero = tables.ds_table()["models"]["zero_optimization"]
     assert zero["prefetch_bucket_size"]["alias"] == "stage3_prefetch_bucket_size"
     assert "stage3_parition_grads" not in zero and "partition_grads" not in zero
-    assert lint.lf_table()["llamafactory_version"] == "0.9.5"
+    assert tables.lf_table()["llamafactory_version"] == "0.9.5"
 
 
 def test_the_seeds_typo_is_an_error_naming_the_key():
@@ -236,7 +236,7 @@ def test_old_ray_keys_are_removed_keys():
 
 def test_as_error_locates_the_key():
     f = codes(lint.lint_deepspeed(seed_with(stage3_parition_grads=True)))["DS001"][0]
-    err = lint.as_error(f)
+    err = findings.as_error(f)
     assert err["loc"] == ["deepspeed", "zero_optimization", "stage3_parition_grads"]
     assert err["type"] == "lint_error" and err["code"] == "DS001"
     assert err["msg"].startswith("DS001: ") and " — fix: " in err["msg"]
@@ -317,7 +317,7 @@ def test_flat_fsdp_keys_point_to_fsdp_config():
 def test_value_ranges_cover_every_numeric_key_and_keep_the_defaults():
     """Every int key of the table must fit 64 bits and every float key be finite; the documented ranges
     name numeric keys of the table (an upstream rename fails here) and accept LLaMA-Factory's defaults."""
-    args = lint.lf_table()["args"]
+    args = tables.lf_table()["args"]
     for key, info in args.items():
         bad = {"int": 2**63, "float": float("nan")}.get(info["type"])
         if bad is not None:

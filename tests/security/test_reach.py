@@ -19,9 +19,9 @@ import yaml
 from tests.utils.servers import CONFIGS, demo_config
 from tests.utils.wait import until
 from tunedeck.checks import reach
-from tunedeck.checks.lint import lf_table
 from tunedeck.checks.spec import launch_env, spec_from_yaml
 from tunedeck.checks.submission import Node, Submission, resolve
+from tunedeck.checks.tables import lf_table
 from tunedeck.config import Settings
 from tunedeck.problems import SpecError
 from tunedeck.schemas import JobSpec

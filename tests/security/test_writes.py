@@ -13,9 +13,9 @@ import yaml
 
 from tests.utils.servers import demo_config
 from tunedeck.checks import reach, writes
-from tunedeck.checks.lint import lf_table
 from tunedeck.checks.spec import SpecError
 from tunedeck.checks.submission import Node, Submission, resolve
+from tunedeck.checks.tables import lf_table
 from tunedeck.config import Settings
 from tunedeck.schemas import JobSpec
 

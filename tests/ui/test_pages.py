@@ -13,7 +13,7 @@ import pytest
 from tests.ui.conftest import shot
 from tests.utils.servers import Server, demo_config
 from tests.utils.wait import until
-from tunedeck.checks.lint import lf_table
+from tunedeck.checks.tables import lf_table
 
 pytestmark = [pytest.mark.browser]
 PHONE = {"width": 390, "height": 844}

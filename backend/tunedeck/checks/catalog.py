@@ -4,7 +4,13 @@ model folder needs, and the help text of every key.
 
 The template names are data captured from the installed LLaMA-Factory
 (scripts/capture_lf_templates.py); the server never imports it. Dataset folders are read only
-inside the allowed roots (reach.confine), and only as much of a file as a preview needs.
+inside the allowed roots (reach.confine), and only as much of a file as a preview needs. Its codes,
+read from the job's dataset folder at submission:
+
+| code  | sev     | what                                                                        |
+|-------|---------|-----------------------------------------------------------------------------|
+| LF014 | error   | dataset name not defined in the dataset_dir's dataset_info.json             |
+| LF015 | warning | the dataset_dir's dataset_info.json cannot be read (names not checked)      |
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck.checks import hubcache, reach
-from tunedeck.checks.lint import Finding, finding, fitting_templates, lf_table, template_table
+from tunedeck.checks.findings import Finding, finding
+from tunedeck.checks.tables import fitting_templates, lf_table, template_table
 from tunedeck.config import Settings
 
 DATASET_INFO = "dataset_info.json"
@@ -120,11 +127,11 @@ def lint_datasets(config: dict[str, Any], settings: Settings) -> list[Finding]:
     except CatalogError as e:
         return [
             finding(
-                "LF015",
-                "warning",
-                "config.dataset_dir",
-                f"dataset names not checked: {e}; LLaMA-Factory fails the run if it cannot read it",
-                f"set `dataset_dir` to the folder holding {DATASET_INFO}",
+                code="LF015",
+                severity="warning",
+                path="config.dataset_dir",
+                message=f"dataset names not checked: {e}; LLaMA-Factory fails the run if it cannot read it",
+                fix=f"set `dataset_dir` to the folder holding {DATASET_INFO}",
             )
         ]
     known = sorted(info)
@@ -137,13 +144,13 @@ def lint_datasets(config: dict[str, Any], settings: Settings) -> list[Finding]:
             listed = ", ".join(near or known[:10]) or "none"
             out.append(
                 finding(
-                    "LF014",
-                    "error",
-                    f"config.{key}",
-                    f"dataset {name!r} is not defined in {DATASET_INFO} of the dataset_dir "
+                    code="LF014",
+                    severity="error",
+                    path=f"config.{key}",
+                    message=f"dataset {name!r} is not defined in {DATASET_INFO} of the dataset_dir "
                     f"({'closest' if near else 'it defines'}: {listed}); "
                     f"the run would fail with 'Undefined dataset {name}'",
-                    f"use one of: {listed}" if known else f"add {name!r} to {DATASET_INFO}",
+                    fix=f"use one of: {listed}" if known else f"add {name!r} to {DATASET_INFO}",
                 )
             )
     return out

@@ -1,8 +1,8 @@
 """Config lint: what goes wrong before training starts, found before a job takes a GPU.
 
-Every finding is `{"code", "severity", "path", "message", "fix"}`; codes are stable (the UI and
-scripts may key on them), paths name the key (`config.fp16`,
-`deepspeed.zero_optimization.stage3_parition_grads`, `gpus`).
+Every finding is `{"code", "severity", "path", "message", "fix"}` (checks/findings.py); codes are
+stable (the UI and scripts may key on them), paths name the key (`config.fp16`,
+`deepspeed.zero_optimization.stage3_parition_grads`, `gpus`). The key rules' codes:
 
 | code  | sev     | what                                                                        |
 |-------|---------|-----------------------------------------------------------------------------|
@@ -14,16 +14,7 @@ scripts may key on them), paths name the key (`config.fp16`,
 | LF006 | warning | output_dir already holds a run and overwrite_output_dir is off (resumes)    |
 | LF007 | info    | Megatron-Core (USE_MCA=1) YAML: its mcore_adapter keys are not checked      |
 | LF008 | info    | not a LLaMA-Factory train YAML (accelerate / v1 / token config): skipped    |
-| LF009 | info    | trust_remote_code: true, but the model carries no code (no effect)          |
-| LF010 | error   | trust_remote_code would run the model's code (ALLOW_REMOTE_CODE)            |
-| LF011 | warning | the model's code runs as the server's user (allowed by the server)          |
-| LF012 | error   | key reaches the network / pushes results out (ALLOW_NETWORK_KEYS)           |
-| LF013 | error   | hub id not in the local HF cache and runs are offline (ALLOW_HUB)           |
-| LF014 | error   | dataset name not defined in the dataset_dir's dataset_info.json             |
-| LF015 | warning | the dataset_dir's dataset_info.json cannot be read (names not checked)      |
 | LF016 | error   | template that this LLaMA-Factory does not define                            |
-| LF017 | error   | a loader would unpickle a checkpoint or .bin weights no tunedeck run wrote  |
-| LF018 | warning | such pickles are loaded as the server's user (allowed by the server)        |
 | DS001 | error   | key DeepSpeed does not know under zero_optimization (it refuses the file)   |
 | DS002 | warning | unknown key whose value is "auto": DeepSpeed drops it silently              |
 | DS003 | error   | both spellings of an aliased / renamed key                                  |
@@ -33,16 +24,13 @@ scripts may key on them), paths name the key (`config.fp16`,
 | DS007 | info    | overlap_comm keeps ≈4.5× the bucket sizes in memory                         |
 | DS008 | info    | ZeRO-3 gathers the full 16-bit model on rank 0 at save time                 |
 | DS009 | warning | the job's DeepSpeed file could not be found or read (not checked)           |
-| DS010 | error   | a monitor that sends to a service: wandb, comet (ALLOW_NETWORK_KEYS)        |
 | HW001 | warning | fp16 on gfx942 (MI300): bf16 is steadier and as fast                        |
 | HW002 | warning | multi-GPU on ROCm without a large ddp_timeout                               |
 | HW003 | error   | more GPUs than the node has                                                 |
 | HW004 | warning | flash_attn fa2 asked for, flash-attn not importable in the training env     |
 
-LF009–LF013, LF017, LF018 and DS010 depend on the server's `TUNEDECK_ALLOW_*` settings:
-tunedeck/checks/reach.py finds them, and also confines every path-valued key (one outside the allowed
-roots, or written outside the job's own folders, is a 422 at the key).
-LF014 and LF015 read the job's dataset folder (tunedeck/checks/catalog.py, at submission).
+The findings' shape and the codes of the other families: checks/findings.py (reach.py lists the
+path, network, remote-code and pickle codes, catalog.py the dataset codes).
 The LLaMA-Factory and DeepSpeed key tables are data files captured from the installed packages
 (scripts/capture_lf_args.py, scripts/capture_ds_keys.py): the server never imports either.
 """
@@ -54,16 +42,14 @@ import json
 import math
 import os
 import re
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tunedeck.checks import hubcache
+from tunedeck.checks.findings import SEVERITIES, Finding, finding
 from tunedeck.checks.presets import presets
+from tunedeck.checks.tables import ds_table, fitting_templates, lf_table, template_table
 
-Finding = dict[str, Any]
-SEVERITIES = ("error", "warning", "info")
 # A multi-GPU job on ROCm needs longer than the 1800 s default for process-group start (the seed
 # sets 180000000): below this many seconds we warn.
 DDP_TIMEOUT_MIN_S = 3600
@@ -75,53 +61,6 @@ SUGGEST_MAX = 50
 ACCELERATE_KEYS = {"compute_environment", "distributed_type"}
 V1_KEYS = {"dist_config", "kernel_config", "model_class", "train_dataset"}
 MCA_KEYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size"}
-
-
-def finding(code: str, severity: str, path: str, message: str, fix: str) -> Finding:
-    assert severity in SEVERITIES
-    return {"code": code, "severity": severity, "path": path, "message": message, "fix": fix}
-
-
-def as_error(f: Finding) -> dict[str, Any]:
-    """A finding as a FastAPI-style 422 detail item, located at the key."""
-    return {
-        "loc": f["path"].split("."),
-        "msg": f"{f['code']}: {f['message']} — fix: {f['fix']}",
-        "type": "lint_error",
-        "code": f["code"],
-    }
-
-
-@lru_cache
-def lf_table() -> dict[str, Any]:
-    return json.loads(resources.files("tunedeck.data").joinpath("llamafactory_args.json").read_text())
-
-
-@lru_cache
-def template_table() -> dict[str, Any]:
-    """Template names (scripts/capture_lf_templates.py) and, kept by hand, config.json model_type and
-    architectures → the templates that fit, best first. Only families whose template is unambiguous:
-    a "llama" config may be Llama 2, 3 or a fine-tune with its own format."""
-    return json.loads(resources.files("tunedeck.data").joinpath("llamafactory_templates.json").read_text())
-
-
-def fitting_templates(model_config: dict[str, Any] | None) -> list[str]:
-    """The templates that fit a model's config.json (model_type, else architectures), best first."""
-    if not isinstance(model_config, dict):
-        return []
-    table = template_table()
-    found = table["model_types"].get(str(model_config.get("model_type")))
-    if found:
-        return list(found)
-    for arch in model_config.get("architectures") or []:
-        if isinstance(arch, str) and arch in table["architectures"]:
-            return list(table["architectures"][arch])
-    return []
-
-
-@lru_cache
-def ds_table() -> dict[str, Any]:
-    return json.loads(resources.files("tunedeck.data").joinpath("deepspeed_keys.json").read_text())
 
 
 def truthy(value: Any) -> bool:
@@ -253,11 +192,11 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
         if key in removed:
             out.append(
                 finding(
-                    "LF002",
-                    "error",
-                    path,
-                    f"`{key}` is no longer accepted by LLaMA-Factory {version}: {removed[key]}",
-                    f"remove `{key}`",
+                    code="LF002",
+                    severity="error",
+                    path=path,
+                    message=f"`{key}` is no longer accepted by LLaMA-Factory {version}: {removed[key]}",
+                    fix=f"remove `{key}`",
                 )
             )
         elif key not in known:
@@ -272,16 +211,24 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
                 fix = f"move it under `fsdp_config` as `{key[len('fsdp_') :]}`"
             out.append(
                 finding(
-                    "LF001",
-                    "error",
-                    path,
-                    f"`{key}` is not a LLaMA-Factory {version} argument: "
+                    code="LF001",
+                    severity="error",
+                    path=path,
+                    message=f"`{key}` is not a LLaMA-Factory {version} argument: "
                     "it stops with 'Some keys are not used by the HfArgumentParser'",
-                    fix,
+                    fix=fix,
                 )
             )
         elif problem := _value_problem(key, value, known[key].get("type", "any"), known[key].get("choices")):
-            out.append(finding("LF003", "error", path, f"`{key}` {problem}", f"give `{key}` a valid value"))
+            out.append(
+                finding(
+                    code="LF003",
+                    severity="error",
+                    path=path,
+                    message=f"`{key}` {problem}",
+                    fix=f"give `{key}` a valid value",
+                )
+            )
     return out
 
 
@@ -292,12 +239,12 @@ def lint_lf_semantics(
     if truthy(config.get("fp16")) and truthy(config.get("bf16")):
         out.append(
             finding(
-                "LF005",
-                "error",
-                "config.bf16",
-                "fp16 and bf16 are both on; transformers "
+                code="LF005",
+                severity="error",
+                path="config.bf16",
+                message="fp16 and bf16 are both on; transformers "
                 "refuses ('At most one of fp16 and bf16 can be True')",
-                "keep one: bf16 on MI200/MI300 and Ampere or newer, fp16 on older cards",
+                fix="keep one: bf16 on MI200/MI300 and Ampere or newer, fp16 on older cards",
             )
         )
     template, model_type = config.get("template"), (model_config or {}).get("model_type")
@@ -307,26 +254,26 @@ def lint_lf_semantics(
         near = difflib.get_close_matches(template, known, n=3, cutoff=0.5) if len(template) <= 80 else []
         out.append(
             finding(
-                "LF016",
-                "error",
-                "config.template",
-                f"template `{template}` is not one LLaMA-Factory "
+                code="LF016",
+                severity="error",
+                path="config.template",
+                message=f"template `{template}` is not one LLaMA-Factory "
                 f"{template_table()['llamafactory_version']} defines; the run would fail with "
                 f"'Template {template} does not exist.'" + (f" (closest: {', '.join(near)})" if near else ""),
-                f"set `template: {(fits or near or ['default'])[0]}`",
+                fix=f"set `template: {(fits or near or ['default'])[0]}`",
             )
         )
     elif isinstance(template, str) and fits and template not in fits and config.get("stage", "sft") != "pt":
         want = " or ".join(fits)
         out.append(
             finding(
-                "LF004",
-                "warning",
-                "config.template",
-                f"template `{template}` does not fit the "
+                code="LF004",
+                severity="warning",
+                path="config.template",
+                message=f"template `{template}` does not fit the "
                 f"model family `{model_type}` (from the model's config.json): the chat format "
                 "the model learns will not be the one it was trained on",
-                f"set `template: {want}`",
+                fix=f"set `template: {want}`",
             )
         )
     if (
@@ -337,13 +284,13 @@ def lint_lf_semantics(
     ):
         out.append(
             finding(
-                "LF006",
-                "warning",
-                "config.output_dir",
-                f"{output_dir} already holds a run: "
+                code="LF006",
+                severity="warning",
+                path="config.output_dir",
+                message=f"{output_dir} already holds a run: "
                 "LLaMA-Factory silently resumes from its last checkpoint and appends to its "
                 "trainer_log.jsonl",
-                "use a fresh output_dir or set `overwrite_output_dir: true`",
+                fix="use a fresh output_dir or set `overwrite_output_dir: true`",
             )
         )
     return out
@@ -367,25 +314,25 @@ def _lint_ds_model(section: dict[str, Any], model: str, path: str) -> list[Findi
             if value == "auto":
                 out.append(
                     finding(
-                        "DS002",
-                        "warning",
-                        kpath,
-                        f"`{key}` is not a DeepSpeed "
+                        code="DS002",
+                        severity="warning",
+                        path=kpath,
+                        message=f"`{key}` is not a DeepSpeed "
                         f'{ds_table()["deepspeed_version"]} `{model}` key; with the value "auto" '
                         "DeepSpeed drops it silently, so it has no effect",
-                        fix,
+                        fix=fix,
                     )
                 )
             else:
                 out.append(
                     finding(
-                        "DS001",
-                        "error",
-                        kpath,
-                        f"`{key}` is not a DeepSpeed "
+                        code="DS001",
+                        severity="error",
+                        path=kpath,
+                        message=f"`{key}` is not a DeepSpeed "
                         f"{ds_table()['deepspeed_version']} `{model}` key: DeepSpeed refuses the "
                         "file ('Extra inputs are not permitted')",
-                        fix,
+                        fix=fix,
                     )
                 )
             continue
@@ -398,11 +345,11 @@ def _lint_ds_model(section: dict[str, Any], model: str, path: str) -> list[Findi
             spellings.setdefault(info["new_param"] or name, []).append(key)
             out.append(
                 finding(
-                    "DS004",
-                    "warning",
-                    kpath,
-                    f"`{key}` is deprecated in DeepSpeed",
-                    f"use `{info['new_param']}`" if info["new_param"] else f"remove `{key}`",
+                    code="DS004",
+                    severity="warning",
+                    path=kpath,
+                    message=f"`{key}` is deprecated in DeepSpeed",
+                    fix=f"use `{info['new_param']}`" if info["new_param"] else f"remove `{key}`",
                 )
             )
         if name in ("offload_param", "offload_optimizer") and isinstance(value, dict):
@@ -412,17 +359,25 @@ def _lint_ds_model(section: dict[str, Any], model: str, path: str) -> list[Findi
         if problem is None and info["type"] == "int" and isinstance(value, (int, float)) and value < 0:
             problem = f"must not be negative; got {value!r}"
         if problem:
-            out.append(finding("DS005", "error", kpath, f"`{key}` {problem}", f"give `{key}` a valid value"))
+            out.append(
+                finding(
+                    code="DS005",
+                    severity="error",
+                    path=kpath,
+                    message=f"`{key}` {problem}",
+                    fix=f"give `{key}` a valid value",
+                )
+            )
     for name, keys in spellings.items():
         if len(keys) > 1 and name in fields and not fields[name]["deprecated"]:
             out.append(
                 finding(
-                    "DS003",
-                    "error",
-                    f"{path}.{keys[-1]}",
-                    f"`{name}` is given twice, as "
+                    code="DS003",
+                    severity="error",
+                    path=f"{path}.{keys[-1]}",
+                    message=f"`{name}` is given twice, as "
                     f"{' and '.join(f'`{k}`' for k in keys)}: DeepSpeed refuses the pair",
-                    f"keep only `{keys[0]}`",
+                    fix=f"keep only `{keys[0]}`",
                 )
             )
     return out
@@ -479,14 +434,14 @@ def lint_ds_vs_training(ds: dict[str, Any], config: dict[str, Any], *, gpus: int
         if not same:
             out.append(
                 finding(
-                    "DS006",
-                    "error",
-                    f"deepspeed.{ds_key}",
-                    f"DeepSpeed `{ds_key}` = {ds_val!r} "
+                    code="DS006",
+                    severity="error",
+                    path=f"deepspeed.{ds_key}",
+                    message=f"DeepSpeed `{ds_key}` = {ds_val!r} "
                     f"contradicts the training argument {hf_key} = {hf_val!r}: the HF DeepSpeed "
                     "integration stops with 'Please correct the following DeepSpeed config values "
                     "that mismatch TrainingArguments values'",
-                    f'set `{ds_key}` to "auto" (or to {hf_val!r})',
+                    fix=f'set `{ds_key}` to "auto" (or to {hf_val!r})',
                 )
             )
     return out
@@ -533,11 +488,11 @@ def lint_ds_memory(ds: dict[str, Any], *, hidden_size: int | None) -> list[Findi
         )
         out.append(
             finding(
-                "DS007",
-                "info",
-                "deepspeed.zero_optimization.overlap_comm",
-                f"overlap_comm keeps about {OVERLAP_FACTOR}× the bucket sizes in memory: {cost}",
-                "lower reduce_bucket_size / prefetch bucket, or set overlap_comm false when memory is tight",
+                code="DS007",
+                severity="info",
+                path="deepspeed.zero_optimization.overlap_comm",
+                message=f"overlap_comm keeps about {OVERLAP_FACTOR}× the bucket sizes in memory: {cost}",
+                fix="lower reduce_bucket_size / prefetch bucket, or set overlap_comm false when memory is tight",
             )
         )
     gather = zero.get(
@@ -546,12 +501,12 @@ def lint_ds_memory(ds: dict[str, Any], *, hidden_size: int | None) -> list[Findi
     if stage >= 3 and truthy(gather):
         out.append(
             finding(
-                "DS008",
-                "info",
-                "deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save",
-                "ZeRO-3 gathers the whole 16-bit model on rank 0 at every save: a save-time peak of "
+                code="DS008",
+                severity="info",
+                path="deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save",
+                message="ZeRO-3 gathers the whole 16-bit model on rank 0 at every save: a save-time peak of "
                 "about 2 bytes × parameters in host memory and one layer at a time on the GPU",
-                "keep it for a loadable model; for LoRA the adapter is small, for a full fine-tune "
+                fix="keep it for a loadable model; for LoRA the adapter is small, for a full fine-tune "
                 "make sure rank 0's host RAM holds 2 × parameters, or save ZeRO shards instead",
             )
         )
@@ -564,11 +519,11 @@ def lint_deepspeed(
     if not isinstance(ds, dict):
         return [
             finding(
-                "DS005",
-                "error",
-                "deepspeed",
-                "a DeepSpeed config must be a JSON object",
-                "give a JSON object with a zero_optimization section",
+                code="DS005",
+                severity="error",
+                path="deepspeed",
+                message="a DeepSpeed config must be a JSON object",
+                fix="give a JSON object with a zero_optimization section",
             )
         ]
     out = []
@@ -576,11 +531,11 @@ def lint_deepspeed(
     if zero is not None and not isinstance(zero, dict):
         out.append(
             finding(
-                "DS005",
-                "error",
-                "deepspeed.zero_optimization",
-                "must be an object",
-                "give zero_optimization as an object",
+                code="DS005",
+                severity="error",
+                path="deepspeed.zero_optimization",
+                message="must be an object",
+                fix="give zero_optimization as an object",
             )
         )
     elif isinstance(zero, dict):
@@ -607,22 +562,22 @@ def lint_hardware(
     if fp16 and "gfx942" in archs:
         out.append(
             finding(
-                "HW001",
-                "warning",
-                "config.fp16",
-                "fp16 on gfx942 (MI300): its loss scaling can "
+                code="HW001",
+                severity="warning",
+                path="config.fp16",
+                message="fp16 on gfx942 (MI300): its loss scaling can "
                 "overflow and skip steps, while bf16 runs at the same speed with fp32's range",
-                'set `bf16: true` and remove `fp16` (and set the DeepSpeed fp16.enabled to "auto")',
+                fix='set `bf16: true` and remove `fp16` (and set the DeepSpeed fp16.enabled to "auto")',
             )
         )
     if gpus is not None and gpus > node_gpus and preflight.get("backend") != "cpu":
         out.append(
             finding(
-                "HW003",
-                "error",
-                "gpus",
-                f"asks for {gpus} GPUs; the node has {node_gpus}",
-                f"ask for at most {node_gpus}",
+                code="HW003",
+                severity="error",
+                path="gpus",
+                message=f"asks for {gpus} GPUs; the node has {node_gpus}",
+                fix=f"ask for at most {node_gpus}",
             )
         )
     if rocm and (gpus or 1) > 1:
@@ -630,22 +585,22 @@ def lint_hardware(
         if timeout is None or timeout < DDP_TIMEOUT_MIN_S:
             out.append(
                 finding(
-                    "HW002",
-                    "warning",
-                    "config.ddp_timeout",
-                    "multi-GPU on ROCm: starting the "
+                    code="HW002",
+                    severity="warning",
+                    path="config.ddp_timeout",
+                    message="multi-GPU on ROCm: starting the "
                     "process group can take longer than the default 1800 s and time out",
-                    "set a large `ddp_timeout` (the seed uses 180000000)",
+                    fix="set a large `ddp_timeout` (the seed uses 180000000)",
                 )
             )
     if config.get("flash_attn") == "fa2" and not (preflight.get("packages") or {}).get("flash_attn"):
         out.append(
             finding(
-                "HW004",
-                "warning",
-                "config.flash_attn",
-                "flash_attn: fa2 but flash-attn is not importable in the training environment",
-                "install flash-attn built for this GPU, or set `flash_attn: auto`",
+                code="HW004",
+                severity="warning",
+                path="config.flash_attn",
+                message="flash_attn: fa2 but flash-attn is not importable in the training environment",
+                fix="install flash-attn built for this GPU, or set `flash_attn: auto`",
             )
         )
     return out
@@ -699,12 +654,12 @@ def lint(
     if mca:
         out.append(
             finding(
-                "LF007",
-                "info",
-                "config",
-                "a Megatron-Core config (run with USE_MCA=1): its "
+                code="LF007",
+                severity="info",
+                path="config",
+                message="a Megatron-Core config (run with USE_MCA=1): its "
                 "parallelism keys come from mcore_adapter and are not checked",
-                "none needed",
+                fix="none needed",
             )
         )
     out += lint_lf_semantics(config, model_config=model_config, output_dir=output_dir)
@@ -749,25 +704,45 @@ def lint_file(
         try:
             return lint_deepspeed(json.loads(text), gpus=gpus)
         except ValueError as e:
-            return [finding("DS005", "error", "deepspeed", f"not valid JSON: {e}", "fix the JSON syntax")]
+            return [
+                finding(
+                    code="DS005",
+                    severity="error",
+                    path="deepspeed",
+                    message=f"not valid JSON: {e}",
+                    fix="fix the JSON syntax",
+                )
+            ]
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        return [finding("LF003", "error", "config", f"not valid YAML: {e}", "fix the YAML syntax")]
+        return [
+            finding(
+                code="LF003",
+                severity="error",
+                path="config",
+                message=f"not valid YAML: {e}",
+                fix="fix the YAML syntax",
+            )
+        ]
     if not isinstance(config, dict):
         return [
             finding(
-                "LF003", "error", "config", "a train YAML must be a mapping of keys", "write key: value lines"
+                code="LF003",
+                severity="error",
+                path="config",
+                message="a train YAML must be a mapping of keys",
+                fix="write key: value lines",
             )
         ]
     if (kind := yaml_kind(config)) != "train":
         return [
             finding(
-                "LF008",
-                "info",
-                "config",
-                f"{kind}, not a LLaMA-Factory train YAML: not checked",
-                "none needed",
+                code="LF008",
+                severity="info",
+                path="config",
+                message=f"{kind}, not a LLaMA-Factory train YAML: not checked",
+                fix="none needed",
             )
         ]
     ds, extra = config.get("deepspeed"), []
@@ -780,12 +755,12 @@ def lint_file(
         if ds is None:
             extra.append(
                 finding(
-                    "DS009",
-                    "warning",
-                    "config.deepspeed",
-                    f"DeepSpeed config {config['deepspeed']!r} "
+                    code="DS009",
+                    severity="warning",
+                    path="config.deepspeed",
+                    message=f"DeepSpeed config {config['deepspeed']!r} "
                     "not found or not valid JSON; it was not checked",
-                    "run from the folder the path is relative to, or give a preset name",
+                    fix="run from the folder the path is relative to, or give a preset name",
                 )
             )
     out = lint(

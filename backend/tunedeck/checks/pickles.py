@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from tunedeck.checks.lint import lf_table
+from tunedeck.checks.tables import lf_table
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
 

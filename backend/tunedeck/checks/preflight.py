@@ -21,7 +21,7 @@ from typing import Any
 
 from tunedeck import procs
 from tunedeck.checks import kinds
-from tunedeck.checks.lint import lf_table
+from tunedeck.checks.tables import lf_table
 
 # Found, not imported: it imports torch and deepspeed, which nothing under tunedeck may.
 PROBE = procs.script("tunedeck_train.preflight_probe")

@@ -6,6 +6,20 @@ credentials to a service, or run code that came with a model or sits in a pickle
 unless the server's settings allow it. The keys that take a path or reach the network are found in
 the captured LLaMA-Factory and DeepSpeed key tables by name, type and help text, so a key that a new
 version adds is covered without a list to keep up to date.
+
+Its codes depend on the server's `TUNEDECK_ALLOW_*` settings (a path outside the roots, or written
+outside the job's own folders, is a plain 422 at the key, with no code):
+
+| code  | sev     | what                                                                        |
+|-------|---------|-----------------------------------------------------------------------------|
+| LF009 | info    | trust_remote_code: true, but the model carries no code (no effect)          |
+| LF010 | error   | trust_remote_code would run the model's code (ALLOW_REMOTE_CODE)            |
+| LF011 | warning | the model's code runs as the server's user (allowed by the server)          |
+| LF012 | error   | key reaches the network / pushes results out (ALLOW_NETWORK_KEYS)           |
+| LF013 | error   | hub id not in the local HF cache and runs are offline (ALLOW_HUB)           |
+| LF017 | error   | a loader would unpickle a checkpoint or .bin weights no tunedeck run wrote  |
+| LF018 | warning | such pickles are loaded as the server's user (allowed by the server)        |
+| DS010 | error   | a monitor that sends to a service: wandb, comet (ALLOW_NETWORK_KEYS)        |
 """
 
 from __future__ import annotations
@@ -20,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck.checks import hubcache, pickles, writes
-from tunedeck.checks.lint import Finding, ds_table, finding, lf_table, truthy
+from tunedeck.checks.findings import Finding, finding
+from tunedeck.checks.lint import truthy
+from tunedeck.checks.tables import ds_table, lf_table
 from tunedeck.config import Settings
 
 # A key takes a path when its name says so, or when a text-typed key's help talks of one.
@@ -188,11 +204,11 @@ class _Checker:
             return
         self.out.findings.append(
             finding(
-                code,
-                "error",
-                ".".join(map(str, loc)),
-                f"`{loc[-1]}` {what}: this server does not let jobs reach the network",
-                f"remove `{loc[-1]}`, or set TUNEDECK_ALLOW_NETWORK_KEYS=true on the server",
+                code=code,
+                severity="error",
+                path=".".join(map(str, loc)),
+                message=f"`{loc[-1]}` {what}: this server does not let jobs reach the network",
+                fix=f"remove `{loc[-1]}`, or set TUNEDECK_ALLOW_NETWORK_KEYS=true on the server",
             )
         )
 
@@ -211,12 +227,12 @@ class _Checker:
         )
         self.out.findings.append(
             finding(
-                "LF013",
-                "error",
-                ".".join(map(str, loc)),
-                f"{repo!r} is a hub {kind} id that is not in the local Hugging Face cache ({where}); runs are "
+                code="LF013",
+                severity="error",
+                path=".".join(map(str, loc)),
+                message=f"{repo!r} is a hub {kind} id that is not in the local Hugging Face cache ({where}); runs are "
                 "offline (HF_HUB_OFFLINE=1), so it cannot load",
-                fix,
+                fix=fix,
             )
         )
 
@@ -364,11 +380,11 @@ class _Checker:
         if truthy(config.get("push_to_hub")) and self.s.allow_network_keys and not self.s.allow_hub:
             self.out.findings.append(
                 finding(
-                    "LF012",
-                    "error",
-                    "config.push_to_hub",
-                    "`push_to_hub` needs the hub, and runs are offline (HF_HUB_OFFLINE=1)",
-                    "set TUNEDECK_ALLOW_HUB=true on the server as well",
+                    code="LF012",
+                    severity="error",
+                    path="config.push_to_hub",
+                    message="`push_to_hub` needs the hub, and runs are offline (HF_HUB_OFFLINE=1)",
+                    fix="set TUNEDECK_ALLOW_HUB=true on the server as well",
                 )
             )
         report = config.get("report_to")
@@ -441,21 +457,21 @@ class _Checker:
             if self.s.allow_pickles:
                 self.out.findings.append(
                     finding(
-                        "LF018",
-                        "warning",
-                        f"config.{name}",
-                        f"unpickles files no tunedeck run wrote, as the server's user ({what})",
-                        "load only pickles whose source you trust",
+                        code="LF018",
+                        severity="warning",
+                        path=f"config.{name}",
+                        message=f"unpickles files no tunedeck run wrote, as the server's user ({what})",
+                        fix="load only pickles whose source you trust",
                     )
                 )
             else:
                 self.out.findings.append(
                     finding(
-                        "LF017",
-                        "error",
-                        f"config.{name}",
-                        f"a pickle is code, run as the server's user when loaded: {what}",
-                        (
+                        code="LF017",
+                        severity="error",
+                        path=f"config.{name}",
+                        message=f"a pickle is code, run as the server's user when loaded: {what}",
+                        fix=(
                             "resume a tunedeck run (POST /api/jobs/<id>/resume) or name one of its checkpoint-N "
                             "folders"
                             if kind == "checkpoint"
@@ -498,33 +514,33 @@ class _Checker:
             if self.s.allow_remote_code:
                 self.out.findings.append(
                     finding(
-                        "LF011",
-                        "warning",
-                        loc,
-                        f"runs Python shipped with the model as the server's user ({what})",
-                        "use it only with models whose code you have read",
+                        code="LF011",
+                        severity="warning",
+                        path=loc,
+                        message=f"runs Python shipped with the model as the server's user ({what})",
+                        fix="use it only with models whose code you have read",
                     )
                 )
             else:
                 self.out.findings.append(
                     finding(
-                        "LF010",
-                        "error",
-                        loc,
-                        f"`trust_remote_code: true` would import Python shipped with the model "
+                        code="LF010",
+                        severity="error",
+                        path=loc,
+                        message=f"`trust_remote_code: true` would import Python shipped with the model "
                         f"and run it as the server's user ({what})",
-                        "use a model without custom code, or set TUNEDECK_ALLOW_REMOTE_CODE=true on the server",
+                        fix="use a model without custom code, or set TUNEDECK_ALLOW_REMOTE_CODE=true on the server",
                     )
                 )
         elif seen:
             self.out.findings.append(
                 finding(
-                    "LF009",
-                    "info",
-                    loc,
-                    f"`trust_remote_code: true` has no effect: {', '.join(seen)} carries no code "
+                    code="LF009",
+                    severity="info",
+                    path=loc,
+                    message=f"`trust_remote_code: true` has no effect: {', '.join(seen)} carries no code "
                     "to import (no auto_map, no .py files)",
-                    "none needed; `trust_remote_code: false` says the same",
+                    fix="none needed; `trust_remote_code: false` says the same",
                 )
             )
 

@@ -22,7 +22,9 @@ from typing import Any, NamedTuple
 from tunedeck import tree
 from tunedeck.checks import catalog, hubcache, jobenv, kinds, lint, reach, writes
 from tunedeck.checks import estimate as est
+from tunedeck.checks.findings import SEVERITIES, Finding, as_error
 from tunedeck.checks.presets import deepspeed_presets
+from tunedeck.checks.tables import lf_table
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
 from tunedeck.planning import placement
@@ -78,7 +80,7 @@ class Submission:
     ds_config: dict[str, Any] | None
     model_config: dict[str, Any] | None  # the model's config.json, when it could be read
     gpus: int
-    findings: list[lint.Finding]  # lint, reach and node findings, errors first
+    findings: list[Finding]  # lint, reach and node findings, errors first
     errors: list[dict[str, Any]]  # 422 detail items, one per key (lint's carry their code)
     warnings: list[str]
     estimate: dict[str, Any] | None
@@ -89,7 +91,7 @@ class Submission:
     writes: tuple[writes.Placed, ...] = ()
 
     @property
-    def notes(self) -> list[lint.Finding]:
+    def notes(self) -> list[Finding]:
         """The findings below error: what a created job reports back."""
         return [f for f in self.findings if f["severity"] != "error"]
 
@@ -328,7 +330,7 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     kind_errors, kind_warnings = kinds.check(
         kind,
         config,
-        args=lint.lf_table()["args"],
+        args=lf_table()["args"],
         gpus=gpus,
         preflight=node.preflight,
         deepspeed=ds_config is not None,
@@ -339,9 +341,9 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
     reached = reach.check(config, ds_config, settings, read=read)
     if not any(x["loc"] == ["config", "dataset_dir"] for x in reached.errors):
         findings += catalog.lint_datasets(config, settings)  # dataset_dir is absolute and inside now
-    findings = sorted(findings + reached.findings, key=lambda f: lint.SEVERITIES.index(f["severity"]))
+    findings = sorted(findings + reached.findings, key=lambda f: SEVERITIES.index(f["severity"]))
 
-    located = [lint.as_error(f) for f in findings if f["severity"] == "error"]
+    located = [as_error(f) for f in findings if f["severity"] == "error"]
     seen = {tuple(x["loc"]) for x in located}  # one item per key: the finding's, with its code and fix
     errors = located + [x for x in errors + reached.errors if tuple(x["loc"]) not in seen]
     if estimate_error is not None and estimate_error["loc"] == ["config"] and located:
@@ -368,4 +370,4 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
 
 def is_train_key(key: str) -> bool:
     """A key LLaMA-Factory's train command accepts (or `deepspeed`, which the spec carries)."""
-    return key == "deepspeed" or key in lint.lf_table()["args"]
+    return key == "deepspeed" or key in lf_table()["args"]

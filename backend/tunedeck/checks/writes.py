@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
-from tunedeck.checks.lint import ds_table
 from tunedeck.checks.pickles import PICKLE_SUFFIXES
+from tunedeck.checks.tables import ds_table
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
 
