@@ -23,6 +23,7 @@ from tunedeck.contract.lflog import METRICS
 from tunedeck.planning.queueplan import Spot
 from tunedeck.schemas import AlertOut
 from tunedeck.services.alerting.summary import job_outs
+from tunedeck.services.charts import memory as memory_charts
 from tunedeck.store.tables import Job, JobStatus
 
 ROW_TTL_S = 1.0
@@ -93,10 +94,9 @@ def job_extras(conn: Connection, job_id: int) -> dict:
     if row is not None:
         out["last_loss"] = row[0]
         out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
-    row = conn.execute(
-        text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"), {"j": job_id}
-    ).one()
-    out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
+    # Each device's top chart tile and newest sample: what a batch costs the team page does not grow
+    # with the run's length (a max() over the samples read them all, every batch).
+    out["peak_vram_bytes"], out["total_vram_bytes"] = memory_charts.peak(conn, job_id)
     return out
 
 
