@@ -12,11 +12,12 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 from sqlmodel import Session, col, select
+from sse_starlette.event import ServerSentEvent
 
 from tunedeck.contract import strictjson
 from tunedeck.contract.lflog import METRICS
@@ -65,9 +66,15 @@ class Event:
     event: str
     data: Any
     id: str
+    _wire: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
-    def sse(self) -> dict:
-        return {"event": self.event, "id": self.id, "data": strictjson.dumps(self.data, default=str)}
+    def sse(self) -> bytes:
+        """The event as a stream sends it, encoded once: streams at one cursor share a read's events
+        (Broadcaster.shared), so two hundred open pages cost one JSON encoding, not two hundred."""
+        if self._wire is None:
+            data = strictjson.dumps(self.data, default=str)
+            self._wire = ServerSentEvent(data=data, event=self.event, id=self.id).encode()
+        return self._wire
 
 
 def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
