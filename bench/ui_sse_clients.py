@@ -12,37 +12,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import re
 import resource
-import sqlite3
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from _common import Server, assets, pct
+from _common import Server, assets, demo_config, pct, play_runner
 
 STEP = re.compile(rb'"step": (\d+)')
 
 
-def make_job(ws: Path, token: str) -> int:
-    from tunedeck.store.db import make_engine, upgrade
-
-    engine = make_engine(ws / "tunedeck.db")
-    upgrade(engine)
-    engine.dispose()
-    con = sqlite3.connect(ws / "tunedeck.db")
-    cur = con.execute(
-        "INSERT INTO jobs (name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at, last_batch_seq,"
-        " runner_token_hash) VALUES ('sse', 'succeeded', 0, '{}', 'stage: sft\n', '/tmp', '/tmp',"
-        " '2026-01-01 00:00:00', -1, ?)",
-        (hashlib.sha256(token.encode()).hexdigest(),),
-    )
-    con.commit()
-    assert cur.lastrowid is not None  # set by the INSERT
-    return cur.lastrowid
+def make_job(server: Server, token: str) -> int:
+    """A job submitted as any (the server holds launches), then played by this script as its running
+    runner: a finished job's batches are refused (its runner token is revoked at the end)."""
+    spec = {"name": "sse", "config": demo_config(assets()), "gpus": 0}
+    job = server.submit(spec)["id"]
+    play_runner(server.workspace / "tunedeck.db", job, token)
+    return job
 
 
 async def client(
@@ -58,7 +47,9 @@ async def client(
 ) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
-        f"GET /api/stream?job={job}&cursor={cursor} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode()
+        # The Host a browser on this server's page sends: the guard refuses any other (DNS rebinding).
+        f"GET /api/stream?job={job}&cursor={cursor} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "Accept: text/event-stream\r\n\r\n".encode()
     )
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
@@ -66,7 +57,7 @@ async def client(
     counter[0] += 1
     if counter[0] >= need:
         ready.set()
-    buf = b""
+    buf, seen = b"", set()
     try:
         while not stop.is_set():
             chunk = await reader.read(65536)
@@ -76,7 +67,8 @@ async def client(
             buf += chunk
             for m in STEP.finditer(buf):
                 s = int(m.group(1))
-                if s in sent:
+                if s in sent and s not in seen:  # (the tail kept below may hold it again)
+                    seen.add(s)
                     lat.append(1000 * (now - sent[s]))
             buf = buf[-64:]
     finally:
@@ -133,12 +125,18 @@ async def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     token = "bench-token"
     with tempfile.TemporaryDirectory() as tmp:
-        ws = Path(tmp) / "ws"
-        ws.mkdir()
-        job = make_job(ws, token)
-        server = Server(ws, assets()).start()
-        step0, best = 0, 0
+        server = Server(Path(tmp) / "ws", assets(), TUNEDECK_LAUNCH_PAUSED="true").start()
+        step0, best = 1, 0
         try:
+            job = make_job(server, token)
+            # A first batch, unmeasured: the server starts its ingest store with a runner's first.
+            r = httpx.post(
+                f"{server.url}/api/jobs/{job}/telemetry",
+                headers={"Authorization": f"Bearer {token}"},
+                json={"seq": 0, "metrics": [{"line": 0, "t": time.time(), "raw": '{"current_steps": 0}'}]},
+                timeout=120,
+            )
+            r.raise_for_status()
             for n in (int(x) for x in args.levels.split(",")):
                 lat, connected, steps = await level(server, job, token, n, args.seconds, step0)
                 step0 += steps + 1

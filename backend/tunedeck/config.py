@@ -241,6 +241,12 @@ class Settings(BaseSettings):
         0.5, gt=0, description="How often the stream watcher looks for job changes made outside ingest."
     )
     stream_batch_max: int = Field(2000, ge=1, description="Most rows of one kind in one live-stream event.")
+    stream_team_every_s: float = Field(
+        0.5,
+        ge=0,
+        description="Shortest time between two wake-ups of the team streams: the job rows changed "
+        "meanwhile go out together, in their newest state (0: at every change).",
+    )
     chart_points: int = Field(2000, ge=10, description="Default `max_points` of the chart series endpoint.")
     spec_max_keys: int = Field(
         1000,

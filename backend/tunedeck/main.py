@@ -87,7 +87,9 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         notifier = Notifier(settings, engine)
         # Live streams (a task on the event loop, not a thread): woken by the ingest writer after each
         # commit, by the alert engine when it opens an alert, and by their own watcher of job changes.
-        events = app.state.events = Broadcaster(engine, poll_s=settings.stream_poll_s)
+        events = app.state.events = Broadcaster(
+            engine, poll_s=settings.stream_poll_s, team_every_s=settings.stream_team_every_s
+        )
 
         def alerts_opened(job, new) -> None:  # a page shows a new alert at once, not at the next watch
             events.notify({job.id})

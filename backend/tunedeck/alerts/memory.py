@@ -402,13 +402,23 @@ class Gpu:
             return []
         judged = self
         if self._early is not None:  # the first samples, judged on what there is so far
-            judged = copy.deepcopy(self)
+            judged = self._draft()
             judged._settle()
         return [
             *judged._spike_findings(j, evals),
             *self._near_findings(j),
             *judged._plateau_findings(j),
         ]
+
+    def _draft(self) -> Gpu:
+        """This detector as `_settle` may change it without changing this one, for a read in the early
+        phase: a shallow copy whose judged state (spikes, their records, the excursions up) is its own.
+        Nothing has been judged before the first samples settle (`_step` and `_spike` run only from
+        there), so that state starts empty; `_settle` only reassigns the rest (the numbers, `_early`)
+        and reads the samples, which stay shared."""
+        draft = copy.copy(self)
+        draft.spikes, draft.records, draft._up = Occurrences(), deque(maxlen=KEEP), []
+        return draft
 
     def _pending(self) -> list[tuple[float, float, float, bool, float]]:
         """The excursions up for at most MAX_SPIKE samples, as spike records: each is a spike unless the

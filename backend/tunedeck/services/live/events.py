@@ -8,6 +8,10 @@ This module only tells waiting streams that something may have changed:
 - a light watcher task reads `job_changes` (kept by triggers) and new alert ids every
   `stream_poll_s` and wakes the streams of jobs changed elsewhere (scheduler start, cancel, runner
   lost, the alert engine's thread) without hooks in those modules.
+
+The team streams wake at most once every `team_every_s`: on a cluster every batch of every job
+changes its row, and a wake-up per batch would send as many events. A change inside the interval
+wakes them at its end, and their read then sends every row changed meanwhile, each as it is now.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,9 +30,12 @@ TEAM = 0  # key of the wake-up shared by team streams (job ids start at 1)
 
 
 class Broadcaster:
-    def __init__(self, engine: Engine, *, poll_s: float = 0.5):
+    def __init__(self, engine: Engine, *, poll_s: float = 0.5, team_every_s: float = 0.0):
         self.engine = engine
         self.poll_s = poll_s
+        self.team_every_s = team_every_s
+        self._team_at = -math.inf  # loop time of the team streams' last wake-up
+        self._team_held: asyncio.TimerHandle | None = None  # their next one, when a change came too soon
         self.loop: asyncio.AbstractEventLoop | None = None
         self._events: dict[int, asyncio.Event] = {}
         self._task: asyncio.Task | None = None
@@ -47,7 +55,9 @@ class Broadcaster:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._fire({TEAM, *self._events})  # let open streams notice the shutdown
+        if self._team_held is not None:
+            self._team_held.cancel()
+        self._fire({TEAM, *self._events}, held=False)  # let open streams notice the shutdown
 
     # ---------------------------------------------------------------- any thread
     def notify(self, job_ids: set[int] | None = None) -> None:
@@ -104,12 +114,25 @@ class Broadcaster:
         finally:
             self.clients -= 1
 
-    def _fire(self, keys: set[int]) -> None:
+    def _fire(self, keys: set[int], *, held: bool = True) -> None:
+        if TEAM in keys and held and self.loop is not None:
+            now = self.loop.time()
+            due = self._team_at + self.team_every_s - now
+            if due > 0:  # too soon after the last: at the interval's end, for every change until then
+                keys = keys - {TEAM}
+                if self._team_held is None:
+                    self._team_held = self.loop.call_later(due, self._team_due)
+            else:
+                self._team_at = now
         self.generation += 1
         for key in keys:
             ev = self._events.pop(key, None)
             if ev is not None:
                 ev.set()
+
+    def _team_due(self) -> None:
+        self._team_held = None
+        self._fire({TEAM})
 
     async def _watch(self) -> None:
         while True:

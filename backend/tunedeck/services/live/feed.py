@@ -12,17 +12,19 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 from sqlmodel import Session, col, select
+from sse_starlette.event import ServerSentEvent
 
 from tunedeck.contract import strictjson
 from tunedeck.contract.lflog import METRICS
 from tunedeck.planning.queueplan import Spot
 from tunedeck.schemas import AlertOut
 from tunedeck.services.alerting.summary import job_outs
+from tunedeck.services.charts import memory as memory_charts
 from tunedeck.store.tables import Job, JobStatus
 
 ROW_TTL_S = 1.0
@@ -64,9 +66,15 @@ class Event:
     event: str
     data: Any
     id: str
+    _wire: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
-    def sse(self) -> dict:
-        return {"event": self.event, "id": self.id, "data": strictjson.dumps(self.data, default=str)}
+    def sse(self) -> bytes:
+        """The event as a stream sends it, encoded once: streams at one cursor share a read's events
+        (Broadcaster.shared), so two hundred open pages cost one JSON encoding, not two hundred."""
+        if self._wire is None:
+            data = strictjson.dumps(self.data, default=str)
+            self._wire = ServerSentEvent(data=data, event=self.event, id=self.id).encode()
+        return self._wire
 
 
 def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
@@ -93,10 +101,9 @@ def job_extras(conn: Connection, job_id: int) -> dict:
     if row is not None:
         out["last_loss"] = row[0]
         out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
-    row = conn.execute(
-        text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples WHERE job_id=:j"), {"j": job_id}
-    ).one()
-    out["peak_vram_bytes"], out["total_vram_bytes"] = row[0], row[1]
+    # Each device's top chart tile and newest sample: what a batch costs the team page does not grow
+    # with the run's length (a max() over the samples read them all, every batch).
+    out["peak_vram_bytes"], out["total_vram_bytes"] = memory_charts.peak(conn, job_id)
     return out
 
 
