@@ -24,6 +24,9 @@ from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Alert, Job, JobStatus, LogLine, MemorySample
 
 GiB = 1024**3
+# An interval longer than any machine has been up: the engine's clock (monotonic time) counts from the
+# boot, so "now minus never" must not read as "now minus 0", which on this interval never comes due.
+LONG_S = 1e9
 
 
 def new_job(engine, **kw) -> int:
@@ -286,12 +289,13 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
 
 def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_path):
     """The interval between two judgements of a job holds back output lines, never a new sample: a
-    spike's confirming sample is judged on the engine's next pass, not an interval later."""
+    spike's confirming sample is judged on the engine's next pass, not an interval later. A job never
+    judged is judged at the first pass, however long the interval and however recent the boot."""
     engine, job_id = database(tmp_path)
     y = 50 * GiB + np.random.default_rng(1).normal(0, 0.05 * GiB, 102)
     y[100] += 30 * GiB
     rows = samples(job_id, y)
-    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=3600))
+    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=LONG_S))
 
     def store(table, items) -> list[Alert]:
         with engine.begin() as conn:
@@ -301,7 +305,8 @@ def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_pa
         with Session(engine) as s:
             return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
 
-    assert store(MemorySample.__table__, rows[:100]) == []  # the first judgement builds the state
+    assert store(MemorySample.__table__, rows[:100]) == []
+    assert job_id in judge.tracker.jobs  # the first judgement built the state
     line = {"job_id": job_id, "line": 0, "t": T0 + 100, "stream": "stderr", "text": "step 1"}
     assert store(LogLine.__table__, [line]) == []  # output alone: left for the interval
     assert judge.tracker.jobs[job_id].upto["logs"] > 0  # ... though already read
@@ -311,12 +316,13 @@ def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_pa
 
 def test_a_rise_is_judged_at_once_though_the_job_was_judged_just_before(tmp_path):
     """Samples are judged at most twice an interval, but a sample well above the one before it (a
-    spike's first) is judged on the engine's next pass: here the interval is an hour."""
+    spike's first) is judged on the engine's next pass: here the interval outlasts any uptime. The
+    first samples after the first judgement are judged at once: the job was never judged with any."""
     engine, job_id = database(tmp_path)
     y = 50 * GiB + np.random.default_rng(2).normal(0, 0.05 * GiB, 102)
     y[100] += 30 * GiB
     rows = samples(job_id, y)
-    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=3600))
+    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=LONG_S))
 
     def store(part) -> list[Alert]:
         with engine.begin() as conn:
@@ -326,8 +332,9 @@ def test_a_rise_is_judged_at_once_though_the_job_was_judged_just_before(tmp_path
         with Session(engine) as s:
             return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_spike")))
 
-    assert store(rows[:50]) == []  # the first judgement builds the state
-    assert store(rows[50:99]) == [] and judge.tracker.jobs[job_id].upto["memory"] > 0  # judged now
+    assert store(rows[:50]) == []
+    assert job_id in judge.tracker.jobs  # the first judgement built the state
+    assert store(rows[50:99]) == [] and not judge.tracker.fresh(job_id)  # judged now
     assert store(rows[99:100]) == [] and judge.tracker.fresh(job_id)  # an ordinary sample waits
     (a,) = store(rows[100:101])  # the rise does not
     assert a.open and a.t == T0 + 100

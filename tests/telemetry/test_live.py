@@ -113,17 +113,20 @@ def test_out_of_memory_run_fails_with_that_cause_and_an_oom_alert(server_factory
 
 def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, assets, tmp_path):
     """The hardware boundary replaced by the stand-in amdsmi (pyrsmi's real code runs over it); the
-    training itself is a real LLaMA-Factory run on the CPU."""
+    training itself is a real LLaMA-Factory run on the CPU. Every step is an event: the stand-in
+    advances by reads, the spike waits for a training step, and the run, which has no end of its own,
+    is stopped once the spike has come back down for a few samples: as many steps as the machine's
+    speed gives, never a fixed number that a loaded machine takes too long over."""
     flat = [40 * GiB + (i % 3) * 64 * 1024**2 for i in range(400)]
     for i in range(48, 50):  # two reads at +30 GiB: one or two samples of the four reads each
         flat[i] += 30 * GiB
     trace = tmp_path / "trace.json"
-    # The trace is keyed to the sampler's reads, and the spike waits for training step 100: at least
-    # 12 samples of baseline before it and the rest of the run after it, however slow the start.
+    # The trace is keyed to the sampler's reads, and the spike waits for training step 10: at least
+    # 12 samples of baseline before it, and it lands mid-training however slow the start.
     trace.write_text(
         json.dumps(
             {
-                "gate": {"at": 48, "log": "output/trainer_log.jsonl", "step": 100},
+                "gate": {"at": 48, "log": "output/trainer_log.jsonl", "step": 10},
                 "devices": [
                     {
                         "name": "AMD Instinct MI300X",
@@ -155,19 +158,33 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
         "0000:0c:00.0",
         "0000:1c:00.0",
     ]
+    endless = 10**6  # steps: the test stops the run long before any machine gets there
     job = server.submit(
         {
             "name": "on gpu0",
-            "config": demo_config(assets, max_steps=400, save_steps=1000, eval_steps=1000),
+            "config": demo_config(assets, max_steps=endless, save_steps=endless, eval_steps=endless),
             "gpus": 1,
         }
     )
     assert Path(job["output_dir"]) == Path(job["run_dir"]) / "output"  # where the gate reads the trainer log
-    server.wait(job["id"], ("running",), timeout=240)
+    server.wait(job["id"], ("running",), timeout=300)
     (node,) = server.api.get("/api/nodes").json()
     assert [g["job_id"] for g in node["gpus"]] == [job["id"], None]
+
+    def spike_judged() -> bool:
+        """The spike's samples stored, enough baseline after them to show it fell back, and its alert."""
+        used = [s["used_bytes"] for s in server.api.get(f"/api/jobs/{job['id']}/memory").json()["samples"]]
+        up = [i for i, u in enumerate(used) if u >= 60 * GiB]
+        alerted = any(
+            a["kind"] == "vram_spike" for a in server.api.get(f"/api/jobs/{job['id']}/alerts").json()
+        )
+        return bool(up) and len(used) - 1 - up[-1] >= 8 and alerted
+
+    # Imports, the gate's ten steps and a dozen samples: minutes on a loaded machine.
+    until(spike_judged, "the spike's samples, eight after it and its alert", timeout=420)
+    assert server.api.post(f"/api/jobs/{job['id']}/cancel").status_code == 200
     job = wait_done(server, job["id"])
-    assert job["status"] == "succeeded", job
+    assert job["status"] == "cancelled", job
     mem = server.api.get(f"/api/jobs/{job['id']}/memory").json()
     assert {s["gpu"] for s in mem["samples"]} == {0}  # only the job's own GPU
     host = node_name(platform.node())

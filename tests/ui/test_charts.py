@@ -169,11 +169,25 @@ def plot(page, el: str, what: str):
     return page.evaluate(f"(() => {{ const gd = document.getElementById({el!r}); return {what}; }})()")
 
 
-def boxes_apart(page, chart: str) -> None:
-    """The legend and the x-axis title of a chart do not overlap (and both are on screen)."""
-    legend = page.locator(f"#{chart} .legend").bounding_box()
-    title = page.locator(f"#{chart} .g-xtitle").bounding_box()
-    assert legend and title, chart
+# The legend and x-axis title boxes of a chart, once its legend names every entry asked for; read in
+# one go, so both come from the same drawing.
+BOXES = """([id, names]) => {
+  const legend = document.querySelector(`#${id} .legend`), title = document.querySelector(`#${id} .g-xtitle`);
+  if (!legend || !title) return null;
+  const shown = [...legend.querySelectorAll(".legendtext")].map((e) => e.textContent);
+  if (!names.every((n) => shown.includes(n))) return null;
+  const box = (e) => { const r = e.getBoundingClientRect(); return { x: r.x, y: r.y, width: r.width, height: r.height }; };
+  return { legend: box(legend), title: box(title) };
+}"""
+
+
+def boxes_apart(page, chart: str, names: list[str]) -> None:
+    """The legend and the x-axis title of a chart do not overlap (and both are on screen), read once the
+    chart is drawn as it ends: its legend names `names` (a page redraws a chart when its alerts come,
+    and they may come after its series)."""
+    boxes = page.wait_for_function(BOXES, arg=[chart, names], timeout=120_000).json_value()
+    legend, title = boxes["legend"], boxes["title"]
+    assert legend["width"] and legend["height"] and title["width"] and title["height"], (chart, boxes)
     apart = (
         legend["x"] + legend["width"] <= title["x"]
         or title["x"] + title["width"] <= legend["x"]
@@ -181,6 +195,22 @@ def boxes_apart(page, chart: str) -> None:
         or title["y"] + title["height"] <= legend["y"]
     )
     assert apart, (chart, legend, title)
+
+
+# The job page's loss legend once the rich run's alerts are drawn on it (their markers come last).
+LOSS_LEGEND = ["loss", "eval loss", "alerts"]
+
+
+def compared_loss(ids: dict) -> list[str]:
+    return [
+        f"#{ids['rich']} rich run loss",
+        f"#{ids['rich']} rich run eval loss",
+        f"#{ids['single']} one point loss",
+    ]
+
+
+def compared_memory(ids: dict) -> list[str]:
+    return [f"#{ids['rich']} rich run GPU 0", f"#{ids['rich']} rich run GPU 1"]
 
 
 def hover_text(page, el: str, curve: int, point: int) -> str:
@@ -211,7 +241,7 @@ def test_job_page_charts(deck, page):
     lo, hi = plot(page, "loss-chart", "gd.layout.yaxis.range")
     ys = plot(page, "loss-chart", "[...gd.data[0].y, ...gd.data[2].y]")
     assert lo < min(ys) and max(ys) < hi and hi - lo < 2 * (max(ys) - min(ys))
-    boxes_apart(page, "loss-chart")
+    boxes_apart(page, "loss-chart", LOSS_LEGEND)
 
     # The near-OOM band is the alert's threshold of the device, named in the legend.
     band = plot(page, "mem-chart", "gd.layout.shapes.find(s => s.showlegend)")
@@ -350,8 +380,8 @@ def test_compare(deck, page):
     single = [t for t in traces if t[0].startswith(f"#{ids['single']} ")]
     assert single == [[f"#{ids['single']} one point loss", single[0][1], "solid", "markers"]]
     assert single[0][1] != rich[0][1]
-    boxes_apart(page, "loss-chart")
-    boxes_apart(page, "mem-chart")
+    boxes_apart(page, "loss-chart", compared_loss(ids))
+    boxes_apart(page, "mem-chart", compared_memory(ids))
 
     # Any metric, over steps, time or tokens.
     options = page.locator("#metric option").all_inner_texts()
@@ -407,13 +437,13 @@ def test_compare_with_nothing_picked_says_so(deck, page):
 
 
 def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
-    open_page(page, f"{deck.url}/jobs/{deck.ids['rich']}", "phone")
-    page.wait_for_function("document.querySelector('#mem-chart .legend') !== null")
-    boxes_apart(page, "loss-chart")
+    ids = deck.ids
+    open_page(page, f"{deck.url}/jobs/{ids['rich']}", "phone")
+    boxes_apart(page, "loss-chart", LOSS_LEGEND)  # the alerts' row makes the legend its tallest
     shot(page, "charts-job-phone")
-    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", "phone")
-    boxes_apart(page, "loss-chart")
-    boxes_apart(page, "mem-chart")
+    open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", "phone")
+    boxes_apart(page, "loss-chart", compared_loss(ids))
+    boxes_apart(page, "mem-chart", compared_memory(ids))
     shot(page, "charts-compare-phone")
     assert page.errors == [] and page.console_errors == []
 

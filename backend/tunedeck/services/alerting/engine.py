@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from bisect import bisect_left, bisect_right
@@ -590,8 +591,12 @@ class AlertEngine(Worker):
         self.limits = limits_of(settings)
         self.tracker = Tracker(engine, self.limits)  # used by this engine's thread only
         self._dirty: set[int] = set()
-        self._last: dict[int, float] = {}  # when each job was last judged
-        self._last_fresh: dict[int, float] = {}  # ... and last judged with new samples or points
+        # When each job was last judged, and last judged with new samples or points; never reads as minus
+        # infinity, so a job not yet judged is due at its first pass (without a state nothing else can
+        # make it due). Not as 0: monotonic time counts from the boot, and on a machine up for less than
+        # an interval "last judged at 0" held every new job back until the uptime caught up.
+        self._last: dict[int, float] = {}
+        self._last_fresh: dict[int, float] = {}
         self._lock = threading.Lock()
         self._last_sweep = time.monotonic()
 
@@ -635,8 +640,8 @@ class AlertEngine(Worker):
             due = {
                 j
                 for j in self._dirty
-                if now - self._last.get(j, 0.0) >= interval
-                or (self.tracker.fresh(j) and now - self._last_fresh.get(j, 0.0) >= interval / 2)
+                if now - self._last.get(j, -math.inf) >= interval
+                or (self.tracker.fresh(j) and now - self._last_fresh.get(j, -math.inf) >= interval / 2)
                 or self.tracker.risen(j)  # a spike's first sample is judged at once, whatever came before
             }
             self._dirty -= due
