@@ -30,7 +30,7 @@ from sqlmodel import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunedeck.alerts import Limits
-from tunedeck.services.alerting.engine import Tracker
+from tunedeck.services.alerting.tracker import Tracker
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Job, JobStatus, MemorySample, MetricPoint, core
 

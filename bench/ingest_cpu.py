@@ -27,7 +27,7 @@ from sqlmodel import Session
 from tunedeck.config import Settings
 from tunedeck.contract import wire
 from tunedeck.contract.protocol import TelemetryBatch
-from tunedeck.services.alerting.engine import Tracker, limits_of
+from tunedeck.services.alerting.tracker import Tracker, limits_of
 from tunedeck.services.charts import pyramid
 from tunedeck.services.ingest.writer import apply_batch, durable, plain
 from tunedeck.store import bulk

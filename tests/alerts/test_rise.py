@@ -12,7 +12,7 @@ from tests.alerts.corpus import T0, TOTAL
 from tests.alerts.test_streaming import new_job
 from tunedeck.alerts import Limits, Series, analyze
 from tunedeck.alerts.memory import MAX_SPIKE
-from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.alerting import tracker as alerts
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Alert, MemorySample
 

@@ -16,6 +16,7 @@ from tests.alerts.corpus import T0, generate
 from tests.utils.wait import DEADLINE, until
 from tunedeck.config import Settings
 from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.alerting import tracker as detectors
 from tunedeck.services.alerting.notify import Notifier
 from tunedeck.services.charts import memory
 from tunedeck.services.ingest.writer import IngestWriter, finish
@@ -102,7 +103,7 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
     trace = next(t for t in generate(0) if t.name == "periodic-ga4-0")
     writer = IngestWriter(engine)
     writer.start()
-    tracker = alerts.Tracker(engine, alerts.Limits())
+    tracker = detectors.Tracker(engine, detectors.Limits())
     counts = []
     for t_end, batch in batches(trace):
         writer.submit(job_id, batch).result(timeout=DEADLINE)
@@ -135,7 +136,7 @@ def test_spike_alert_closes_and_reopens_as_a_new_episode(tmp_path):
     y[100] += 30 * GiB
     y[800] += 30 * GiB
     rows = samples(job_id, y)
-    tracker = alerts.Tracker(engine, alerts.Limits(hold_s=300))
+    tracker = detectors.Tracker(engine, detectors.Limits(hold_s=300))
 
     def upto(i: int):
         with engine.begin() as conn:
@@ -165,7 +166,7 @@ def test_an_evaluation_that_finds_what_is_stored_writes_nothing(tmp_path):
     rows = samples(job_id, y)
     statements: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
-    tracker = alerts.Tracker(engine, alerts.Limits())
+    tracker = detectors.Tracker(engine, detectors.Limits())
 
     def judged(upto: int) -> list[str]:
         new = [r for r in rows if judged.done < r["line"] <= upto]
@@ -346,7 +347,7 @@ def test_the_log_prefilter_lets_every_oom_and_flush_line_through():
     import sqlite3
 
     from tunedeck.alerts.training import FLUSH, OOM
-    from tunedeck.services.alerting.engine import LOG_PATTERNS
+    from tunedeck.services.alerting.tracker import LOG_PATTERNS
 
     lines = [
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from tests.alerts.corpus import T0, TOTAL, corpus, generate
 from tunedeck.alerts import Limits, Run, Series, analyze
-from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.alerting import tracker as alerts
 from tunedeck.services.ingest.writer import apply_batch
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Job, JobStatus, MemorySample

@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from tests.alerts.corpus import T0, TOTAL, generate
 from tests.utils.wait import DEADLINE, until
-from tunedeck.services.alerting import engine as alerts
+from tunedeck.services.alerting import tracker as alerts
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Job, JobStatus

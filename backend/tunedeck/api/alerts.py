@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tunedeck.api.answers import errors
 from tunedeck.schemas import AlertOut, Severity
-from tunedeck.services.alerting import engine as service
+from tunedeck.services.alerting import reconcile as service
 from tunedeck.store.db import SessionDep
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]

@@ -30,7 +30,8 @@ from tunedeck.alerts.rundir import BadInput, build
 from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
-from tunedeck.services.alerting import engine as alert_service
+from tunedeck.services.alerting import reconcile as alert_service
+from tunedeck.services.alerting.tracker import limits_of
 from tunedeck.services.charts import pyramid
 from tunedeck.services.ingest.writer import apply_batch
 from tunedeck.services.jobs.jobstate import JobState, after_commit, move
@@ -195,7 +196,7 @@ def _store(
             config=config,
             log_text=read("log"),
         )
-    findings = analyze(series, alert_service.limits_of(settings))  # the same engine as live ingest
+    findings = analyze(series, limits_of(settings))  # the same engine as live ingest
     run_dir: Path | None = None
     try:
         # One transaction: all of the run or nothing, and nobody sees the job before it has ended.

@@ -1,0 +1,128 @@
+"""Alert rows from what the detectors find: one open alert per (job, kind, node, gpu), kept up to
+date as its condition holds, closed when it stops; and the alert listings the routes read."""
+
+from __future__ import annotations
+
+import json
+import logging
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from tunedeck.alerts import SEVERITIES, Finding
+from tunedeck.services.errors import NotFound
+from tunedeck.store.tables import Alert, Job
+
+log = logging.getLogger("tunedeck.alerts")
+SPIKES = ("vram_spike", "vram_periodic_spikes")  # alerted as they rise, withdrawn when the rise stays up
+
+
+def reconcile(
+    session: Session,
+    job_id: int,
+    findings: list[Finding],
+    *,
+    finished: bool,
+    closed: list[Alert] | None = None,
+    changed: list[Alert] | None = None,
+) -> list[Alert]:
+    """Store findings as alerts: update the episode that is open (or recomputed), open a new one when
+    a closed condition recurs, close what no longer holds. Returns the alerts opened now; those closed
+    now are appended to `closed`, open ones whose count, message or severity changed to `changed`."""
+    was_open = {}
+    latest: dict[tuple[str, str, int | None], Alert] = {}
+    # Only each condition's newest episode matters: the job's older ones are never loaded (a run whose
+    # alerts come and go holds thousands).
+    newest = (
+        select(func.max(Alert.id)).where(Alert.job_id == job_id).group_by(Alert.kind, Alert.node, Alert.gpu)
+    )
+    for a in session.exec(select(Alert).where(col(Alert.id).in_(newest)).order_by(col(Alert.id))):
+        latest[(a.kind, a.node, a.gpu)] = a
+        was_open[a.id] = a.open
+    new: list[Alert] = []
+    touched: list[Alert] = []
+    seen = set()
+    for f in findings:
+        key = (f.kind, f.node, f.gpu)
+        row = latest.get(key)
+        if row is not None and f.kind in SPIKES and f.t < row.first_t:
+            # Every occurrence of this episode was withdrawn (a spike alerted as it rose that stayed up:
+            # a level change): it closes; the older ones were another episode's.
+            continue
+        seen.add(key)
+        is_open = f.open and not finished
+        fields: dict[str, Any] = {
+            "severity": f.severity,
+            "t": f.t,
+            "step": f.step,
+            "message": f.message,
+            "suggestion": f.suggestion,
+            "change": json.dumps(f.change) if f.change else None,
+            "open": is_open,
+            "last_t": f.t,
+        }
+        # (The times are in order: those after a time are found by bisection.)
+        if row is None or (not row.open and f.t > row.last_t):
+            # A recurrence: the occurrences since the episode before (the kept ones, past KEEP of them).
+            times = f.times if row is None else f.times[bisect_right(f.times, row.last_t) :]
+            first, count = (f.first, f.count) if row is None else (times[0], len(times))
+            assert first is not None  # a Finding sets it from its times
+            row = Alert(
+                job_id=job_id, kind=f.kind, node=f.node, gpu=f.gpu, first_t=first, count=count, **fields
+            )
+            new.append(row)
+        elif row.open or f.t > row.last_t or (is_open and f.t == row.last_t):
+            # (The last: an episode whose finding went away and came back, as a spike alerted on its
+            # rise does when it turns out wider than MAX_SPIKE samples and then comes back down.)
+            if f.complete or f.times[0] < row.first_t:  # the kept times reach back to the episode's start
+                count = len(f.times) - bisect_left(f.times, row.first_t)
+            else:  # it began before them: add the occurrences since the last update
+                count = row.count + len(f.times) - bisect_right(f.times, row.last_t)
+            shown = (row.open, row.count, row.message, row.severity)
+            for k, v in fields.items():
+                setattr(row, k, v)
+            row.count = max(1, count)
+            if row.open and shown[0] and shown[1:] != (row.count, row.message, row.severity):
+                touched.append(row)
+        else:
+            continue
+        session.add(row)
+    for key, row in latest.items():
+        if row.open and (key not in seen or finished):
+            row.open = False
+            session.add(row)
+    shut = [row for row in latest.values() if was_open.get(row.id) and not row.open]
+    session.commit()
+    for row in new:
+        session.refresh(row)
+    if closed is not None:
+        closed += shut
+    if changed is not None:
+        changed += touched
+    return new
+
+
+def list_alerts(
+    session: Session,
+    *,
+    job_id: int | None = None,
+    open_only: bool | None = None,
+    after: int | None = None,
+    min_severity: str | None = None,
+    newest_first: bool = False,
+    limit: int = 1000,
+) -> list[Alert]:
+    if job_id is not None and session.get(Job, job_id) is None:
+        raise NotFound(f"job {job_id} not found")
+    q = select(Alert).order_by(col(Alert.id).desc() if newest_first else col(Alert.id)).limit(limit)
+    if min_severity is not None:
+        q = q.where(col(Alert.severity).in_(SEVERITIES[SEVERITIES.index(min_severity) :]))
+    if job_id is not None:
+        q = q.where(Alert.job_id == job_id)
+    if open_only is not None:
+        q = q.where(Alert.open == open_only)
+    if after is not None:
+        q = q.where(col(Alert.id) > after)
+    return list(session.exec(q))
