@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import secrets
 import time
@@ -91,7 +92,7 @@ class RayExecutor:
         self._groups: dict[int, PlacementGroup] = {}
         self._lost: dict[int, str] = {}
         self._read_ok: dict[str, float] = {}  # node id → when it last read the workspace probe
-        self._swept = 0.0
+        self._swept = -math.inf  # never swept: the first sweep is due at once (monotonic counts from boot)
 
     # ------------------------------------------------------------------ the cluster
     def cluster(self) -> list[ClusterNode]:
