@@ -8,16 +8,15 @@ KeyError (not an ImportError) and pyrsmi raises ROCMLError_LibraryNotFound: both
 from __future__ import annotations
 
 import contextlib
+import importlib
 from typing import Any
 
 from tunedeck.telemetry.base import BackendAbsent, Reading, norm_bus_id, num
 
 
 def _amdsmi() -> Any | None:
-    try:
-        import amdsmi
-
-        return amdsmi
+    try:  # by name: ROCm ships the module, no wheel of ours names it (PyPI's breaks `import ray`)
+        return importlib.import_module("amdsmi")
     except Exception:
         return None
 
