@@ -21,6 +21,7 @@ from sqlmodel.main import SQLModelConfig
 from tunedeck import tree
 from tunedeck.alerts import Severity
 from tunedeck.contract import runfiles
+from tunedeck.contract.lflog import METRICS
 from tunedeck.contract.protocol import Strict
 from tunedeck.planning.queueplan import Spot, asked
 from tunedeck.store.tables import (
@@ -225,17 +226,9 @@ class JobCreated(JobOut):
 
 
 class MetricOut(MetricBase):
-    model_config = answered(
-        "step",
-        "loss",
-        "eval_loss",
-        "lr",
-        "epoch",
-        "throughput",
-        "total_tokens",
-        "vram_allocated",
-        "vram_reserved",
-    )
+    # Every logged column is required in the answer (null when not logged), but grad_norm, which
+    # older answers did not have.
+    model_config = answered("step", *(m for m in METRICS if m != "grad_norm"))
 
     id: int
     nonfinite: Annotated[dict[str, NonFinite] | None, FromJson] = PField(  # type: ignore[assignment]  # stored as text, answered as the value
