@@ -91,6 +91,8 @@ def test_exit_states():
     assert final_status(exit_code=0, cancelled=True) == JobStatus.cancelled
     assert final_status(exit_code=-9, cancelled=False) == JobStatus.failed
     assert final_status(exit_code=0, cancelled=False) == JobStatus.succeeded
+    # An exit report without a code (a runner that lost its trainer's status) proves no success.
+    assert final_status(exit_code=None, cancelled=False) == JobStatus.failed
 
 
 def test_parse_point():
@@ -219,3 +221,22 @@ def test_grad_norm_and_other_numbers_come_from_the_extra_line(tmp_path):
     ]
     charted = metric_series(engine, job_id=job_id, max_points=10)["series"]
     assert charted["grad_norm"]["y"] == [0.75]
+
+
+def test_samples_of_two_nodes_are_stored_under_their_node(tmp_path):
+    # The same device index, sample numbers and times on two nodes: two series, each under its node.
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    mem = {"line": [0, 1], "t": [5.0, 6.0], "gpu": [0, 0], "used_bytes": [10, 20], "total_bytes": [99, 99]}
+    with engine.begin() as conn:
+        for node in ("node-a", "node-b"):
+            apply_batch(conn, job_id, {"seq": 0, "node": node, "memory": mem})
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT node, gpu, line FROM memory_samples ORDER BY node, line")).all()
+    assert [tuple(r) for r in rows] == [
+        ("node-a", 0, 0),
+        ("node-a", 0, 1),
+        ("node-b", 0, 0),
+        ("node-b", 0, 1),
+    ]

@@ -11,7 +11,7 @@ import pytest
 
 from tests.alerts import realistic
 from tunedeck.alerts import Point, Series, analyze
-from tunedeck.alerts.memory import BLOCKS, HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels
+from tunedeck.alerts.memory import BLOCKS, HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels, periodic
 from tunedeck.alerts.rundir import BadInput, parse_config, parse_memory_csv, parse_trainer_log
 from tunedeck.alerts.series import gib
 from tunedeck.alerts.training import swings
@@ -398,3 +398,10 @@ def test_a_near_oom_is_open_only_while_a_live_run_stays_near_capacity():
     s = memory(y)
     s.running = True
     assert only(analyze(s), "vram_near_oom").open
+
+
+def test_spikes_are_periodic_when_three_gaps_in_four_are_regular():
+    # Gaps of 10 s with one stray in four (3 in 4 regular): periodic; two strays in four are not.
+    assert periodic([0.0, 10.0, 20.0, 30.0, 55.0]) == pytest.approx(10.0)
+    assert periodic([0.0, 10.0, 20.0, 45.0, 70.0]) is None
+    assert periodic([0.0, 10.0, 20.0]) is None  # fewer than 4 spikes
