@@ -405,3 +405,18 @@ def test_spikes_are_periodic_when_three_gaps_in_four_are_regular():
     assert periodic([0.0, 10.0, 20.0, 30.0, 55.0]) == pytest.approx(10.0)
     assert periodic([0.0, 10.0, 20.0, 45.0, 70.0]) is None
     assert periodic([0.0, 10.0, 20.0]) is None  # fewer than 4 spikes
+
+
+def test_the_docs_state_the_stuck_and_stall_rules_the_code_holds():
+    from pathlib import Path
+
+    from tunedeck.alerts import training
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "telemetry.md").read_text().split())
+    assert (
+        f"no less than {100 * training.STUCK_HIGH:.0f} % of the lowest of its first {training.EARLY_LOSS}"
+        in text
+    )
+    assert f"frozen (spread under {100 * training.STUCK_FROZEN:.1f} %)" in text
+    assert f"above {100 * training.STUCK_FLOOR:.0f} % of that start" in text
+    assert f"allowed {training.SAVE_BARS} bars more" in text

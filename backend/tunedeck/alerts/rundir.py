@@ -69,6 +69,9 @@ def parse_trainer_log(text: str | Iterable[str], t0: float) -> tuple[list[Point]
     """Points and the parsed lines (for storing), each with a time `t`."""
     points, lines = [], []
     last_t = t0
+    # A run resumed into the same output_dir appends to the log, and its elapsed_time starts again from
+    # 0: each process's lines are placed after the last line of the one before (times never go back).
+    start, last_e = t0, -math.inf
     for n, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
@@ -81,7 +84,10 @@ def parse_trainer_log(text: str | Iterable[str], t0: float) -> tuple[list[Point]
         t = d.get("t") if isinstance(d.get("t"), (int, float)) and math.isfinite(d["t"]) else None
         if t is None:
             e = seconds(d.get("elapsed_time"))
-            t = t0 + e if e is not None else last_t
+            if e is not None and e < last_e:
+                start = last_t
+            t = start + e if e is not None else last_t
+            last_e = last_e if e is None else e
         last_t = float(t)
 
         def num(k: str) -> float | None:

@@ -22,7 +22,7 @@ class Run:
         self.meta, self.limits = meta, limits or Limits()
         self.gpus: dict[tuple[str, int], Gpu] = {}  # by (node, gpu): a job on several nodes repeats indices
         self.steps = Steps()
-        self.training = Training(self.limits)
+        self.training = Training(self.limits, meta.config)
         self.evals = EvalPhases()
         self.last_point_t: float | None = None
         self.last_log_t: float | None = None

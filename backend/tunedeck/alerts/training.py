@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -36,6 +37,13 @@ SWING_MIN = 0.06  # the residual's spread against the level below which a swing 
 SWING_SHARE = 0.45  # the share of the residual one sine must carry: noise reaches 0.42 in 1 window in 1000
 INTERVALS = 256  # step intervals a step's usual duration is the median of
 SETTLE = 8  # intervals seen before each new one is judged on arrival
+# A stall is judged in optimizer steps, whatever logging_steps is: a gap between two logged points
+# that lie d steps apart holds d steps, so the longest it can have gone without step progress is the
+# gap less d - 1 usual steps (the whole gap when every step is logged). A checkpoint save or an
+# evaluation inside the gap may take longer: a save is allowed SAVE_BARS bars more (ZeRO-3 gathers
+# and writes the whole model), an evaluation twice the longest one seen (EVAL_BARS bars before any).
+SAVE_BARS = 5
+EVAL_BARS = 5
 # A stuck loss: a flat line where the run began, or a frozen one after it came down. Flat is a spread of
 # at most STUCK_SPREAD of its level over STUCK_POINTS logged points in a row: a model that learns moves its
 # loss by more than that from one mini-batch to the next (several %, ~1 % even averaged over 50 steps),
@@ -84,11 +92,49 @@ def swings(y: np.ndarray) -> tuple[float, float, int] | None:
     return (rel, level, round(1 / top)) if share >= SWING_SHARE else None
 
 
+class Gap(NamedTuple):
+    """The time between two logged points: from a to b, `steps` optimizer steps on from `step`;
+    `eval_due`: an evaluation may still come at `step` itself (the point at a was no eval point)."""
+
+    a: float
+    b: float
+    step: int
+    steps: int
+    eval_due: bool
+
+
+def _every(config: dict) -> tuple[int, int]:
+    """(save_steps, eval_steps) of the job's train.yaml as the Trainer runs them (its defaults: a save
+    every 500 steps, no evaluation; eval_steps defaults to logging_steps); 0: none, or not counted in
+    steps (a ratio of the total, or by epoch)."""
+
+    def n(v: object) -> int:
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 else 0
+
+    def by_steps(v: object) -> bool:
+        return str(v).lower() == "steps"
+
+    save = n(config.get("save_steps", 500)) if by_steps(config.get("save_strategy") or "steps") else 0
+    ev = config.get("eval_steps")
+    ev = config.get("logging_steps", 500) if ev is None else ev
+    strategy = config.get("eval_strategy") or config.get("evaluation_strategy") or "no"
+    return save, n(ev) if by_steps(strategy) else 0
+
+
+def _falls(every: int, lo: int, hi: int) -> bool:
+    """Whether a step that is a multiple of `every` lies in lo..hi - 1 (every 0: never)."""
+    if every <= 0:
+        return False
+    first = -(-max(lo, 1) // every) * every
+    return first < hi
+
+
 class Training:
     """A job's loss curve, step progress and output lines."""
 
-    def __init__(self, lim: Limits):
+    def __init__(self, lim: Limits, config: dict | None = None):
         self.stall_min_s = lim.stall_min_s
+        self.save_every, self.eval_every = _every(config or {})
         self.last: Point | None = None
         self.bad = Occurrences()  # points with a NaN/inf loss or eval loss
         self.bad_first: tuple[int | None, str] = (None, "loss")
@@ -103,10 +149,14 @@ class Training:
         self.steps = 0  # points with a step
         self.t_step = math.nan
         self.last_step: int | None = None
-        self.intervals: deque[float] = deque(maxlen=INTERVALS)
-        self.pending: list[tuple[float, float, int | None]] | None = []  # intervals before SETTLE came
+        self.intervals: deque[float] = deque(maxlen=INTERVALS)  # seconds per step between logged points
+        self.strides: deque[int] = deque(maxlen=INTERVALS)  # steps between logged training points
+        self.pending: list[Gap] | None = []  # gaps before SETTLE intervals came
         self.stalls = Occurrences()
-        self.last_gap: tuple[float, float, int | None] | None = None
+        self.last_gap: tuple[float, float, int | None] | None = None  # (start, end, step) of the last stall
+        self.after_eval = False  # the last point with a step was an eval point
+        self.eval_s = 0.0  # the longest evaluation seen
+        self.restarts = 0  # times the steps went back (a run resumed from a checkpoint into the same log)
         self.oom, self.flush = Occurrences(), Occurrences()
         # DeepSpeed prints the flush line only for 1 flush or more, so a start of 0 or 1 reads the same.
         self.oom_line, self.flush_worst = "", 0  # pragma: no mutate
@@ -195,9 +245,18 @@ class Training:
 
     def _progress(self, t: float, step: int, judge: bool = True) -> None:
         self.steps += 1
-        if self.steps > 1 and judge:
-            gap = (self.t_step, t, self.last_step)
-            self.intervals.append(t - self.t_step)
+        last = self.last_step
+        if self.steps > 1 and last is not None and step < last:
+            # Back to an earlier step: a run resumed from a checkpoint appends to the same log; the gap
+            # before it is a new process starting (loading the model), not a step that hung.
+            self.restarts += 1
+        elif self.steps > 1 and last is not None and judge:
+            d = step - last
+            gap = Gap(self.t_step, t, last, d, not self.after_eval)
+            if d > 0:
+                self.intervals.append((t - self.t_step) / d)
+                if not self.after_eval:
+                    self.strides.append(d)
             if self.pending is None:
                 self._judge(gap)
             else:
@@ -206,21 +265,43 @@ class Training:
                     for g in self.pending:
                         self._judge(g)
                     self.pending = None
-        self.t_step, self.last_step = t, step
+        elif self.steps > 1 and last is not None:  # an eval point: how long evaluating took
+            usual = self.usual() if self.intervals else 0.0
+            self.eval_s = max(self.eval_s, t - self.t_step - max(0, step - last) * usual)
+        self.t_step, self.last_step, self.after_eval = t, step, not judge
 
     def usual(self) -> float:
-        return float(np.median(self.intervals))
+        """Seconds per optimizer step, the median over the recent logged intervals."""
+        return float(np.median(self.intervals)) if self.intervals else 0.0
+
+    def stride(self) -> int:
+        """Optimizer steps between logged training points (logging_steps, as the log shows it)."""
+        return int(np.median(self.strides)) if self.strides else 1
 
     def _bar(self) -> float:
         return max(10 * self.usual(), self.stall_min_s)
 
-    def _judge(self, gap: tuple[float, float, int | None]) -> None:
-        if gap[1] - gap[0] <= self.stall_min_s:  # under the bar's floor: no median of the steps needed
+    def _allowed(self, g: Gap, bar: float) -> float:
+        """The bar for a gap that spans steps g.step to g.step + g.steps: more where a checkpoint save
+        or an evaluation falls inside it (after the logged step, before the next one)."""
+        hi = g.step + max(g.steps, 1)
+        if _falls(self.save_every, g.step, hi):
+            bar += SAVE_BARS * bar
+        if _falls(self.eval_every, g.step if g.eval_due else g.step + 1, hi):
+            bar += 2 * self.eval_s if self.eval_s else EVAL_BARS * bar
+        return bar
+
+    def _still(self, g: Gap) -> float:
+        """The longest the gap can have gone without step progress: less the steps it holds but one."""
+        return g.b - g.a - max(0, g.steps - 1) * self.usual()
+
+    def _judge(self, g: Gap) -> None:
+        if g.b - g.a <= self.stall_min_s:  # under the bar's floor: no median of the steps needed
             return
-        bar = self._bar()
-        if gap[1] - gap[0] > bar:
-            self.stalls.add(gap[0] + bar)
-            self.last_gap = gap
+        bar = self._allowed(g, self._bar())
+        if self._still(g) > bar:
+            self.stalls.add(g.a + max(0, g.steps - 1) * self.usual() + bar)
+            self.last_gap = (g.a, g.b, g.step)
 
     def findings(self, j: Judging, alive_until: float | None, host_memory: bool) -> list[Finding]:
         s, steps, lim, now, running = j
@@ -412,23 +493,33 @@ class Training:
     def _stall(self, s: Series, now: float, running: bool, alive_until: float | None) -> list[Finding]:
         if self.steps < 3:
             return []
-        bar, usual = self._bar(), self.usual()
+        usual = self.usual()
         times, count, last = self.stalls.times(), self.stalls.n, self.last_gap
-        for a, b, step in self.pending or ():  # too few steps yet to judge for good: judged on what there is
-            if b - a > bar:
-                times.append(a + bar)
-                count, last = count + 1, (a, b, step)
-        # The process lived as long as the memory sampler kept reporting (or, live, until now).
-        alive = self.t_step if alive_until is None else alive_until
+        for g in self.pending or ():  # too few steps yet to judge for good: judged on what there is
+            bar = self._allowed(g, self._bar())
+            if self._still(g) > bar:
+                times.append(g.a + max(0, g.steps - 1) * usual + bar)
+                count, last = count + 1, (g.a, g.b, g.step)
+        # The process lived as long as the memory sampler kept reporting (or, live, until now). Not
+        # after the log restarted (a resumed run appended to it), unless live: an imported log's times
+        # come from elapsed_time, which restarts with each process, so they lose the sampler's clock.
+        alive = self.t_step if alive_until is None or (self.restarts and not running) else alive_until
         if running:
             alive = max(alive, now)
-        ongoing = alive - self.t_step > bar
+        # Since the last point: the next one is due after one stride of steps (and whatever save or
+        # evaluation falls before it).
+        assert self.last_step is not None  # (steps >= 3)
+        nxt = Gap(self.t_step, alive, self.last_step, self.stride(), not self.after_eval)
+        bar = self._allowed(nxt, self._bar())
+        ongoing = self._still(nxt) > bar
         if ongoing:
-            times.append(self.t_step + bar)
+            times.append(self.t_step + max(0, nxt.steps - 1) * usual + bar)
             count, last = count + 1, (self.t_step, alive, self.last_step)
         if last is None:
             return []
         a, b, step = last
+        k = self.stride()
+        every = f"; the log has a point every {k} steps" if k > 1 else ""
         z = advice.zero(s)
         if z.get("overlap_comm") is True or z.get("contiguous_gradients") is False:
             sug = (
@@ -445,7 +536,7 @@ class Training:
                 times,
                 step,
                 f"no step progress for {b - a:.0f} s after step {step} "
-                f"(a step usually takes {usual:.1f} s) while the process lived",
+                f"(a step usually takes {usual:.1f} s{every}) while the process lived",
                 sug,
                 running and ongoing,
                 count,
