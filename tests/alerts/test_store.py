@@ -341,12 +341,12 @@ def test_a_rise_is_judged_at_once_though_the_job_was_judged_just_before(tmp_path
     assert a.open and a.t == T0 + 100
 
 
-def test_the_log_prefilter_lets_every_oom_and_flush_line_through():
+def test_the_log_prefilter_lets_every_oom_flush_and_save_line_through():
     """The engine reads only log lines its LIKE prefilter passes: each kind of line the detectors know
     must pass it (a line the regex knows and the prefilter drops is an OOM nobody is told of)."""
     import sqlite3
 
-    from tunedeck.alerts.training import FLUSH, OOM
+    from tunedeck.alerts.training import FLUSH, OOM, SAVE
     from tunedeck.services.alerting.tracker import LOG_PATTERNS
 
     lines = [
@@ -361,8 +361,13 @@ def test_the_log_prefilter_lets_every_oom_and_flush_line_through():
     assert all(OOM.search(line) for line in lines)
     assert len(lines) >= len(OOM.pattern.split("|"))  # one example per alternative of the regex
     flushes = [ln for ln in ["3 pytorch allocator cache flushes since last step"] if FLUSH.search(ln)]
-    assert flushes
+    saves = [
+        ln
+        for ln in ["[INFO|trainer.py:3984] Saving model checkpoint to saves/x/checkpoint-500"]
+        if SAVE.search(ln)
+    ]
+    assert flushes and saves
     db = sqlite3.connect(":memory:")
     where = " OR ".join("text LIKE ?" for _ in LOG_PATTERNS)
-    for line in lines + flushes:
+    for line in lines + flushes + saves:
         assert db.execute(f"SELECT ? AS text WHERE {where}", (line, *LOG_PATTERNS)).fetchone(), line

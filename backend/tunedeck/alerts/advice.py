@@ -231,3 +231,85 @@ def unstick(s: Series) -> Tip:
         "(template, cutoff_len) and trainable parameters present (finetuning_type, lora_target)",
         low.change,
     )
+
+
+def step_events(config: dict[str, Any]) -> tuple[int, int]:
+    """(save_steps, eval_steps) of a train.yaml as the Trainer runs them (its defaults: a save every
+    500 steps, no evaluation; eval_steps defaults to logging_steps); 0: none, or not counted in steps
+    (a ratio of the total, or by epoch)."""
+
+    def n(v: object) -> int:
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 else 0
+
+    def by_steps(v: object) -> bool:
+        return str(v).lower() == "steps"
+
+    save = n(config.get("save_steps", 500)) if by_steps(config.get("save_strategy") or "steps") else 0
+    ev = config.get("eval_steps")
+    ev = config.get("logging_steps", 500) if ev is None else ev
+    strategy = config.get("eval_strategy") or config.get("evaluation_strategy") or "no"
+    return save, n(ev) if by_steps(strategy) else 0
+
+
+def _near(a: float, b: float) -> bool:
+    return b > 0 and abs(a - b) <= 0.15 * b
+
+
+def spike_cause(s: Series, steps_apart: float | None, at_saves: bool) -> str:
+    """What recurs with periodic spikes `steps_apart` optimizer steps apart (None: steps unknown):
+    "save" (checkpoint saves: save_steps, or the output's save lines at the spikes), "eval"
+    (eval_steps), "logging" (logging_steps), "optimizer" (every step), "other", or "" (unknown)."""
+    save, ev = step_events(s.config)
+    if at_saves or (steps_apart is not None and _near(steps_apart, save)):
+        return "save"
+    if steps_apart is None:
+        return ""
+    if _near(steps_apart, ev):
+        return "eval"
+    log = _num(s.config.get("logging_steps")) or 0
+    if log > 1 and _near(steps_apart, log):
+        return "logging"
+    return "optimizer" if _near(steps_apart, 1) else "other"
+
+
+def gathers_on_save(s: Series) -> bool:
+    """ZeRO-3 set to gather the whole 16-bit model onto each GPU when it saves."""
+    z = zero(s)
+    flag = z.get("stage3_gather_16bit_weights_on_model_save", z.get("gather_16bit_weights_on_model_save"))
+    return _num(z.get("stage")) == 3 and flag is True
+
+
+def save_peak(s: Series, added: str, peak: str) -> Tip:
+    """Spikes at checkpoint saves: expected; what they need is headroom."""
+    save, _ = step_events(s.config)
+    every = f" (save_steps {save})" if save else ""
+    if gathers_on_save(s):
+        return Tip(
+            f"expected: at every checkpoint save{every} ZeRO-3 gathers the full 16-bit weights onto each GPU "
+            f"to write them (zero_optimization.stage3_gather_16bit_weights_on_model_save: true); keep "
+            f"{added} of headroom above the training level for it (the peak reaches {peak}). If that nears "
+            "capacity, set it to false in the DeepSpeed file (checkpoints then hold ZeRO shards only; "
+            "zero_to_fp32.py rebuilds the weights from them). Fewer accumulation steps would not change it"
+        )
+    return Tip(
+        f"expected: saving a checkpoint{every} copies the weights and optimizer state; keep {added} of "
+        f"headroom above the training level for it (the peak reaches {peak}); a higher save_steps makes "
+        "it rarer, not lower"
+    )
+
+
+def eval_peak(s: Series, added: str, peak: str) -> Tip:
+    """Spikes at evaluations: expected; a smaller eval batch lowers them."""
+    _, ev = step_events(s.config)
+    lead = (
+        f"expected: each evaluation (eval_steps {ev}) holds eval batches and their logits; keep {added} of "
+        f"headroom for it (the peak reaches {peak})"
+    )
+    b = int(_num(s.config.get("per_device_eval_batch_size")) or 0)
+    if b > 1:
+        return Tip(
+            f"{lead}; if it nears capacity, lower per_device_eval_batch_size from {b} to {b // 2} (about half "
+            "the eval activations and logits; evaluation takes longer; training is unchanged)",
+            {"per_device_eval_batch_size": b // 2},
+        )
+    return Tip(f"{lead}; if it nears capacity, evaluate on a smaller eval set or with a shorter cutoff_len")

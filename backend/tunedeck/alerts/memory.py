@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
+from collections.abc import Sequence
 from operator import add
 
 import numpy as np
@@ -31,6 +32,8 @@ DEPTH = 8  # excursions up on top of one another at once
 SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
 BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
+LOADING_S = 60.0  # the first seconds of a job: weights arrive in shards (their transients recur at no period)
+AT_SAVE_S = 60.0  # a spike within this of a checkpoint save's line is that save's
 MIB64 = 64 * 1024**2
 STRETCH = 64  # samples whose levels are computed together when one of them is judged one by one
 # A settled window, for the healthy-plateau finding, holds at least this many samples (the noise
@@ -396,8 +399,12 @@ class Gpu:
 
     # ------------------------------------------------------------------ findings
 
-    def findings(self, j: Judging, evals: Evals | None = None) -> list[Finding]:
-        """`evals`: the eval phases (starts, ends) and a step's duration: their own rises are no spikes."""
+    def findings(
+        self, j: Judging, evals: Evals | None = None, saves: Sequence[float] = (), loading: float = -math.inf
+    ) -> list[Finding]:
+        """`evals`: the eval phases (starts, ends) and a step's duration: their own rises are no spikes.
+        `saves`: when checkpoint saves began; `loading`: when training began (spikes before are the
+        job loading)."""
         if not self.n:
             return []
         judged = self
@@ -405,7 +412,7 @@ class Gpu:
             judged = self._draft()
             judged._settle()
         return [
-            *judged._spike_findings(j, evals),
+            *judged._spike_findings(j, evals, saves, loading),
             *self._near_findings(j),
             *judged._plateau_findings(j),
         ]
@@ -444,7 +451,9 @@ class Gpu:
         first = kept[0][0] if n == len(kept) else self.spikes.first
         return n, first, [r[0] for r in kept], big[1:4], max(r[4] for r in kept)
 
-    def _spike_findings(self, j: Judging, evals: Evals | None = None) -> list[Finding]:
+    def _spike_findings(
+        self, j: Judging, evals: Evals | None = None, saves: Sequence[float] = (), loading: float = -math.inf
+    ) -> list[Finding]:
         s, steps, lim, now, running = j
         gpu, total = self.gpu, self.total or None
         pending = self._pending() if running else []
@@ -463,12 +472,17 @@ class Gpu:
                 return []
         up = " (the newest is still up)" if any(r[0] in times for r in pending) else ""
 
-        def found(kind: str, msg: str, sug: str | None, change: dict | None) -> list[Finding]:
+        def found(
+            kind: str, msg: str, sug: str | None, change: dict | None, sev: str = "warning"
+        ) -> list[Finding]:
             recent = running and now - times[-1] <= lim.hold_s
             at = steps.step_at(times[-1])
-            return [Finding(kind, "warning", gpu, times, at, msg + up, sug, recent, count, first, change)]
+            return [Finding(kind, sev, gpu, times, at, msg + up, sug, recent, count, first, change)]
 
-        period = periodic(times)
+        # Transients while the job loads (shards arriving, in the first minute or before training began)
+        # recur at no period of training's.
+        trained = [t for t in times if t >= max(loading, self.t_first + LOADING_S)]
+        period = periodic(trained)
         if period is None:
             msg = (
                 f"{device(gpu)}: {count} transient {self.mem} spike(s); the largest reached {gib(peak)}, "
@@ -486,14 +500,40 @@ class Gpu:
                 )
             return found("vram_spike", msg, sug + relief.text, relief.change)
         g = advice.ga(s)
-        at = steps.at(times)
+        at = steps.at(trained)
         every = ""
         tips: list = []
-        if at is not None:
-            sp = float(np.median(np.diff(at)))
+        sp = float(np.median(np.diff(at))) if at is not None else None
+        # Before blaming accumulation: what else recurs at that period (saves, evaluations, logging).
+        near = np.searchsorted(np.asarray(saves, dtype=np.float64), np.asarray(trained) - AT_SAVE_S)
+        at_saves = (
+            bool(saves)
+            and float(
+                np.mean([i < len(saves) and abs(saves[i] - t) <= AT_SAVE_S for i, t in zip(near, trained)])
+            )
+            >= 0.75
+        )
+        cause = advice.spike_cause(s, sp, at_saves)
+        added, top = f"+{gib(peak - base)}", gib(peak) + (f" of {gib(total)}" if total else "")
+        if cause in ("save", "eval"):
+            what = "checkpoint save" if cause == "save" else "evaluation"
+            steps_at = f" (≈{sp:.0f} optimizer steps)" if sp is not None else ""
+            tip = advice.save_peak(s, added, top) if cause == "save" else advice.eval_peak(s, added, top)
+            msg = (
+                f"{device(gpu)}: {self.mem} rises by up to {added} (to {gib(peak)}) at each {what}, every "
+                f"{period:.1f} s{steps_at}; {count} times"
+            )
+            return found("vram_periodic_spikes", msg, tip.text, tip.change, "info")
+        if sp is not None:
             mb = sp * g
             every = f" (≈{sp:.1f} optimizer steps = {mb:.0f} micro-batches)"
-            if g > 1:
+            if cause == "logging":
+                tips.append(
+                    f"the spikes come with each logged step (logging_steps {s.config.get('logging_steps')}), "
+                    "not with optimizer steps: what runs when the Trainer logs (metrics gathered across "
+                    "ranks, logging callbacks) allocates them; a higher logging_steps makes them rarer"
+                )
+            elif g > 1 and cause == "optimizer":
                 tips.append(advice.accumulate_less(s, mb))
         elif g > 1:
             tips.append(advice.accumulate_less(s, None))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck.alerts.series import Point, Series
-from tunedeck.alerts.training import FLUSH, OOM
+from tunedeck.alerts.training import FLUSH, OOM, SAVE
 from tunedeck.contract import runfiles
 from tunedeck.contract.lflog import seconds
 from tunedeck.contract.protocol import NODE_PATTERN
@@ -138,7 +138,7 @@ def build(
     t0 = min((xs[0][0] for xs in memory.values() if xs), default=0.0)
     points, lines = parse_trainer_log(trainer_log, t0)
     end = max([p.t for p in points[-1:]] + [xs[-1][0] for xs in memory.values() if xs], default=t0)
-    logs = [(end, x) for x in _lines(log_text or "") if OOM.search(x) or FLUSH.search(x)]
+    logs = [(end, x) for x in _lines(log_text or "") if OOM.search(x) or FLUSH.search(x) or SAVE.search(x)]
     cfg = parse_config(config)
     gpus = sorted({k[1] if isinstance(k, tuple) else k for k in memory} - {-1})
     series = Series(

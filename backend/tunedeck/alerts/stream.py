@@ -3,6 +3,7 @@ any size, in bounded memory; the findings are read off it at any time."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ class Run:
         self.training = Training(self.limits, meta.config)
         self.evals = EvalPhases()
         self.last_point_t: float | None = None
+        self.first_step: tuple[float, int] | None = None  # (t, step) of the first training point
         self.last_log_t: float | None = None
 
     def feed_memory(
@@ -49,6 +51,8 @@ class Run:
             self.evals.feed(p)
             if p.step is not None:
                 self.steps.add(p.t, p.step)
+                if self.first_step is None and p.loss is not None:
+                    self.first_step = (p.t, p.step)
             self.last_point_t = p.t
 
     def feed_logs(self, logs: Iterable[tuple[float, str]]) -> None:
@@ -65,10 +69,13 @@ class Run:
         now = self.end() if now is None else now
         out: list[Finding] = []
         evals = (self.evals.spans(), self.evals.step_s())
+        # Training began a first step's worth of steps before the first training point.
+        loading = -math.inf if self.first_step is None else self.first_step[0] - self.first_step[1] * evals[1]
+        saves = list(self.training.saves)
         j = Judging(self.meta, self.steps, self.limits, now, running)
         named = len({node for node, _ in self.gpus}) > 1  # one node: no node in the messages, as before
         for node, gpu in sorted(self.gpus):
-            for f in self.gpus[(node, gpu)].findings(j, evals):
+            for f in self.gpus[(node, gpu)].findings(j, evals, saves, loading):
                 f.node = node
                 if named and node:
                     f.message = f"{node} {f.message}"  # "node-b GPU 0: ..."

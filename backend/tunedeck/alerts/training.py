@@ -15,7 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import Finding, Judging, Limits, Occurrences, Point, Series, Steps
+from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, Point, Series, Steps
 
 # CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS, and
 # a thread whose stack no longer fits in the address space (which of these comes first is chance).
@@ -26,6 +26,7 @@ OOM = re.compile(
 )
 OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
 FLUSH = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
+SAVE = re.compile(r"Saving model checkpoint to")  # the Trainer's line as each checkpoint save begins
 
 
 SMOOTH = 10  # points in the divergence's trailing mean: an fp16 loss flipping every step averages out
@@ -103,24 +104,6 @@ class Gap(NamedTuple):
     eval_due: bool
 
 
-def _every(config: dict) -> tuple[int, int]:
-    """(save_steps, eval_steps) of the job's train.yaml as the Trainer runs them (its defaults: a save
-    every 500 steps, no evaluation; eval_steps defaults to logging_steps); 0: none, or not counted in
-    steps (a ratio of the total, or by epoch)."""
-
-    def n(v: object) -> int:
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 else 0
-
-    def by_steps(v: object) -> bool:
-        return str(v).lower() == "steps"
-
-    save = n(config.get("save_steps", 500)) if by_steps(config.get("save_strategy") or "steps") else 0
-    ev = config.get("eval_steps")
-    ev = config.get("logging_steps", 500) if ev is None else ev
-    strategy = config.get("eval_strategy") or config.get("evaluation_strategy") or "no"
-    return save, n(ev) if by_steps(strategy) else 0
-
-
 def _falls(every: int, lo: int, hi: int) -> bool:
     """Whether a step that is a multiple of `every` lies in lo..hi - 1 (every 0: never)."""
     if every <= 0:
@@ -134,7 +117,7 @@ class Training:
 
     def __init__(self, lim: Limits, config: dict | None = None):
         self.stall_min_s = lim.stall_min_s
-        self.save_every, self.eval_every = _every(config or {})
+        self.save_every, self.eval_every = advice.step_events(config or {})
         self.last: Point | None = None
         self.bad = Occurrences()  # points with a NaN/inf loss or eval loss
         self.bad_first: tuple[int | None, str] = (None, "loss")
@@ -161,6 +144,7 @@ class Training:
         # DeepSpeed prints the flush line only for 1 flush or more, so a start of 0 or 1 reads the same.
         self.oom_line, self.flush_worst = "", 0  # pragma: no mutate
         self.oom_gpu: int | None = None
+        self.saves: deque[float] = deque(maxlen=KEEP)  # when checkpoint saves began (the output's lines)
         self.early: list[float] = []  # the first finite losses
         self.flat: list | None = None  # the trailing flat run of losses: [first step, points, min, max]
         self.frozen: list | None = None  # the trailing frozen run (STUCK_FROZEN), same shape
@@ -189,6 +173,8 @@ class Training:
             m = OOM_GPU.search(line)
             if self.oom_gpu is None and m:
                 self.oom_gpu = int(m.group(1))
+        if SAVE.search(line):
+            self.saves.append(t)
         m = FLUSH.search(line)
         if m:
             self.flush.add(t)

@@ -39,7 +39,8 @@ LOG_PATTERNS = (
     "%memory allocation of%",
     "%start new thread%",
     "%allocator cache flushes%",
-)  # a cheap prefilter of OOM/FLUSH (tests/alerts/test_store.py holds it to the regexes)
+    "%Saving model checkpoint to%",
+)  # a cheap prefilter of OOM/FLUSH/SAVE (tests/alerts/test_store.py holds it to the regexes)
 MEMORY, METRICS, LOGS = core(MemorySample), core(MetricPoint), core(LogLine)
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
