@@ -50,7 +50,12 @@ SCENARIOS = (
     "divergence",
     "oscillation_fp16",
     "stuck",
+    "hang",
+    "resumed",
+    "save_gather",
 )
+WATCHDOG_S = 1800.0  # a collective's default timeout: a hung rank is killed after it
+Z3_GATHER = {"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Sim:
     level: float  # share of the card held while training
     mem_noise: float  # share of the card, sampler noise sigma
     loss_noise: float  # relative, per optimizer step
+    save_steps: int = 0  # save_gather: a checkpoint every this many steps (0: none configured)
 
 
 @dataclass
@@ -107,7 +113,7 @@ def _draw(rng: np.random.Generator, seed: int, scenario: str) -> Sim:
     if scenario == "healthy_eval_heavy" or rng.random() < 0.6:
         eval_steps = int(rng.choice([2, 4, 8])) * max(logging_steps, 10)
         eval_steps = min(eval_steps, max(steps // 3, 1))
-    return Sim(
+    sim = Sim(
         seed=seed,
         scenario=scenario,
         gpus=gpus,
@@ -129,14 +135,21 @@ def _draw(rng: np.random.Generator, seed: int, scenario: str) -> Sim:
         mem_noise=float(rng.choice([0.0, 0.0003, 0.001, 0.002])),
         loss_noise=float(rng.choice([0.005, 0.02, 0.04, 0.06])),
     )
+    # Drawn after the rest, so that the older scenarios' draws stay as they were.
+    if scenario in ("save_gather", "resumed"):
+        sim.save_steps = max(1, sim.steps // int(rng.integers(3, 8)) // logging_steps) * logging_steps
+    return sim
 
 
 # ---------------------------------------------------------------------------------------- the clock
 
 
-def _timeline(sim: Sim, rng: np.random.Generator) -> tuple[float, np.ndarray, list[tuple[float, float]]]:
+def _timeline(
+    sim: Sim, rng: np.random.Generator, saves: list[tuple[float, float]] | None = None
+) -> tuple[float, np.ndarray, list[tuple[float, float]]]:
     """(time training starts, end time of each optimizer step, eval phases as (start, end)).
-    Steps take step_s with 10 % jitter; an eval phase follows its step and delays the next one."""
+    Steps take step_s with 10 % jitter; an eval phase follows its step and delays the next one, and
+    so does a checkpoint save (save_gather: 10-90 s each, appended to `saves`)."""
     load_s = float(rng.uniform(15, 90))
     t = T0 + load_s
     ends, evals = np.empty(sim.steps), []
@@ -147,6 +160,10 @@ def _timeline(sim: Sim, rng: np.random.Generator) -> tuple[float, np.ndarray, li
             e = sim.eval_s * float(rng.uniform(0.9, 1.1))
             evals.append((t, t + e))
             t += e
+        if saves is not None and k % sim.save_steps == 0 and k < sim.steps:
+            d = float(rng.uniform(10, 90))
+            saves.append((t, t + d))
+            t += d
     return T0 + load_s, ends, evals
 
 
@@ -340,16 +357,68 @@ def _overflow_logs(sim: Sim, rng, ends: np.ndarray) -> list[tuple[float, str]]:
 def simulate(seed: int, scenario: str) -> Trace:
     rng = np.random.default_rng([seed, SCENARIOS.index(scenario)])
     sim = _draw(rng, seed, scenario)
-    start, ends, evals = _timeline(sim, rng)
+    saves: list[tuple[float, float]] = []
+    start, ends, evals = _timeline(sim, rng, saves if scenario == "save_gather" else None)
     end = float(ends[-1]) + 2.0
+    last = sim.steps  # the last step any process logs
+    replay: tuple[int, int, float, float, float] | None = (
+        None  # resumed: died, checkpoint, shift, down, reload
+    )
+    eval_k = [int(np.searchsorted(ends, a - 1e-6)) + 1 for a, _ in evals]  # the step each phase follows
+    if scenario == "hang":
+        # A rank hangs in a collective after step `last`; the others wait until the watchdog kills all.
+        last = int(rng.integers(sim.steps // 3, 2 * sim.steps // 3))
+        evals = [e for e in evals if e[1] <= ends[last - 1]]
+        end = float(ends[last - 1]) + WATCHDOG_S
+    elif scenario == "resumed":
+        # The job dies after step `died`; minutes later a new process loads and resumes from the newest
+        # checkpoint at or before it (a save every save_steps), appending to the same log.
+        died = int(rng.integers(sim.steps // 3, 2 * sim.steps // 3))
+        ckpt = died // sim.save_steps * sim.save_steps
+        down, reload = float(rng.uniform(60, 600)), float(rng.uniform(15, 90))
+        shift = float(ends[died - 1] - (ends[ckpt - 1] if ckpt else start)) + down + reload
+        replay = (died, ckpt, shift, down, reload)
+        kept = [(e, k) for e, k in zip(evals, eval_k) if k <= died] + [
+            ((a + shift, b + shift), k) for (a, b), k in zip(evals, eval_k) if k > ckpt
+        ]
+        evals, eval_k = [e for e, _ in kept], [k for _, k in kept]
+        end = float(ends[-1]) + shift + 2.0
     tr_loss = _loss_curve(sim, rng)
     mem = {g: list(_memory(sim, rng, start, end, evals, g)) for g in range(sim.gpus)}
     labels, unsure, notes, logs = _inject(sim, rng, tr_loss, mem, start, end, evals)
     if sim.precision == "fp16":
-        logs += _overflow_logs(sim, rng, ends)
-    points = [Point(t=t, step=k, loss=v) for k, t, v in _logged(sim, tr_loss, ends)]
-    for a, b in evals:
-        k = int(np.searchsorted(ends, a - 1e-6)) + 1
+        logs += [x for x in _overflow_logs(sim, rng, ends) if x[0] <= ends[last - 1]]
+    logged = [x for x in _logged(sim, tr_loss, ends) if x[0] <= last]
+    if scenario == "hang":
+        labels.add("stall")
+        notes.append(f"steps stop after step {last}; the watchdog ends the job {WATCHDOG_S:.0f} s later")
+    elif replay is not None:
+        died, ckpt, shift, down, reload = replay
+        t_died = float(ends[died - 1])
+        logged = [x for x in logged if x[0] <= died] + [(k, t + shift, v) for k, t, v in logged if k > ckpt]
+        for g in range(sim.gpus):  # the card is free while no process runs, then the weights load again
+            t, y = mem[g]
+            y[(t > t_died + 2) & (t <= t_died + down)] = 0.5 * GiB
+            y[(t > t_died + down) & (t <= t_died + down + reload)] = 0.4 * sim.level * sim.total
+        notes.append(f"dies after {died}, resumed from checkpoint-{ckpt} {down:.0f} s later")
+        if not [k for k, _, _ in logged if ckpt < k <= died]:
+            # Nothing logged after the checkpoint before it died: the log shows no step going back, only
+            # a long gap (the card freed meanwhile says the process was gone; the log cannot).
+            unsure.add("stall")
+    if saves:  # ZeRO-3 gathers the 16-bit weights onto every GPU for each save
+        gather = min(float(rng.uniform(0.04, 0.12)), 0.86 - sim.level * 1.02) * sim.total
+        for g in range(sim.gpus):
+            t, y = mem[g]
+            for a, b in saves:
+                y[(t >= a) & (t < b)] += gather
+        if rng.random() < 0.5:  # the Trainer's own line, when its INFO log is kept
+            logs += [
+                (a, f"Saving model checkpoint to saves/run/checkpoint-{i + 1}")
+                for i, (a, _) in enumerate(saves)
+            ]
+        notes.append(f"{len(saves)} saves gather +{gather / GiB:.1f} GiB")
+    points = [Point(t=t, step=k, loss=v) for k, t, v in logged]
+    for (a, b), k in zip(evals, eval_k):
         points.append(Point(t=b + 0.01, step=k, eval_loss=float(tr_loss[k - 1] * 1.05)))
     points.sort(key=lambda p: (p.t, p.eval_loss is not None))
     memory = {g: [(float(a), int(b), int(sim.total)) for a, b in zip(*mem[g])] for g in range(sim.gpus)}
@@ -365,12 +434,14 @@ def simulate(seed: int, scenario: str) -> Trace:
         "fp16": sim.precision == "fp16",
         "bf16": sim.precision == "bf16",
         **({"eval_strategy": "steps", "eval_steps": sim.eval_steps} if sim.eval_steps else {}),
+        **({"save_steps": sim.save_steps} if sim.save_steps else {}),
     }
     series = Series(
         memory=memory,
         points=points,
         logs=sorted(logs),
         config=config,
+        ds=Z3_GATHER if scenario == "save_gather" else None,
         devices=list(range(sim.gpus)),
         running=False,
     )

@@ -89,3 +89,16 @@ def test_transients_while_the_job_loads_are_no_periodic_spikes():
         y[t0][1] += 6 * GiB
     s.memory[0] = [tuple(x) for x in y]
     assert "vram_periodic_spikes" not in {f.kind for f in analyze(s)}
+
+
+def test_one_spike_at_a_configured_save_is_that_save_and_at_the_default_one_a_spike():
+    f = only_spike(run(500, steps=800, cfg={"save_steps": 500}, ds=Z3))
+    assert f.severity == "info" and "at each checkpoint save" in f.message
+    # The Trainer's default of 500 alone, with no save line, is too weak a match: a spike is a spike.
+    f = only_spike(run(500, steps=800, ds=Z3))
+    assert f.severity == "warning" and "one-off peak" in f.suggestion
+
+
+def only_spike(s: Series):
+    (f,) = [f for f in analyze(s) if f.kind == "vram_spike"]
+    return f

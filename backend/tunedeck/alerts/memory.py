@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from tunedeck.alerts import advice
 from tunedeck.alerts.phases import in_phase
-from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, device, gib
+from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, Series, device, gib
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
@@ -451,6 +451,28 @@ class Gpu:
         first = kept[0][0] if n == len(kept) else self.spikes.first
         return n, first, [r[0] for r in kept], big[1:4], max(r[4] for r in kept)
 
+    @staticmethod
+    def _at_saves(s: Series, trained: list[float], at: list[float] | None, saves: Sequence[float]) -> bool:
+        """Whether 3 in 4 of the spikes began at a checkpoint save: within AT_SAVE_S of the output's
+        save line, or (without lines) at a multiple of the save_steps set (to within a step or 2 %)."""
+        if not trained:
+            return False
+        if saves:
+            x = np.asarray(saves, dtype=np.float64)
+            i = np.minimum(np.searchsorted(x, np.asarray(trained) - AT_SAVE_S), len(x) - 1)
+            return float(np.mean(np.abs(x[i] - np.asarray(trained)) <= AT_SAVE_S)) >= 0.75
+        # Only saves the config names: the Trainer's default (every 500 steps) is too weak a match alone.
+        every = advice.step_events(s.config)[0] if "save_steps" in s.config else 0
+        if at is None or not every:
+            return False
+        off = np.asarray(at) - every * np.round(np.asarray(at) / every)
+        return (
+            float(
+                np.mean((np.round(np.asarray(at) / every) >= 1) & (off >= -1) & (off <= max(2, 0.02 * every)))
+            )
+            >= 0.75
+        )
+
     def _spike_findings(
         self, j: Judging, evals: Evals | None = None, saves: Sequence[float] = (), loading: float = -math.inf
     ) -> list[Finding]:
@@ -483,6 +505,21 @@ class Gpu:
         # recur at no period of training's.
         trained = [t for t in times if t >= max(loading, self.t_first + LOADING_S)]
         period = periodic(trained)
+        at = steps.at(trained)
+        sp = float(np.median(np.diff(at))) if at is not None and len(at) > 1 else None
+        # Before blaming the batch or accumulation: what else recurs with the spikes (checkpoint saves,
+        # evaluations, logging).
+        cause = advice.spike_cause(s, sp if period else None, self._at_saves(s, trained, at, saves))
+        added, top = f"+{gib(peak - base)}", gib(peak) + (f" of {gib(total)}" if total else "")
+        if cause in ("save", "eval") and trained:
+            what = "checkpoint save" if cause == "save" else "evaluation"
+            steps_at = f" (≈{sp:.0f} optimizer steps)" if sp is not None and period else ""
+            tip = advice.save_peak(s, added, top) if cause == "save" else advice.eval_peak(s, added, top)
+            when = f", every {period:.1f} s{steps_at}" if period else ""
+            msg = f"{device(gpu)}: {self.mem} rises by up to {added} (to {gib(peak)}) at each {what}{when}; {count} time(s)"
+            return found(
+                "vram_periodic_spikes" if period else "vram_spike", msg, tip.text, tip.change, "info"
+            )
         if period is None:
             msg = (
                 f"{device(gpu)}: {count} transient {self.mem} spike(s); the largest reached {gib(peak)}, "
@@ -500,30 +537,8 @@ class Gpu:
                 )
             return found("vram_spike", msg, sug + relief.text, relief.change)
         g = advice.ga(s)
-        at = steps.at(trained)
         every = ""
         tips: list = []
-        sp = float(np.median(np.diff(at))) if at is not None else None
-        # Before blaming accumulation: what else recurs at that period (saves, evaluations, logging).
-        near = np.searchsorted(np.asarray(saves, dtype=np.float64), np.asarray(trained) - AT_SAVE_S)
-        at_saves = (
-            bool(saves)
-            and float(
-                np.mean([i < len(saves) and abs(saves[i] - t) <= AT_SAVE_S for i, t in zip(near, trained)])
-            )
-            >= 0.75
-        )
-        cause = advice.spike_cause(s, sp, at_saves)
-        added, top = f"+{gib(peak - base)}", gib(peak) + (f" of {gib(total)}" if total else "")
-        if cause in ("save", "eval"):
-            what = "checkpoint save" if cause == "save" else "evaluation"
-            steps_at = f" (≈{sp:.0f} optimizer steps)" if sp is not None else ""
-            tip = advice.save_peak(s, added, top) if cause == "save" else advice.eval_peak(s, added, top)
-            msg = (
-                f"{device(gpu)}: {self.mem} rises by up to {added} (to {gib(peak)}) at each {what}, every "
-                f"{period:.1f} s{steps_at}; {count} times"
-            )
-            return found("vram_periodic_spikes", msg, tip.text, tip.change, "info")
         if sp is not None:
             mb = sp * g
             every = f" (≈{sp:.1f} optimizer steps = {mb:.0f} micro-batches)"
@@ -540,7 +555,8 @@ class Gpu:
         tips.append(advice.reduce_bucket(s))
         if not any(tips):
             relief = advice.memory_relief(s)
-            tips.append(advice.Tip("spikes at the optimizer step: " + relief.text, relief.change))
+            lead = "spikes at the optimizer step: " if cause in ("optimizer", "") else "spikes in training: "
+            tips.append(advice.Tip(lead + relief.text, relief.change))
         sug, change = advice.combine(tips, ", or ")
         msg = (
             f"{device(gpu)}: {self.mem} spikes by up to +{gib(peak - base)} (to {gib(peak)}) every {period:.1f} s{every}; "

@@ -163,7 +163,9 @@ class Training:
             self._loss(p.t, p.step, p.loss)
         if p.step is not None:
             # The gap up to an eval point holds the evaluation, however long the eval set takes.
-            self._progress(p.t, p.step, judge=not (p.eval_loss is not None and p.loss is None))
+            self._progress(
+                p.t, p.step, judge=not (p.eval_loss is not None and p.loss is None), trains=p.loss is not None
+            )
 
     def feed_log(self, t: float, line: str) -> None:
         if OOM.search(line):
@@ -229,12 +231,13 @@ class Training:
                 self.over.add(t)
         self.sm = sm
 
-    def _progress(self, t: float, step: int, judge: bool = True) -> None:
+    def _progress(self, t: float, step: int, judge: bool = True, trains: bool = False) -> None:
         self.steps += 1
         last = self.last_step
-        if self.steps > 1 and last is not None and step < last:
-            # Back to an earlier step: a run resumed from a checkpoint appends to the same log; the gap
-            # before it is a new process starting (loading the model), not a step that hung.
+        if self.steps > 1 and last is not None and (step < last or (step == last and trains)):
+            # Back to an earlier step, or a loss logged twice for one: a run resumed from a checkpoint
+            # appends to the same log; the gap before it is a new process starting (loading the model),
+            # not a step that hung.
             self.restarts += 1
         elif self.steps > 1 and last is not None and judge:
             d = step - last
