@@ -80,6 +80,7 @@ MODULES = {
             "tests/alerts/test_realistic.py",
             "tests/alerts/test_properties.py",
             "tests/alerts/test_bulk.py",
+            "tests/alerts/test_causes.py",
         ),
     ),
     "training": Module(
@@ -88,9 +89,17 @@ MODULES = {
             "tests/alerts/test_units.py",
             "tests/alerts/test_traces.py",
             "tests/alerts/test_stuck.py",
+            "tests/alerts/test_stall.py",
+            "tests/alerts/test_causes.py",
             "tests/alerts/test_corpus.py",
             "tests/alerts/test_realistic.py",
         ),
+    ),
+    # The writer's storing of a batch: rows, progress, nodes and the exit report (no server).
+    "ingest": Module(
+        "backend/tunedeck/services/ingest/writer.py",
+        ("tests/test_ingest.py",),
+        functions=("memory_columns", "insert_memory", "final_status", "apply_batch"),
     ),
     # The whole folder, as scored before memory and training had their own rows.
     "alerts": Module(
