@@ -157,7 +157,7 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         Trace(
             f"ramp-oom-{seed}",
             _series(y, _points(rng, 2, n), _config(), DS, logs, running=False),
-            {"vram_near_oom", "oom"},
+            {"vram_near_oom", "oom", "vram_leak"},  # a trend to out-of-memory: the leak it is
         )
     )
 
@@ -174,7 +174,11 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
         for s in range(300, n, 24)
     ]
     out.append(
-        Trace(f"fragmentation-{seed}", _series(y, _points(rng, 2, n), _config(), DS, logs), {"alloc_flush"})
+        Trace(
+            f"fragmentation-{seed}",
+            _series(y, _points(rng, 2, n), _config(), DS, logs),
+            {"alloc_flush", "vram_leak"},  # reserved memory climbing step after step is a trend to OOM too
+        )
     )
 
     # A hang: steps stop at 250 s while the process (and its memory) lives on.

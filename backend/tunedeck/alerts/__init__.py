@@ -16,6 +16,7 @@ KINDS = (
     "vram_spike",
     "vram_periodic_spikes",
     "vram_near_oom",
+    "vram_leak",
     "oom",
     "alloc_flush",
     "stall",

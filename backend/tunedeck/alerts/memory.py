@@ -34,6 +34,14 @@ BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 LOADING_S = 60.0  # the first seconds of a job: weights arrive in shards (their transients recur at no period)
 AT_SAVE_S = 60.0  # a spike within this of a checkpoint save's line is that save's
+# A leak: after warm-up the smoothed level climbs up to its highest by at least LEAK_RISE of the card
+# (LEAK_MIN_S or longer, and over half the run after warm-up at least), steadily: of the lower quartiles of TREND_PARTS equal stretches (what eval
+# bumps stand on), LEAK_STEADY of the pairs stand in time order (noise: half; one level change: at
+# most 0.77).
+LEAK_RISE = 0.10
+LEAK_MIN_S = 300.0
+TREND_PARTS = 16
+LEAK_STEADY = 0.85
 MIB64 = 64 * 1024**2
 STRETCH = 64  # samples whose levels are computed together when one of them is judged one by one
 # A settled window, for the healthy-plateau finding, holds at least this many samples (the noise
@@ -414,6 +422,7 @@ class Gpu:
         return [
             *judged._spike_findings(j, evals, saves, loading),
             *self._near_findings(j),
+            *self._trend_findings(j, loading),
             *judged._plateau_findings(j),
         ]
 
@@ -563,6 +572,65 @@ class Gpu:
             f"{count} spikes"
         )
         return found("vram_periodic_spikes", msg, sug, change)
+
+    def _trend_findings(self, j: Judging, loading: float = -math.inf) -> list[Finding]:
+        """Memory rising steadily after warm-up (a leak), with the time left until it fills the card at
+        that rate. Judged on the plateau's blocks (their smoothed means), up to the highest."""
+        s, steps, lim, now, running = j
+        total = self.total
+        if not total or len(self.blocks) < 2 * TREND_PARTS:
+            return []
+        b = np.array(self.blocks + ([self._cur] if self._cur else []), dtype=np.float64)
+        mid, level = (b[:, 1] + b[:, 2]) / 2, b[:, 6] / b[:, 3]
+        after = (b[:, 0] >= max(5, self.n // 10)) & (mid >= max(loading, self.t_first + LOADING_S) + 60)
+        mid, level = mid[after], level[after]
+        if len(mid) < 2 * TREND_PARTS:
+            return []
+        top = int(np.argmax(level))
+        parts = np.array_split(level[: top + 1], TREND_PARTS) if top + 1 >= 2 * TREND_PARTS else []
+        if not len(parts):
+            return []
+        med = np.array([float(np.percentile(x, 25)) for x in parts])
+        rise, span = float(med[-1] - med[0]), float(mid[top] - mid[0])
+        i, k = np.triu_indices(TREND_PARTS, 1)
+        if (
+            rise < LEAK_RISE * total
+            or span < max(LEAK_MIN_S, 0.5 * float(mid[-1] - mid[0]))
+            or np.mean(med[k] > med[i]) < LEAK_STEADY
+        ):
+            return []
+        rate = float(np.polyfit(mid[: top + 1], level[: top + 1], 1)[0])  # bytes a second
+        peak = float(level[top])
+        left = (total - peak) / rate if rate > 0 else math.inf
+        fell = float(level[-1]) < peak - 0.05 * total  # it fell back since (the process ended, or freed it)
+        if fell:
+            held = f"; it reached {100 * peak / total:.0f}% of the card"
+        else:
+            held = f"; at this rate it fills the card in about {max(1.0, left / 60):.0f} min"
+        msg = (
+            f"{device(self.gpu)}: {self.mem} rose steadily by +{gib(rise)} over {span / 60:.0f} min after warm-up "
+            f"({gib(rate * 60)}/min), to {gib(float(med[-1]))} ({100 * med[-1] / total:.0f}% of {gib(total)}){held}"
+        )
+        sug = (
+            "memory that grows step after step is being kept across steps: tensors held from each step (a loss "
+            "or outputs kept without .item()/.detach() by a callback or a metric), or a cache that keeps "
+            "growing; compare torch.cuda.memory_allocated with memory_reserved over a few steps (allocated "
+            "rising: references kept; only reserved rising: fragmentation, which "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces). Until then the run ends out of memory"
+        )
+        t0 = float(mid[0])
+        return [
+            Finding(
+                "vram_leak",
+                "warning",
+                self.gpu,
+                [t0, float(mid[top])],
+                steps.step_at(float(mid[top])),
+                msg,
+                sug,
+                running and not fell,
+            )
+        ]
 
     def _near_findings(self, j: Judging) -> list[Finding]:
         s, steps, lim, _, running = j
