@@ -240,3 +240,27 @@ def test_samples_of_two_nodes_are_stored_under_their_node(tmp_path):
         ("node-b", 0, 0),
         ("node-b", 0, 1),
     ]
+
+
+def test_a_batch_moves_only_its_own_job(tmp_path):
+    # Progress and the trainer's pid land on the batch's job, never on a job beside it.
+    from tunedeck.services.ingest.writer import memory_columns
+
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    a, b, c = new_job(engine), new_job(engine), new_job(engine)
+    with engine.begin() as conn:
+        apply_batch(
+            conn,
+            b,
+            {
+                "seq": 0,
+                "metrics": [{"line": 0, "t": 1.0, "raw": line(4, loss=1.0)}],
+                "states": [{"event": "started", "trainer_pid": 4242}],
+            },
+        )
+    with Session(engine) as s:
+        got = {j: (s.get(Job, j).current_steps, s.get(Job, j).trainer_pid) for j in (a, b, c)}
+    assert got == {a: (None, None), b: (4, 4242), c: (None, None)}
+    # Only the sample columns the table has, and only those the batch gave.
+    assert memory_columns({"line": [0], "t": [1.0], "util": None, "bogus": [1]}) == {"line": [0], "t": [1.0]}

@@ -106,3 +106,12 @@ def test_an_imported_log_that_restarts_its_elapsed_time_has_no_stall():
     ts = [p.t for p in s.points]
     assert ts == sorted(ts)  # the resumed process's lines come after the first one's
     assert not stalls(s)
+
+
+def test_a_stall_among_the_first_sparse_points_is_dated_by_the_steps_it_held():
+    # Points every 50 steps of 8 s, then 2000 s to the next: too few intervals yet to settle, judged
+    # on what there is. Due after 49 more steps (392 s), then the 120 s bar.
+    ts = [400.0, 800.0, 1200.0, 1600.0, 3600.0]
+    s = Series(points=[Point(t=T0 + t, step=50 * (k + 1), loss=1.0) for k, t in enumerate(ts)])
+    (f,) = stalls(s)
+    assert f.times == [T0 + 1600.0 + 49 * 8.0 + 120.0] and f.step == 200
