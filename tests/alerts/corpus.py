@@ -215,7 +215,20 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
     out.append(beside_a_loss("divergence", div, _config(learning_rate=5e-4), "loss_divergence"))
     out += hard(rng, seed, n, level)
     out += stuck(np.random.default_rng(10_000 + seed), seed, n)  # its own draws: the rest stay put
+    out.append(overfitting(np.random.default_rng(20_000 + seed), seed, n, level))
     return out
+
+
+def overfitting(rng: np.random.Generator, seed: int, n: int, level: float) -> Trace:
+    """The train loss keeps falling; the eval loss, every 10 steps, turns up at a drawn step."""
+    y = _memory(rng, n, level)
+    points = _points(rng, 2, n)
+    turn = int(rng.integers(40, 80))
+    for p in [p for p in points if p.step and p.step % 10 == 0]:
+        e = 1.6 - 0.003 * min(p.step, turn) + 0.004 * max(0, p.step - turn) + rng.normal(0, 0.01)
+        points.append(Point(t=p.t + 0.5, step=p.step, eval_loss=float(e)))
+    points.sort(key=lambda p: p.t)
+    return Trace(f"overfit-{seed}", _series(y, points, _config()), {"loss_overfit", "vram_plateau"})
 
 
 def _losses(points: list[Point], cfg: dict) -> Series:
@@ -305,7 +318,11 @@ def write_run(trace: Trace, folder: Path) -> Path:
     (out / "output").mkdir(parents=True, exist_ok=True)
     with open(out / "output" / "trainer_log.jsonl", "w") as f:
         f.writelines(
-            json.dumps({"current_steps": p.step, "total_steps": 150, "loss": p.loss, "t": p.t}) + "\n"
+            json.dumps(
+                {"current_steps": p.step, "total_steps": 150, "t": p.t}
+                | ({"eval_loss": p.eval_loss} if p.eval_loss is not None else {"loss": p.loss})
+            )
+            + "\n"
             for p in s.points
         )
     with open(out / "memory.csv", "w", newline="") as f:

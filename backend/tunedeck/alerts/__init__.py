@@ -24,6 +24,7 @@ KINDS = (
     "loss_divergence",
     "loss_oscillation",
     "loss_stuck",
+    "loss_overfit",
     "vram_plateau",
 )
 Severity = Literal["info", "warning", "critical"]

@@ -62,6 +62,13 @@ STUCK_HIGH = 0.9
 STUCK_FROZEN = 0.001
 STUCK_FLOOR = 0.3
 EARLY_LOSS = 5
+# Overfitting: after its lowest, the eval loss stands OVERFIT_RISE above it at OVERFIT_EVALS evals in a
+# row (the last of them), and 4 of its noise's sigmas (from the MAD of the last evals' steps from one
+# to the next, which a steady trend does not inflate), while the train loss (the smoothed mean at each
+# eval) fell by OVERFIT_FALL.
+OVERFIT_RISE = 0.05
+OVERFIT_EVALS = 3
+OVERFIT_FALL = 0.02
 
 
 def swings(y: np.ndarray) -> tuple[float, float, int] | None:
@@ -151,6 +158,13 @@ class Training:
         self.stuck = Occurrences()  # points at which the loss stood stuck
         self.stuck_run: tuple[int | None, int, float, float, int | None] | None = None
         self.stuck_now = False
+        # Eval losses: the lowest (loss, step, train loss then), how many since stood over it by
+        # OVERFIT_RISE in a row, and the newest (loss, step, train loss, t).
+        self.eval_lo: tuple[float, int | None, float] | None = None
+        self.eval_up = 0
+        self.eval_recent: deque[float] = deque(maxlen=32)
+        self.eval_last: tuple[float, int | None, float, float] | None = None
+        self.overfit = Occurrences()
 
     def feed_point(self, p: Point) -> None:
         self.last = p
@@ -161,6 +175,8 @@ class Training:
             self.bad.add(p.t)
         if p.loss is not None and math.isfinite(p.loss):
             self._loss(p.t, p.step, p.loss)
+        if p.eval_loss is not None and math.isfinite(p.eval_loss):
+            self._eval(p.t, p.step, p.eval_loss)
         if p.step is not None:
             # The gap up to an eval point holds the evaluation, however long the eval set takes.
             self._progress(
@@ -207,6 +223,21 @@ class Training:
                 self.stuck.add(t)
                 self.stuck_run = (f[0], f[1], level, start, step)
                 break
+
+    def _eval(self, t: float, step: int | None, loss: float) -> None:
+        train = self.sm
+        self.eval_last = (loss, step, train, t)
+        self.eval_recent.append(loss)
+        d = np.diff(np.array(self.eval_recent))
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2) if len(d) >= 3 else 0.0
+        if self.eval_lo is None or loss < self.eval_lo[0]:
+            self.eval_lo, self.eval_up = (loss, step, train), 0
+            return
+        lo, _, train_lo = self.eval_lo
+        over = loss >= lo * (1 + OVERFIT_RISE) and loss >= lo + 4 * sigma
+        self.eval_up = self.eval_up + 1 if over else 0
+        if self.eval_up >= OVERFIT_EVALS and train <= train_lo * (1 - OVERFIT_FALL):
+            self.overfit.add(t)
 
     def _loss(self, t: float, step: int | None, loss: float) -> None:
         self._flat(t, step, loss)
@@ -299,6 +330,7 @@ class Training:
             *self._divergence(s, running),
             *self._oscillation(s, running),
             *self._stuck(s, running),
+            *self._overfit(s, running),
             *self._oom(s, steps, running, host_memory),
             *self._alloc_flush(s, steps, lim, now, running),
             *self._stall(s, now, running, alive_until),
@@ -425,6 +457,44 @@ class Training:
                 self.stuck.n,
                 self.stuck.first,
                 tip.change,
+            )
+        ]
+
+    def _overfit(self, s: Series, running: bool) -> list[Finding]:
+        if not self.overfit.n or self.eval_lo is None or self.eval_last is None:
+            return []
+        lo, at, train_lo = self.eval_lo
+        now, step, train, _ = self.eval_last
+        epochs = advice._num(s.config.get("num_train_epochs"))
+        change = None
+        keep = f"the checkpoint nearest step {at} holds the best model so far"
+        if epochs and at and step and not running and not s.config.get("max_steps"):
+            fewer = round(epochs * at / step, 2)
+            change = {"num_train_epochs": fewer}
+            keep += (
+                f"; train for num_train_epochs {fewer} instead of {epochs:g} (where the eval loss was lowest)"
+            )
+        msg = (
+            f"eval loss rising while train loss falls: eval_loss {lo:.4g} at step {at} (its lowest), now {now:.4g} "
+            f"at step {step} (+{100 * (now / lo - 1):.0f}%); train loss {train_lo:.4g} -> {train:.4g}"
+        )
+        sug = (
+            f"the model is fitting the training set and no longer generalising: {keep}; more or more varied "
+            "data, a lower learning_rate or a higher lora_dropout also delay it"
+        )
+        return [
+            Finding(
+                "loss_overfit",
+                "warning",
+                None,
+                self.overfit.times(),
+                at,
+                msg,
+                sug,
+                running and self.eval_up >= OVERFIT_EVALS,
+                self.overfit.n,
+                self.overfit.first,
+                change,
             )
         ]
 
