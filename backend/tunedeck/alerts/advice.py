@@ -39,6 +39,11 @@ def _num(v: Any) -> float | None:
         return None
 
 
+def number(v: Any) -> float | None:
+    """A train.yaml value as a number (None: not one)."""
+    return _num(v)
+
+
 def sci(v: float) -> str:
     return f"{v:.0e}".replace("e+0", "e").replace("e-0", "e-")
 

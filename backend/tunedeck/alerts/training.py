@@ -465,7 +465,7 @@ class Training:
             return []
         lo, at, train_lo = self.eval_lo
         now, step, train, _ = self.eval_last
-        epochs = advice._num(s.config.get("num_train_epochs"))
+        epochs = advice.number(s.config.get("num_train_epochs"))
         change = None
         keep = f"the checkpoint nearest step {at} holds the best model so far"
         if epochs and at and step and not running and not s.config.get("max_steps"):
