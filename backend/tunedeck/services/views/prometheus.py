@@ -108,13 +108,13 @@ class HardwareFamilies:
         self.power = GaugeMetricFamily(
             "tunedeck_job_gpu_power_watts",
             "Socket (board) power; absent on a GPU whose power another reports (an MI250X's secondary GCD: "
-            "see tunedeck_job_gpu_power_shared_with)",
+            "see tunedeck_job_gpu_power_shared_info)",
             labels=gpu_labels,
         )
         self.shared = GaugeMetricFamily(
-            "tunedeck_job_gpu_power_shared_with",
-            "The GPU index whose power reading covers this one (the card's two GCDs report once)",
-            labels=gpu_labels,
+            "tunedeck_job_gpu_power_shared_info",
+            "A GPU whose power the GPU `shared_with` reports (an MI250X card's two GCDs report once; always 1)",
+            labels=[*gpu_labels, "shared_with"],
         )
         self.temp = GaugeMetricFamily(
             "tunedeck_job_gpu_temperature_celsius",
@@ -160,7 +160,7 @@ class HardwareFamilies:
             self.clock.add_metric(device, clock * 1e6)
         serial, uuid, partition, shared = ident or (None,) * 4
         if shared is not None:
-            self.shared.add_metric(device, shared)
+            self.shared.add_metric([*device, str(shared)], 1)
         compute, _, memory = (partition or "").partition("/")
         host, gpu, name = device[2], device[3], device[4]
         self.info.add_metric(
