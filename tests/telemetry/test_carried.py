@@ -18,7 +18,9 @@ from tests.telemetry.test_generations import GCD0, GCD1, MI300X
 from tests.test_ingest_columns import new_job
 from tests.test_ingest_wire import PACKED, post
 from tests.utils.servers import ROOT
+from tests.utils.wait import until
 from tunedeck.contract import wire
+from tunedeck.contract.protocol import node_name
 from tunedeck.runner import report
 
 GiB = 1024**3
@@ -49,8 +51,22 @@ def test_readings_go_from_the_sampler_to_the_memory_api_and_metrics(app, assets,
     out = run_sampler(tmp_path, FAKES, [MI300X, GCD0, GCD1], visible=[0, 1, 2])
     rows = [s for g in per_gpu(out).values() for s in g]
     job_id = new_job(app, assets, "on an MI300X and an MI250X")
-    r = post(app, job_id, wire.encode({"seq": 0, "memory": report.columns(rows)}), PACKED)
+    host = node_name(platform.node())  # as a runner names its node
+    r = post(app, job_id, wire.encode({"seq": 0, "node": host, "memory": report.columns(rows)}), PACKED)
     assert r.status_code == 200, r.text
+    # The MI300X's uncorrectable errors rose during the job: a critical alert naming GPU, node, block.
+    (ecc,) = until(
+        lambda: [
+            a
+            for a in app.api.get(f"/api/jobs/{job_id}/alerts").json()
+            if a["kind"] == "gpu_ecc_uncorrectable"
+        ],
+        "the ECC alert",
+    )
+    assert ecc["severity"] == "critical" and ecc["gpu"] == 0 and ecc["node"] == host
+    assert (
+        ecc["message"] == f"GPU 0 on {host}: 2 uncorrectable ECC error(s) during the job (0 → 2) in UMC (2)"
+    )
 
     page = app.api.get(f"/api/jobs/{job_id}/memory", params={"limit": 20000}).json()
     by = {}
@@ -95,7 +111,6 @@ def test_readings_go_from_the_sampler_to_the_memory_api_and_metrics(app, assets,
     assert value("tunedeck_job_gpu_throttle_ratio", gpu="0", reason="power") == 0.25
     assert value("tunedeck_job_gpu_clock_hertz", gpu="0") == 2100e6
     assert value("tunedeck_job_gpu_utilization_ratio", gpu="0") == 0.99
-    host = platform.node()
     info = value(
         "tunedeck_job_gpu_info",
         gpu="0",

@@ -55,8 +55,9 @@ MI300X = {
     "clock": 2100,
     "partition": ["CPX", "NPS4"],
     "throttle": {"power": 0.25, "hbm_thermal": 0.1},
-    # ECC by the device's memory reads: two uncorrectable UMC errors land at the third read
-    "ecc": [{}, {}, {"UMC": [5, 2], "GFX": [1, 0]}],
+    # ECC by the device's memory reads: two uncorrectable UMC errors land at the seventh read (a
+    # sampler's third sample of two polls), after the job's first samples saw none
+    "ecc": [{}] * 6 + [{"UMC": [5, 2], "GFX": [1, 0]}],
     "processes": [{"pid": 4242, "vram": 30 * GiB, "name": "pt_main_thread"}],
     "vram": [v * GiB for v in (0, 10, 11, 12, 13, 14, 15, 16, 17)],
 }
@@ -118,7 +119,7 @@ def test_mi300x_has_no_edge_sensor_and_reads_junction_hbm_throttle_partition_ecc
     # Shares from the cumulative counters between the two reads, not amdsmi_get_violation_status
     # (the stand-in refuses it: it sleeps 100 ms inside every call).
     assert g["throttle"] == {"power": 0.25, "thermal": 0.0, "hbm_thermal": 0.1}
-    # Two memory reads so far: the ECC errors scripted for the third are not there yet.
+    # Two memory reads so far: the ECC errors scripted for the seventh are not there yet.
     assert g["ecc_correctable"] == 0 and g["ecc_uncorrectable"] == 0 and g["ecc_blocks"] == {}
     assert g["processes"] == [{"pid": 4242, "name": "pt_main_thread", "vram_bytes": 30 * GiB}]
     assert g["uuid"] == MI300X["uuid"]

@@ -121,9 +121,10 @@ class Sampler:
                     "partition": r.partition,
                     "ecc_blocks": blocks_text(r.ecc_blocks),
                 }
-                if self._said.get(idx) != now:
-                    self._said[idx] = now
-                    sample |= {k: v for k, v in now.items() if v is not None}
+                said = self._said.setdefault(idx, {})
+                for k, v in now.items():  # each field when it changes, alone
+                    if v is not None and said.get(k) != v:
+                        sample[k] = said[k] = v
                 self._out.append(sample)
                 self._line += 1
 
