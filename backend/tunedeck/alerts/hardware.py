@@ -62,8 +62,15 @@ def blocks_with(text: str | None, which: int) -> list[tuple[str, int]]:
     return sorted(out, key=lambda x: -x[1])  # the most errors first
 
 
-def _num(v: Any) -> float | None:
-    return None if v is None or v != v else float(v)  # NaN (a packed column's "none") is none
+SMALL = 64  # samples fed one by one; more go as columns
+
+
+def _value(c: Sequence[Any] | None, i: int) -> float | None:
+    """A column's value as a float, None for none (a NaN too)."""
+    if c is None:
+        return None
+    v = c[i]
+    return None if v is None or v != v else float(v)
 
 
 class Device:
@@ -89,26 +96,93 @@ class Device:
         self.clock_top: float | None = None
 
     def feed(self, t: Sequence[float], cols: Mapping[str, Sequence[Any] | None]) -> None:
-        """Samples of this device in time order: `t` and any of COLUMNS, one value a sample."""
-        get = {k: cols.get(k) for k in COLUMNS}
+        """Samples of this device in time order: `t` and any of COLUMNS, one value a sample. A few (a
+        live batch) one by one; many (a state built from the stored series) as whole columns, with a
+        Python step per sample only where an ECC count moved. Both give the same state."""
+        if len(t) <= SMALL:
+            self._feed_few(t, cols)
+            return
+        tt = np.asarray(t, dtype=np.float64)
+        keep = np.ones(len(tt), dtype=bool)
+        if self.t_last is not None:
+            keep &= tt > self.t_last
+        if len(tt) > 1:  # in time order: a sample not after the one before it is a resend
+            keep[1:] &= tt[1:] > np.maximum.accumulate(tt)[:-1]
+        if not keep.any():
+            return
+        at = np.flatnonzero(keep)
+        tt = tt[at]
+        self.t_last = float(tt[-1])
+
+        def col(k: str) -> np.ndarray | None:
+            c = cols.get(k)
+            if c is None:
+                return None
+            a = np.array([np.nan if v is None else v for v in (c[i] for i in at)], dtype=np.float64)
+            return None if np.isnan(a).all() else a
+
+        blocks = cols.get("ecc_blocks")
+        if blocks is not None:
+            said = [blocks[i] for i in at if blocks[i]]
+            if said:
+                self.blocks = str(said[-1])
+        ce, ue = col("ecc_correctable"), col("ecc_uncorrectable")
+        if ce is not None or ue is not None:
+            self._ecc_columns(tt, ce, ue)
+        p, th, hbm = col("throttle_power"), col("throttle_thermal"), col("throttle_hbm")
+        if p is None and th is None and hbm is None:
+            return
+        zero = np.zeros(len(tt))
+        p, th, hbm = (zero if a is None else a for a in (p, th, hbm))
+        has = ~(np.isnan(p) & np.isnan(th) & np.isnan(hbm))
+        clock = col("clock_mhz")
+        clock = np.full(len(tt), np.nan) if clock is None else clock
+        self.t.extend(tt[has].tolist())
+        self.power.extend(np.nan_to_num(p[has]).tolist())
+        self.thermal.extend(np.maximum(np.nan_to_num(th[has]), np.nan_to_num(hbm[has])).tolist())
+        self.clock.extend(clock[has].tolist())
+        if not np.isnan(clock[has]).all():
+            top = float(np.nanmax(clock[has]))
+            self.clock_top = max(top, self.clock_top or top)
+
+    def _feed_few(self, t: Sequence[float], cols: Mapping[str, Sequence[Any] | None]) -> None:
+        ce_c, ue_c, b_c, p_c, th_c, h_c, k_c = (cols.get(k) for k in COLUMNS)
         for i, ti in enumerate(t):
             ti = float(ti)
             if self.t_last is not None and ti <= self.t_last:
                 continue
             self.t_last = ti
-            v = {k: (c[i] if c is not None else None) for k, c in get.items()}
-            if v["ecc_blocks"]:
-                self.blocks = str(v["ecc_blocks"])
-            self._ecc(ti, _num(v["ecc_correctable"]), _num(v["ecc_uncorrectable"]))
-            p, th, hbm = (_num(v[k]) for k in ("throttle_power", "throttle_thermal", "throttle_hbm"))
-            if p is not None or th is not None or hbm is not None:
-                clock = _num(v["clock_mhz"])
-                self.t.append(ti)
-                self.power.append(p or 0.0)
-                self.thermal.append(max(th or 0.0, hbm or 0.0))
-                self.clock.append(np.nan if clock is None else clock)
-                if clock is not None:
-                    self.clock_top = max(clock, self.clock_top or clock)
+            if b_c is not None and b_c[i]:
+                self.blocks = str(b_c[i])
+            ce = _value(ce_c, i)
+            ue = _value(ue_c, i)
+            if (ce is not None and ce != self.ce) or (ue is not None and ue != self.ue):
+                self._ecc(ti, ce, ue)
+            p, th, hbm = _value(p_c, i), _value(th_c, i), _value(h_c, i)
+            if p is None and th is None and hbm is None:
+                continue
+            clock = _value(k_c, i)
+            self.t.append(ti)
+            self.power.append(p or 0.0)
+            self.thermal.append(max(th or 0.0, hbm or 0.0))
+            self.clock.append(np.nan if clock is None else clock)
+            if clock is not None:
+                self.clock_top = max(clock, self.clock_top or clock)
+
+    def _ecc_columns(self, t: np.ndarray, ce: np.ndarray | None, ue: np.ndarray | None) -> None:
+        """The samples where a count is the first one or differs from the one before it, one by one."""
+        moved = np.zeros(len(t), dtype=bool)
+        for a, last in ((ce, self.ce), (ue, self.ue)):
+            if a is None:
+                continue
+            prev = np.concatenate([[np.nan if last is None else last], a[:-1]])
+            moved |= ~np.isnan(a) & ((a != prev) | np.isnan(prev))
+        for i in np.flatnonzero(moved).tolist():
+            self._ecc(
+                float(t[i]),
+                None if ce is None or np.isnan(ce[i]) else float(ce[i]),
+                None if ue is None or np.isnan(ue[i]) else float(ue[i]),
+            )
 
     def _ecc(self, t: float, ce: float | None, ue: float | None) -> None:
         if ue is not None:
@@ -183,13 +257,15 @@ class Device:
         rt, ry = rate
         if len(self.t) < 3 or len(rt) < 2 * RATE_MEDIAN:
             return None
+        if max(max(self.power), max(self.thermal)) < THROTTLE_SHARE:  # no window can reach the share
+            return None
         st = np.fromiter(self.t, np.float64, len(self.t))
         share = np.maximum(
             np.fromiter(self.power, np.float64, len(st)), np.fromiter(self.thermal, np.float64, len(st))
         )
         csum = np.concatenate([[0.0], np.cumsum(share)])
         # Each point's rolling median of tokens/s, against the best median before it.
-        med = np.median(np.lib.stride_tricks.sliding_window_view(ry, RATE_MEDIAN), axis=1)
+        med = np.sort(np.lib.stride_tricks.sliding_window_view(ry, RATE_MEDIAN), axis=1)[:, RATE_MEDIAN // 2]
         t_med = rt[RATE_MEDIAN - 1 :]
         best = np.maximum.accumulate(med)
         prior = np.concatenate([[np.nan], best[:-1]])
