@@ -110,7 +110,7 @@ class Device:
             keep[1:] &= tt[1:] > np.maximum.accumulate(tt)[:-1]
         if not keep.any():
             return
-        at = np.flatnonzero(keep)
+        at = np.flatnonzero(keep).tolist()
         tt = tt[at]
         self.t_last = float(tt[-1])
 
