@@ -146,3 +146,10 @@ def test_a_resent_sample_is_not_a_second_rise():
         run.feed_hardware(3, t, cols, NODE)
     (f,) = [f for f in run.findings(running=True) if f.kind == "gpu_ecc_uncorrectable"]
     assert f.count == 1
+
+
+def test_the_hardware_corpus_fed_in_chunks_equals_it_whole():
+    from tests.alerts.corpus import hardware_corpus
+
+    for seed, tr in enumerate(hardware_corpus(range(3))):
+        assert {f.kind for f in judged(tr.series, seed)} == tr.labels, tr.name
