@@ -277,6 +277,12 @@ class MemoryGpu(BaseModel):
     gpu: int
     name: str | None
     total_bytes: int | None
+    serial: str | None = PField(None, description="board serial, from the device's first sample")
+    uuid: str | None = PField(None, description="the SMI's UUID, from the device's first sample")
+    partition: str | None = PField(None, description="compute/memory partition mode, e.g. CPX/NPS4")
+    power_shared_with: int | None = PField(
+        None, description="the GPU whose power reading covers this one (an MI250X's secondary GCD): no sum"
+    )
 
 
 class MemoryPage(BaseModel):
@@ -438,6 +444,13 @@ class Preflight(BaseModel):
     checked_at: float
 
 
+class GpuProcess(BaseModel):
+    pid: int
+    name: str | None = PField(None, description="the process name, where the SMI or the host tells")
+    vram_bytes: int | None = PField(None, description="the VRAM it holds, where the SMI tells")
+    job_id: int | None = PField(None, description="the tunedeck job whose trainer it is, when known")
+
+
 class NodeGpu(BaseModel):
     index: int
     name: str | None
@@ -446,6 +459,28 @@ class NodeGpu(BaseModel):
     used_bytes: int
     util: float | None
     job_id: int | None = PField(description="the running job holding this GPU")
+    power_w: float | None = None
+    power_shared_with: int | None = PField(
+        None, description="the GPU whose power reading covers this one (an MI250X's secondary GCD)"
+    )
+    temp_c: float | None = PField(None, description="edge sensor (MI300-series parts have none)")
+    temp_junction_c: float | None = None
+    temp_hbm_c: float | None = None
+    clock_mhz: float | None = None
+    ecc_correctable: int | None = None
+    ecc_uncorrectable: int | None = None
+    ecc_blocks: dict[str, list[int]] = PField(
+        default_factory=dict, description="block -> [correctable, uncorrectable], blocks with errors only"
+    )
+    throttle: dict[str, float] = PField(
+        default_factory=dict,
+        description="share of time (0..1) held by power / thermal / hbm_thermal limits since the last reading",
+    )
+    throttle_reasons: list[str] = PField(default_factory=list, description="what holds the clocks down now")
+    partition: str | None = None
+    serial: str | None = None
+    uuid: str | None = None
+    processes: list[GpuProcess] = PField(default_factory=list, description="who is on this GPU")
 
 
 class Node(BaseModel):

@@ -351,7 +351,10 @@ $("#smooth").addEventListener("input", () => { $("#smooth-v").textContent = Numb
 $("#logy").addEventListener("change", drawMetrics);
 
 // ------------------------------------------------------------------ memory chart
-const sampleSeries = () => ({ t: [], y: [], ids: [], util: [], temp: [] });
+// Per-sample readings beside the memory, as the samples name them (series key -> sample field).
+const READINGS = { util: "util", temp: "temp_c", junction: "temp_junction_c", hbm: "temp_hbm_c", power: "power_w",
+  tpower: "throttle_power", tthermal: "throttle_thermal", thbm: "throttle_hbm" };
+const sampleSeries = () => ({ t: [], y: [], ids: [], ...Object.fromEntries(Object.keys(READINGS).map((k) => [k, []])) });
 // A job on several nodes has one series per node and GPU: the same GPU index on two nodes is two devices.
 const devKey = (s) => `${s.node || ""}/${s.gpu}`;
 function devOf(key) {
@@ -363,7 +366,8 @@ function byDevice(map) {
     .sort((a, b) => (a[2].node < b[2].node ? -1 : a[2].node > b[2].node ? 1 : a[2].gpu - b[2].gpu));
 }
 function push(g, s) {
-  g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id); g.util.push(s.util ?? null); g.temp.push(s.temp_c ?? null);
+  g.t.push(s.t); g.y.push(s.used_bytes); g.ids.push(s.id);
+  for (const [k, field] of Object.entries(READINGS)) g[k].push(s[field] ?? null);
 }
 
 async function loadMemory(range) {
@@ -391,12 +395,16 @@ async function loadMemory(range) {
     if (s.total_bytes) state.memTotal.set(devKey(s), s.total_bytes);
   }
   for (const g of page.gpus || []) if (g.total_bytes) state.memTotal.set(devKey(g), g.total_bytes);
+  state.powerShared = new Map((page.gpus || []).filter((g) => g.power_shared_with !== null && g.power_shared_with !== undefined)
+    .map((g) => [devKey(g), g.power_shared_with]));
   if (!range) {
     // Samples the stream delivered while this history was loading come after it.
     for (const [gpu, old] of state.mem) {
       const g = byGpu.get(gpu) || sampleSeries();
       old.ids.forEach((id, i) => {
-        if (id > state.memCursor) push(g, { id, t: old.t[i], used_bytes: old.y[i], util: old.util[i], temp_c: old.temp[i] });
+        if (id > state.memCursor) {
+          push(g, { id, t: old.t[i], used_bytes: old.y[i], ...Object.fromEntries(Object.entries(READINGS).map(([k, f]) => [f, old[k][i]])) });
+        }
       });
       byGpu.set(gpu, g);
     }
@@ -492,17 +500,32 @@ function drawGpu() {
       const who = dev.gpu === -1 ? "CPU (the job's processes)" : gpuLabel(gpu);
       traces.push({ name: plain(`${who} utilisation`), x, y: g.util, mode: mode(g.util), hovertemplate: "%{y:.3~g} %" });
     }
-    if (g.temp.some((v) => v !== null)) {
-      temps.push(g.temp);
-      traces.push({ name: plain(`${gpuLabel(gpu)} temperature`), x, y: g.temp, yaxis: "y2", mode: mode(g.temp),
-        line: { dash: "dot" }, hovertemplate: "%{y:.3~g} °C" });
+    // Every sensor the part has: edge (none on MI300-series parts), junction, the hottest HBM stack.
+    for (const [k, sensor, dash] of [["temp", "edge", "dot"], ["junction", "junction", "dash"], ["hbm", "HBM", "dashdot"]]) {
+      if (!g[k].some((v) => v !== null)) continue;
+      temps.push(g[k]);
+      traces.push({ name: plain(`${gpuLabel(gpu)} ${sensor} temperature`), x, y: g[k], yaxis: "y2", mode: mode(g[k]),
+        line: { dash }, hovertemplate: "%{y:.3~g} °C" });
+    }
+    for (const [k, why] of [["tpower", "power"], ["tthermal", "thermal"], ["thbm", "HBM thermal"]]) {
+      if (!g[k].some((v) => v)) continue;
+      const y = g[k].map((v) => (v === null ? null : 100 * v));
+      utils.push(y);
+      traces.push({ name: plain(`${gpuLabel(gpu)} throttled (${why}) %`), x, y, mode: mode(y), hovertemplate: "%{y:.3~g} % of the interval" });
+    }
+    if (g.power.some((v) => v !== null)) {
+      traces.push({ name: plain(`${gpuLabel(gpu)} power W`), x, y: g.power, yaxis: "y3", mode: mode(g.power), hovertemplate: "%{y:.4~g} W" });
+    } else if (state.powerShared && state.powerShared.has(gpu)) {
+      // An MI250X's secondary GCD reports none: the card's power is on the die it names (never summed).
+      traces.push({ name: plain(`${gpuLabel(gpu)} power: shared with GPU ${state.powerShared.get(gpu)}`), x: [], y: [], yaxis: "y3" });
     }
   }
   $("#gpu-card").hidden = !traces.length;
   if (!traces.length) return;
   Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, xaxis: { automargin: true }, showlegend: true, // even for one trace: whose
     yaxis: { title: { text: "utilisation %" }, range: range(utils.length ? utils : [[0, 100]]), automargin: true },
-    yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", tickmode: "auto", showgrid: false, range: range(temps.length ? temps : [[0, 100]]), automargin: true } }), config);
+    yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", tickmode: "auto", showgrid: false, range: range(temps.length ? temps : [[0, 100]]), automargin: true },
+    yaxis3: { title: { text: "W" }, overlaying: "y", side: "right", anchor: "free", position: 1, showgrid: false, automargin: true } }), config);
 }
 const redrawMemory = throttled(drawMemory);
 

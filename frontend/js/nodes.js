@@ -4,11 +4,49 @@ import { $, bytes, h, nav } from "./fmt.js";
 
 const indicator = nav("/nodes");
 
+const known = (v) => v !== null && v !== undefined;
+
+// An MI250X's secondary GCD reports no power: the card's whole power is on the die it names.
+function power(g) {
+  if (known(g.power_w)) return `${Math.round(g.power_w)} W`;
+  return known(g.power_shared_with) ? `shared with GPU ${g.power_shared_with}` : "–";
+}
+
+// Edge where the part has one (MI300-series parts have none), junction and the hottest HBM stack.
+function temps(g) {
+  const parts = [["edge", g.temp_c], ["junction", g.temp_junction_c], ["HBM", g.temp_hbm_c]].filter(([, v]) => known(v));
+  return parts.length ? parts.map(([k, v]) => `${k} ${Math.round(v)}°C`).join(", ") : "–";
+}
+
+function ecc(g) {
+  if (!known(g.ecc_correctable) && !known(g.ecc_uncorrectable)) return h("span", { class: "muted", text: "–" });
+  const blocks = Object.entries(g.ecc_blocks || {}).map(([b, [ce, ue]]) => `${b} ${ce}/${ue}`).join(", ");
+  return h("span", { class: g.ecc_uncorrectable ? "sev-critical" : "", title: "correctable / uncorrectable",
+    text: `${g.ecc_correctable ?? "–"} / ${g.ecc_uncorrectable ?? "–"}${blocks ? ` (${blocks})` : ""}` });
+}
+
+function throttle(g) {
+  const held = Object.entries(g.throttle || {}).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${Math.round(100 * v)}%`);
+  const now = (g.throttle_reasons || []).join(", ");
+  return held.length || now ? [held.join(", "), now].filter(Boolean).join("; ") : "none";
+}
+
+function processes(g) {
+  if (!g.processes || !g.processes.length) return h("span", { class: "muted", text: "none" });
+  return h("span", {}, ...g.processes.map((p, i) => h("span", { class: "proc", "data-pid": p.pid },
+    i ? ", " : "", `${p.name || "?"} (pid ${p.pid}${known(p.vram_bytes) ? `, ${bytes(p.vram_bytes)}` : ""})`,
+    p.job_id ? [" ", h("a", { href: `/jobs/${p.job_id}`, text: `#${p.job_id}` })] : "")));
+}
+
 function gpuRow(g) {
   const pct = g.total_bytes ? (100 * (g.used_bytes || 0)) / g.total_bytes : 0;
-  return h("tr", {}, h("td", { class: "num", text: g.index }), h("td", { text: g.name || "–" }), h("td", {}, h("code", { text: g.bus_id || "–" })),
+  const mode = [g.partition, known(g.clock_mhz) ? `${Math.round(g.clock_mhz)} MHz` : null].filter(Boolean).join(", ");
+  return h("tr", { "data-gpu": g.index }, h("td", { class: "num", text: g.index }), h("td", { text: g.name || "–", title: g.serial || "" }),
+    h("td", {}, h("code", { text: g.bus_id || "–" })),
     h("td", {}, h("span", { class: "bar" }, h("i", { style: `width:${pct}%` })), ` ${bytes(g.used_bytes)} / ${bytes(g.total_bytes)}`),
     h("td", { class: "num", text: g.util === null || g.util === undefined ? "–" : `${g.util}%` }),
+    h("td", { class: "power", text: power(g) }), h("td", { class: "temps", text: temps(g) }), h("td", { class: "ecc" }, ecc(g)),
+    h("td", { class: "throttle", text: throttle(g) }), h("td", { text: mode || "–" }), h("td", { class: "procs" }, processes(g)),
     h("td", {}, g.job_id ? h("a", { href: `/jobs/${g.job_id}`, text: `#${g.job_id}` }) : h("span", { class: "muted", text: "free" })));
 }
 
@@ -22,7 +60,7 @@ function nodeCard(n) {
       dead ? h("span", { class: "badge sev-critical", text: "dead" }) : "",
       n.gpu_slots ? h("span", { class: "muted", text: ` ${n.gpu_slots} GPU slot(s) in Ray` }) : ""),
     n.reason ? h("div", { class: "notice", text: n.reason }) : null,
-    n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "job"].map((t) => h("th", { text: t })))),
+    n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "power", "temperature", "ECC (corr / uncorr)", "throttled", "mode", "processes", "job"].map((t) => h("th", { text: t })))),
       h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: none }));
 }
 

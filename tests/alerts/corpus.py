@@ -231,6 +231,57 @@ def overfitting(rng: np.random.Generator, seed: int, n: int, level: float) -> Tr
     return Trace(f"overfit-{seed}", _series(y, points, _config()), {"loss_overfit", "vram_plateau"})
 
 
+def hardware(rng: np.random.Generator, seed: int, n: int) -> list[Trace]:
+    """The GPUs' own readings beside a healthy loss with tokens/s: ECC errors that rise during the
+    job, correctable ones rising fast, throttling while the tokens/s fall. Hard negatives: errors the
+    GPU had before the job, throttling with no drop, a drop with no throttling."""
+    out = []
+    mid = int(rng.integers(n // 3, 2 * n // 3))
+    tps_base = float(rng.uniform(800, 4000))
+
+    def made(name: str, labels: set[str], *, ue=None, ce=None, throttle=None, slower: float = 0.0) -> Trace:
+        t = [T0 + i for i in range(n)]
+        cols = {
+            "ecc_uncorrectable": ue if ue is not None else [0] * n,
+            "ecc_correctable": ce if ce is not None else [0] * n,
+            "ecc_blocks": [None] * n,
+            "throttle_power": throttle if throttle is not None else [float(rng.uniform(0, 0.03))] * n,
+            "throttle_thermal": [0.0] * n,
+            "throttle_hbm": [0.0] * n,
+            "clock_mhz": [2100.0] * n,
+        }
+        if ue is not None and ue[-1] > ue[0]:
+            cols["ecc_blocks"][ue.index(ue[-1])] = f"UMC=0/{ue[-1] - ue[0]}"
+        points = _points(rng, 2, n)
+        for p in points:
+            p.throughput = tps_base * (1 - (slower if p.t >= T0 + mid else 0.0)) * (1 + rng.normal(0, 0.01))
+        s = _losses(points, _config())
+        s.hardware = {("gpu-node-1", 0): (t, cols)}
+        return Trace(f"{name}-{seed}", s, labels)
+
+    k = int(rng.integers(1, 6))
+    out.append(
+        made("ecc-uncorrectable", {"gpu_ecc_uncorrectable"}, ue=[0 if i < mid else k for i in range(n)])
+    )
+    out.append(made("ecc-before-the-job", set(), ue=[k] * n))
+    per_min = int(rng.integers(15, 60))
+    out.append(
+        made(
+            "ecc-correctable-fast",
+            {"gpu_ecc_correctable"},
+            ce=[0 if i < mid else per_min * (i - mid) // 60 for i in range(n)],
+        )
+    )
+    share = float(rng.uniform(0.3, 0.8))
+    throttled = [0.0 if i < mid else share for i in range(n)]
+    out.append(
+        made("throttle-slow", {"gpu_throttle"}, throttle=throttled, slower=float(rng.uniform(0.25, 0.5)))
+    )
+    out.append(made("throttle-no-drop", set(), throttle=throttled))
+    out.append(made("slow-not-throttled", set(), slower=float(rng.uniform(0.25, 0.5))))
+    return out
+
+
 def _losses(points: list[Point], cfg: dict) -> Series:
     return Series(points=points, config=cfg, running=True)
 
@@ -309,6 +360,12 @@ def hard(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Trac
 
 def corpus(seeds=range(5)) -> list[Trace]:
     return [tr for s in seeds for tr in generate(s)]
+
+
+def hardware_corpus(seeds=range(5), n: int = 600) -> list[Trace]:
+    """The hardware traces, apart: their readings are columns of the memory samples, which the
+    memory-only paths (a run folder's CSV, the row tests) do not carry."""
+    return [tr for s in seeds for tr in hardware(np.random.default_rng(20_000 + s), s, n)]
 
 
 def write_run(trace: Trace, folder: Path) -> Path:

@@ -48,6 +48,12 @@ def _gate_open(gate: dict) -> bool:
     return _state["open"]
 
 
+def reads(i: int) -> int:
+    """How many memory reads of device i there have been."""
+    load()
+    return _state["calls"].get(i, 0)
+
+
 def used(i: int) -> int:
     tr = load()
     values = tr["devices"][i]["vram"]

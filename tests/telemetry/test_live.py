@@ -21,6 +21,7 @@ from tunedeck.contract.protocol import node_name
 pytestmark = pytest.mark.slow
 GiB = 1024**3
 FAKES = ROOT / "tests" / "fakes"
+NO_IDENTITY = {"serial": None, "uuid": None, "partition": None, "power_shared_with": None}
 
 
 def wait_done(server, job_id: int) -> dict:
@@ -45,6 +46,7 @@ def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, asset
             "gpu": -1,
             "name": "host memory (job process tree)",
             "total_bytes": psutil.virtual_memory().total,
+            **NO_IDENTITY,
         }
     ]
     peak = max(s["used_bytes"] for s in samples)
@@ -188,7 +190,9 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
     mem = server.api.get(f"/api/jobs/{job['id']}/memory").json()
     assert {s["gpu"] for s in mem["samples"]} == {0}  # only the job's own GPU
     host = node_name(platform.node())
-    assert mem["gpus"] == [{"node": host, "gpu": 0, "name": "AMD Instinct MI300X", "total_bytes": 192 * GiB}]
+    assert mem["gpus"] == [
+        {"node": host, "gpu": 0, "name": "AMD Instinct MI300X", "total_bytes": 192 * GiB, **NO_IDENTITY}
+    ]  # a trace without serial, UUID or partition, one device a card
     assert max(s["used_bytes"] for s in mem["samples"]) == max(flat)  # the two-read peak, kept by the max
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     spikes = [a for a in alerts if a["kind"] == "vram_spike"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from tunedeck.alerts.hardware import KINDS as HARDWARE_KINDS
 from tunedeck.alerts.series import Finding, Limits, Point, Series
 from tunedeck.alerts.stream import OutOfOrder, Run, feed_series
 
@@ -26,6 +27,7 @@ KINDS = (
     "loss_stuck",
     "loss_overfit",
     "vram_plateau",
+    *HARDWARE_KINDS,
 )
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")

@@ -18,6 +18,7 @@ class Point:
     step: int | None
     loss: float | None = None
     eval_loss: float | None = None
+    throughput: float | None = None  # tokens/s (the hardware detectors judge a drop of it)
 
 
 @dataclass
@@ -27,6 +28,8 @@ class Series:
     )  # gpu, or (node, gpu) on a job of several nodes -> (t, used, total)
     points: list[Point] = field(default_factory=list)
     logs: list[tuple[float, str]] = field(default_factory=list)
+    # gpu or (node, gpu) -> (times, {column: values}): the hardware readings (alerts.hardware.COLUMNS)
+    hardware: dict[int | tuple[str, int], tuple[list[float], dict[str, list]]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)  # the train.yaml keys
     ds: dict[str, Any] | None = None  # ds_config.json
     gpu_names: dict[int, str] = field(default_factory=dict)

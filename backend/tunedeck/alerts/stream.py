@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from tunedeck.alerts.hardware import Hardware
 from tunedeck.alerts.memory import Gpu, OutOfOrder
 from tunedeck.alerts.phases import EvalPhases
 from tunedeck.alerts.series import Finding, Judging, Limits, Point, Series, Steps
@@ -25,6 +26,7 @@ class Run:
         self.steps = Steps()
         self.training = Training(self.limits, meta.config)
         self.evals = EvalPhases()
+        self.hardware = Hardware()  # ECC and throttle, from the samples' hardware readings
         self.last_point_t: float | None = None
         self.first_step: tuple[float, int] | None = None  # (t, step) of the first training point
         self.last_log_t: float | None = None
@@ -45,7 +47,13 @@ class Run:
         tot[np.isnan(tot)] = 0.0  # None: unknown
         state.feed(np.asarray(t, dtype=np.float64), np.asarray(used, dtype=np.float64), tot)
 
+    def feed_hardware(self, gpu: int, t: Sequence[float], cols: dict, node: str = "") -> None:
+        """One device's hardware readings (alerts.hardware.COLUMNS), in time order."""
+        self.hardware.feed(node, gpu, t, cols)
+
     def feed_points(self, points: Iterable[Point]) -> None:
+        points = list(points)
+        self.hardware.feed_points(points)
         for p in points:
             self.training.feed_point(p)
             self.evals.feed(p)
@@ -82,7 +90,7 @@ class Run:
                 out.append(f)
         alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
         host = any(g.n for (_, gpu), g in self.gpus.items() if gpu == -1)
-        return out + self.training.findings(j, alive, host)
+        return out + self.training.findings(j, alive, host) + self.hardware.findings(j)
 
 
 def feed_series(run: Run, s: Series) -> Run:
@@ -92,6 +100,9 @@ def feed_series(run: Run, s: Series) -> Run:
         if xs:
             xs = sorted(xs, key=lambda x: x[0])
             run.feed_memory(gpu, [x[0] for x in xs], [x[1] for x in xs], [x[2] for x in xs], node)
+    for key, (t, cols) in s.hardware.items():
+        node, gpu = key if isinstance(key, tuple) else ("", key)
+        run.feed_hardware(gpu, t, cols, node)
     run.feed_points(s.points)
     run.feed_logs(s.logs)
     return run

@@ -12,7 +12,7 @@ router = APIRouter(prefix="/api", tags=["nodes"])
 
 @router.get("/nodes", response_model=list[Node], responses=errors(503))
 def list_nodes(request: Request) -> list[dict]:
-    """Each node's GPUs (name, VRAM, utilisation, holder): this host, or every cluster node, dead ones too."""
+    """Each node's GPUs (VRAM, utilisation, power, temperatures, ECC, throttle, processes, holder): this host, or every cluster node, dead ones too."""
     source = request.app.state.executor.node_source
     try:
         return source.nodes()

@@ -143,13 +143,31 @@ class MemoryIn(Strict):
     total_bytes: int | None = PField(None, ge=0, le=2**62)
     util: float | None = PField(None, allow_inf_nan=False)
     power_w: float | None = PField(None, allow_inf_nan=False)
-    temp_c: float | None = PField(None, allow_inf_nan=False)
+    temp_c: float | None = PField(None, allow_inf_nan=False, description="edge sensor (none on MI300 parts)")
+    temp_junction_c: float | None = PField(None, allow_inf_nan=False)
+    temp_hbm_c: float | None = PField(None, allow_inf_nan=False)
+    power_shared_with: int | None = PField(
+        None, ge=0, le=1_000_000, description="the GPU whose power reading covers this one (MI250X GCDs)"
+    )
+    ecc_correctable: int | None = PField(None, ge=0, le=2**62)
+    ecc_uncorrectable: int | None = PField(None, ge=0, le=2**62)
+    throttle_power: float | None = PField(
+        None, ge=0, le=1, description="share of the interval power-throttled"
+    )
+    throttle_thermal: float | None = PField(None, ge=0, le=1)
+    throttle_hbm: float | None = PField(None, ge=0, le=1)
+    clock_mhz: float | None = PField(None, allow_inf_nan=False)
     name: str | None = PField(None, max_length=200)
+    serial: str | None = PField(None, max_length=200)
+    uuid: str | None = PField(None, max_length=200)
+    partition: str | None = PField(None, max_length=200)
+    ecc_blocks: str | None = PField(None, max_length=2000)
 
 
 SAMPLES_MAX = 20000
 Count = Annotated[int, PField(ge=0, le=2**62)]
 Finite = Annotated[float, PField(allow_inf_nan=False)]
+Share = Annotated[float, PField(ge=0, le=1)]
 
 
 class MemoryColumns(Strict):
@@ -164,7 +182,26 @@ class MemoryColumns(Strict):
     util: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
     power_w: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
     temp_c: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    temp_junction_c: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    temp_hbm_c: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    power_shared_with: list[Annotated[int, PField(ge=0, le=1_000_000)] | None] | None = PField(
+        None, max_length=SAMPLES_MAX
+    )
+    ecc_correctable: list[Count | None] | None = PField(None, max_length=SAMPLES_MAX)
+    ecc_uncorrectable: list[Count | None] | None = PField(None, max_length=SAMPLES_MAX)
+    throttle_power: list[Share | None] | None = PField(None, max_length=SAMPLES_MAX)
+    throttle_thermal: list[Share | None] | None = PField(None, max_length=SAMPLES_MAX)
+    throttle_hbm: list[Share | None] | None = PField(None, max_length=SAMPLES_MAX)
+    clock_mhz: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
     name: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
+    serial: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
+    uuid: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
+    partition: list[Annotated[str, PField(max_length=200)] | None] | None = PField(
+        None, max_length=SAMPLES_MAX
+    )
+    ecc_blocks: list[Annotated[str, PField(max_length=2000)] | None] | None = PField(
+        None, max_length=SAMPLES_MAX
+    )
 
 
 _MEMORY_ROWS = TypeAdapter(list[MemoryIn])

@@ -3,7 +3,8 @@
     b"TDB1" | header length (uint32, little-endian) | header (UTF-8 JSON) | packed columns
 
 The header is the batch as JSON (seq, metrics, logs, states and any other batch-level field), with
-`memory` as {"n": samples, "columns": [the packed fields, in order], "name": [...] when sent}. Each
+`memory` as {"n": samples, "columns": [the packed fields, in order], and each text field sent (TEXT:
+"name": [...], ...)}. Each
 packed column is n little-endian values of its field's fixed type; a reading a sample lacks is NaN
 in a float column and -1 in total_bytes (neither is a valid reading). The server reads the columns
 with numpy straight from the body and checks them per column: no parsing and no Python object per
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
@@ -37,10 +38,29 @@ PACKED = {
     "util": "d",
     "power_w": "d",
     "temp_c": "d",
+    "temp_junction_c": "d",
+    "temp_hbm_c": "d",
+    "power_shared_with": "i",
+    "ecc_correctable": "q",
+    "ecc_uncorrectable": "q",
+    "throttle_power": "d",
+    "throttle_thermal": "d",
+    "throttle_hbm": "d",
+    "clock_mhz": "d",
 }
+# Text fields travel in the header, one list each (None where a sample lacks it).
+TEXT = ("name", "serial", "uuid", "partition", "ecc_blocks")
 REQUIRED = ("line", "t", "gpu", "used_bytes")
-INT_BOUNDS = {"line": (0, 2**62), "gpu": (-1, 1_000_000), "used_bytes": (0, 2**62), "total_bytes": (0, 2**62)}
-ABSENT_INT = -1  # total_bytes only
+INT_BOUNDS = {
+    "line": (0, 2**62),
+    "gpu": (-1, 1_000_000),
+    "used_bytes": (0, 2**62),
+    "total_bytes": (0, 2**62),
+    "power_shared_with": (0, 1_000_000),
+    "ecc_correctable": (0, 2**62),
+    "ecc_uncorrectable": (0, 2**62),
+}
+ABSENT_INT = -1  # the integer columns that are not REQUIRED
 
 
 class Unpackable(ValueError):
@@ -56,14 +76,17 @@ def encode(batch: dict[str, Any]) -> bytes:
         n = len(mem["line"])
         names = [k for k in PACKED if mem.get(k) is not None]
         head["memory"] = {"n": n, "columns": names}
-        if mem.get("name") is not None:
-            head["memory"]["name"] = mem["name"]
+        for k in TEXT:
+            if mem.get(k) is not None:
+                if len(mem[k]) != n:
+                    raise Unpackable(f"memory.{k} has {len(mem[k])} values where line has {n}")
+                head["memory"][k] = mem[k]
         for k in names:
             col = mem[k]
             if len(col) != n:
                 raise Unpackable(f"memory.{k} has {len(col)} values where line has {n}")
             if k not in REQUIRED:
-                absent = ABSENT_INT if PACKED[k] == "q" else math.nan
+                absent = ABSENT_INT if k in INT_BOUNDS else math.nan
                 col = [absent if v is None else v for v in col]
             try:
                 parts.append(struct.pack(f"<{n}{PACKED[k]}", *col))
@@ -77,6 +100,12 @@ class PackedMemory(Strict):
     n: int = Field(ge=0, le=SAMPLES_MAX)
     columns: list[str] = Field(max_length=len(PACKED))
     name: list[str | None] | None = Field(None, max_length=SAMPLES_MAX)
+    serial: list[Annotated[str, Field(max_length=200)] | None] | None = Field(None, max_length=SAMPLES_MAX)
+    uuid: list[Annotated[str, Field(max_length=200)] | None] | None = Field(None, max_length=SAMPLES_MAX)
+    partition: list[Annotated[str, Field(max_length=200)] | None] | None = Field(None, max_length=SAMPLES_MAX)
+    ecc_blocks: list[Annotated[str, Field(max_length=2000)] | None] | None = Field(
+        None, max_length=SAMPLES_MAX
+    )
 
 
 def _error(loc: tuple[int | str, ...], kind: str, msg: str, **ctx: Any) -> InitErrorDetails:
@@ -130,16 +159,19 @@ def decode(body: bytes) -> tuple[TelemetryBatch, dict[str, list]]:
     errors += [_error(("memory", k), "missing", "Field required") for k in REQUIRED if k not in mem.columns]
     if len(set(mem.columns)) != len(mem.columns):
         errors.append(_error(("memory", "columns"), "packed_column", "a column is named twice"))
-    if mem.name is not None and len(mem.name) != mem.n:
-        errors.append(
-            _error(
-                ("memory", "name"),
-                "column_length",
-                "`name` has {got} values where `n` is {want}: one per sample",
-                got=len(mem.name),
-                want=mem.n,
+    for k in TEXT:
+        values = getattr(mem, k)
+        if values is not None and len(values) != mem.n:
+            errors.append(
+                _error(
+                    ("memory", k),
+                    "column_length",
+                    "`{field}` has {got} values where `n` is {want}: one per sample",
+                    field=k,
+                    got=len(values),
+                    want=mem.n,
+                )
             )
-        )
     if errors:
         raise _refuse(errors)
     want = sum(mem.n * struct.calcsize(PACKED[k]) for k in mem.columns)
@@ -168,8 +200,10 @@ def decode(body: bytes) -> tuple[TelemetryBatch, dict[str, list]]:
             out = arr.astype(object)
             out[absent] = None
             cols[k] = out.tolist()
-    if mem.name is not None and any(v is not None for v in mem.name):
-        cols["name"] = mem.name
+    for k in TEXT:
+        values = getattr(mem, k)
+        if values is not None and any(v is not None for v in values):
+            cols[k] = values
     if errors:
         raise _refuse(errors)
     return batch, cols

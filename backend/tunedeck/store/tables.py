@@ -204,7 +204,49 @@ class MemoryBase(SQLModel):
     total_bytes: int | None = Field(default=None, sa_type=BigInteger)
     util: float | None = None
     power_w: float | None = None
-    temp_c: float | None = None
+    temp_c: float | None = Field(default=None, description="edge sensor, °C (MI300-series parts have none)")
+    temp_junction_c: float | None = Field(default=None, description="junction (hotspot) temperature, °C")
+    temp_hbm_c: float | None = Field(default=None, description="the hottest HBM stack, °C")
+    power_shared_with: int | None = Field(
+        default=None,
+        description="the GPU whose power reading covers this one (an MI250X's secondary GCD reports none)",
+    )
+    ecc_correctable: int | None = Field(
+        default=None, sa_type=BigInteger, description="since the driver loaded"
+    )
+    ecc_uncorrectable: int | None = Field(
+        default=None, sa_type=BigInteger, description="since the driver loaded"
+    )
+    throttle_power: float | None = Field(
+        default=None, description="share of the interval held by the power limit"
+    )
+    throttle_thermal: float | None = Field(default=None, description="share of the interval held by heat")
+    throttle_hbm: float | None = Field(default=None, description="share of the interval held by HBM heat")
+    clock_mhz: float | None = Field(default=None, description="graphics (SM) clock")
+    serial: str | None = Field(default=None, description="board serial (sent once a device and on change)")
+    uuid: str | None = Field(default=None, description="the SMI's UUID (sent once a device and on change)")
+    partition: str | None = Field(default=None, description="compute/memory partition mode, e.g. CPX/NPS4")
+    ecc_blocks: str | None = Field(
+        default=None, description="ECC counts per block, `UMC=3/1` correctable/uncorrectable (on change)"
+    )
+
+
+# The memory sample columns that came with the hardware readings (migration 0022), in wire order.
+MEMORY_TELEMETRY = (
+    "temp_junction_c",
+    "temp_hbm_c",
+    "power_shared_with",
+    "ecc_correctable",
+    "ecc_uncorrectable",
+    "throttle_power",
+    "throttle_thermal",
+    "throttle_hbm",
+    "clock_mhz",
+    "serial",
+    "uuid",
+    "partition",
+    "ecc_blocks",
+)
 
 
 class MemorySample(MemoryBase, table=True):

@@ -18,9 +18,50 @@ class Reading:
     total_bytes: int | None = None
     util: float | None = None
     power_w: float | None = None
-    temp_c: float | None = None
+    temp_c: float | None = None  # the edge sensor (MI300-series parts have none: junction and HBM below)
     bus_id: str | None = None
     pids: dict[int, int] = field(default_factory=dict)  # pid -> bytes, where the library tells
+    temp_junction_c: float | None = None  # hotspot / junction
+    temp_hbm_c: float | None = None  # the hottest HBM stack (or the VRAM sensor)
+    # The device whose power reading covers this one (an MI250X's secondary GCD reports N/A while the
+    # primary reports the whole card): its own power is then None, never a guess, never a sum.
+    power_shared_with: int | None = None
+    ecc_correctable: int | None = None  # totals over every block since the driver loaded
+    ecc_uncorrectable: int | None = None
+    ecc_blocks: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # block -> (correctable, uncorrectable), non-zero only
+    # Cumulative throttle residency counters (same unit as throttle_clock): "power", "thermal", "hbm_thermal".
+    # A share of time needs two readings (throttle_shares).
+    throttle_acc: dict[str, float] = field(default_factory=dict)
+    throttle_clock: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)  # what the library says is active now
+    clock_mhz: float | None = None  # current graphics (SM) clock
+    partition: str | None = None  # e.g. "CPX/NPS4" (MI300X compute / memory partition modes)
+    serial: str | None = None
+    uuid: str | None = None
+    processes: dict[int, str] = field(default_factory=dict)  # pid -> process name, where the library tells
+
+
+THROTTLE_KINDS = ("power", "thermal", "hbm_thermal")
+
+
+def throttle_shares(now: Reading, before: Reading | None) -> dict[str, float]:
+    """The share of time (0..1) each throttle kind was active between two readings of one device,
+    from the library's cumulative residency counters (what amdsmi_get_violation_status computes
+    over its own 100 ms wait, and NVML's violation time over its reference clock). Empty when either
+    reading lacks them or the clock did not move; a counter that went back (a driver reload) is no share."""
+    if before is None or now.throttle_clock is None or before.throttle_clock is None:
+        return {}
+    span = now.throttle_clock - before.throttle_clock
+    if span <= 0:
+        return {}
+    out = {}
+    for k, v in now.throttle_acc.items():
+        b = before.throttle_acc.get(k)
+        if b is not None and v >= b:
+            out[k] = min(1.0, (v - b) / span)
+    return out
 
 
 # A sample this far above the one before it is a rise worth sending and judging at once.
@@ -63,3 +104,46 @@ def norm_bus_id(v) -> str | None:
     except ValueError:
         return None
     return None
+
+
+def process_name(pid: int) -> str | None:
+    """A process's name from the host (the SMI's own name where it gives one wins)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).name()
+    except Exception:
+        return None
+
+
+def node_fields(r: Reading, before: Reading | None = None) -> dict:
+    """A reading as the nodes page shows a GPU (schemas.NodeGpu, less its holder): power (or whose
+    power covers it), every temperature the part has, ECC, throttle, clock, partition, identity and
+    the processes on it. `before`: the same device's previous reading, for throttle shares."""
+    pids = sorted(set(r.pids) | set(r.processes))
+    return {
+        "index": r.index,
+        "name": r.name,
+        "bus_id": r.bus_id,
+        "total_bytes": r.total_bytes,
+        "used_bytes": r.used_bytes,
+        "util": r.util,
+        "power_w": r.power_w,
+        "power_shared_with": r.power_shared_with,
+        "temp_c": r.temp_c,
+        "temp_junction_c": r.temp_junction_c,
+        "temp_hbm_c": r.temp_hbm_c,
+        "clock_mhz": r.clock_mhz,
+        "ecc_correctable": r.ecc_correctable,
+        "ecc_uncorrectable": r.ecc_uncorrectable,
+        "ecc_blocks": {b: list(v) for b, v in r.ecc_blocks.items()},
+        "throttle": throttle_shares(r, before),
+        "throttle_reasons": list(r.throttle_reasons),
+        "partition": r.partition,
+        "serial": r.serial,
+        "uuid": r.uuid,
+        "processes": [
+            {"pid": p, "name": r.processes.get(p) or process_name(p), "vram_bytes": r.pids.get(p)}
+            for p in pids
+        ],
+    }

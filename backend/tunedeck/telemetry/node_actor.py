@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from tunedeck.telemetry import detect_gpus
+from tunedeck.telemetry.base import Reading, node_fields
 
 
 class NodeSampler:
@@ -26,23 +27,23 @@ class NodeSampler:
         self._busy = False
         self._first = threading.Event()
         self._reading: dict[str, Any] = {}
+        self._readings: list[Reading] = []  # the last poll's, for throttle shares over the next
 
     def _take(self) -> None:
         try:
             backend, reason, readings = detect_gpus()
         except Exception as e:  # a broken library reads as "no GPU", with why
             backend, reason, readings = "cpu", f"{type(e).__name__}: {e}", []
-        gpus = [
-            {k: getattr(r, k) for k in ("index", "name", "bus_id", "total_bytes", "used_bytes", "util")}
-            for r in readings
-        ]
+        before = {r.index: r for r in self._readings}
+        gpus = [node_fields(r, before.get(r.index)) for r in readings]
+        self._readings = readings
         with self._lock:
             self._reading = {"host": platform.node(), "backend": backend, "reason": reason, "gpus": gpus}
             self._at, self._busy = time.monotonic(), False
         self._first.set()
 
     def read(self, wait_s: float = 30.0) -> dict[str, Any]:
-        """{host, backend, reason (why no GPUs), gpus: [{index, name, bus_id, total_bytes, used_bytes, util}]}"""
+        """{host, backend, reason (why no GPUs), gpus: [telemetry.base.node_fields of each GPU]}"""
         with self._lock:
             stale = self._at is None or time.monotonic() - self._at > self.cache_s
             if stale and not self._busy:

@@ -15,7 +15,35 @@ from collections.abc import Callable
 from typing import Any
 
 from tunedeck.telemetry import open_backend, select
-from tunedeck.telemetry.base import Reading, rise_floor
+from tunedeck.telemetry.base import Reading, rise_floor, throttle_shares
+
+# Said once per device and again when they change (a GPU's identity, its partition mode, the blocks
+# its ECC errors are in), not in every sample: the server keeps them beside the first sample.
+ON_CHANGE = ("serial", "uuid", "partition", "ecc_blocks")
+
+
+def blocks_text(blocks: dict[str, tuple[int, int]]) -> str | None:
+    """ECC counts per block as `UMC=3/1,GFX=0/2` (correctable/uncorrectable); None when all are zero."""
+    return ",".join(f"{b}={ce}/{ue}" for b, (ce, ue) in sorted(blocks.items())) or None
+
+
+def sample_fields(r: Reading, before: Reading | None) -> dict[str, Any]:
+    """A reading's telemetry fields as a memory sample carries them (contract.protocol.MemoryIn)."""
+    shares = throttle_shares(r, before)
+    return {
+        "util": r.util,
+        "power_w": r.power_w,
+        "temp_c": r.temp_c,
+        "temp_junction_c": r.temp_junction_c,
+        "temp_hbm_c": r.temp_hbm_c,
+        "power_shared_with": r.power_shared_with,
+        "ecc_correctable": r.ecc_correctable,
+        "ecc_uncorrectable": r.ecc_uncorrectable,
+        "throttle_power": shares.get("power"),
+        "throttle_thermal": shares.get("thermal"),
+        "throttle_hbm": shares.get("hbm_thermal"),
+        "clock_mhz": r.clock_mhz,
+    }
 
 
 class Sampler:
@@ -42,6 +70,8 @@ class Sampler:
         self.ready = threading.Event()
         self._line = 0
         self._last: dict[int, int] = {}  # each device's used bytes in the last sample
+        self._before: dict[int, Reading] = {}  # each device's newest reading (throttle shares span it)
+        self._said: dict[int, dict[str, Any]] = {}  # each device's ON_CHANGE fields as last sent
         self._out: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -74,19 +104,28 @@ class Sampler:
             for idx in sorted(best):
                 r = best[idx]
                 self._last[idx] = r.used_bytes
-                self._out.append(
-                    {
-                        "line": self._line,
-                        "t": round(t, 3),
-                        "gpu": r.index,
-                        "used_bytes": r.used_bytes,
-                        "total_bytes": r.total_bytes,
-                        "util": r.util,
-                        "power_w": r.power_w,
-                        "temp_c": r.temp_c,
-                        "name": r.name,
-                    }
-                )
+                sample = {
+                    "line": self._line,
+                    "t": round(t, 3),
+                    "gpu": r.index,
+                    "used_bytes": r.used_bytes,
+                    "total_bytes": r.total_bytes,
+                    **sample_fields(r, self._before.get(idx)),
+                    "name": r.name,
+                }
+                if r.throttle_clock is not None:
+                    self._before[idx] = r
+                now = {
+                    "serial": r.serial,
+                    "uuid": r.uuid,
+                    "partition": r.partition,
+                    "ecc_blocks": blocks_text(r.ecc_blocks),
+                }
+                said = self._said.setdefault(idx, {})
+                for k, v in now.items():  # each field when it changes, alone
+                    if v is not None and said.get(k) != v:
+                        sample[k] = said[k] = v
+                self._out.append(sample)
                 self._line += 1
 
     def _loop(self) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, Select, bindparam, func, or_
 from sqlmodel import Session, select
 
 from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
+from tunedeck.alerts.hardware import COLUMNS as HARDWARE
 from tunedeck.config import Settings
 from tunedeck.services.alerting.reconcile import reconcile
 from tunedeck.services.charts.pyramid import Fresh
@@ -97,8 +98,37 @@ def _columns(rows: list[tuple], types: tuple) -> list:
 
 def _metric_rows(q: Select) -> Select:
     return q.add_columns(
-        METRICS.c.line, METRICS.c.t, METRICS.c.step, METRICS.c.loss, METRICS.c.eval_loss, METRICS.c.nonfinite
+        METRICS.c.line,
+        METRICS.c.t,
+        METRICS.c.step,
+        METRICS.c.loss,
+        METRICS.c.eval_loss,
+        METRICS.c.nonfinite,
+        METRICS.c.throughput,
     )
+
+
+def _hardware_rows(q: Select) -> Select:
+    """The samples that carry a hardware reading (CPU jobs' have none: nothing comes back for them)."""
+    cols = [MEMORY.c[k] for k in HARDWARE]
+    return q.add_columns(MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, *cols).where(
+        or_(*(c.is_not(None) for c in cols))
+    )
+
+
+def _feed_hardware(jobs: dict[int, _Followed], rows: list, job_id: int | None = None) -> None:
+    """Rows (id, job_id, node, gpu, t, *HARDWARE) to each job's hardware detectors, device by device
+    in the order given; with `job_id`, rows (id, node, gpu, t, ...) of that job."""
+    by: dict[tuple[int, str, int], list] = {}
+    for r in rows:
+        if job_id is not None:
+            r = (r[0], job_id, *r[1:])
+        by.setdefault((r[1], r[2], r[3]), []).append(r)
+    for (job, node, gpu), part in by.items():
+        st = jobs.get(job)
+        if st is not None:
+            cols = {k: [r[5 + i] for r in part] for i, k in enumerate(HARDWARE)}
+            st.run.feed_hardware(gpu, [r[4] for r in part], cols, node)
 
 
 def _log_rows(q: Select) -> Select:
@@ -232,6 +262,7 @@ class Tracker:
         tot = np.zeros(len(used)) if total is None else np.array([x or 0 for x in total], dtype=np.float64)
         self._rises(st, node, gpu, used, tot)
         st.fresh = True
+        st.run.hardware.feed_columns(node, cols)
         st.pending.append((node, gpu, np.asarray(cols["t"], dtype=np.float64), used, tot, cols.get("name")))
         st.queued += len(used)
         if st.queued >= SETTLE_AT:
@@ -283,10 +314,17 @@ class Tracker:
             return q.order_by(t.c.id)
 
         def fetch(name: str, query: Callable[[Select], Select]):
-            return self._rows(conn, f"new {name}", lambda: query(new(name)), lo=lo[name], hi=hi[name])
+            table = (
+                "memory" if name == "hardware" else name
+            )  # the hardware readings are memory samples' columns
+            return self._rows(conn, f"new {name}", lambda: query(new(table)), lo=lo[table], hi=hi[table])
 
         for part in fetch("memory", _memory_rows):  # rows: id, job_id, gpu, t, used, total, name, node
             self._memory_part(*_columns(part, (np.int64, np.int64, np.int64, *FLOATS, None, None)))
+        for part in fetch("hardware", _hardware_rows):
+            _feed_hardware(
+                self.jobs, [r for r in part if (st := self.jobs.get(r[1])) and r[0] > st.upto["memory"]]
+            )
         for part in fetch("metrics", _metric_rows):
             for job_id, rows in _by_job(part, self.jobs, "metrics").items():
                 self._points(job_id, rows)
@@ -368,7 +406,7 @@ class Tracker:
             del self.jobs[job_id]
             return
         st.line, st.fresh = rows[-1][2], True
-        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6])) for r in rows)
+        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6]), r[8]) for r in rows)
 
     def _logs(self, job_id: int, rows: list) -> None:
         st = self.jobs.get(job_id)
@@ -401,6 +439,11 @@ class Tracker:
                     part, (np.int64, np.int64, *FLOATS, None, None)
                 )
                 self._memory_part(ids, None, gpus, t, used, total, names, nodes, building=job.id)
+            q = lambda: _hardware_rows(of("memory")).order_by(
+                MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.line
+            )
+            for part in self._rows(conn, "all hardware", q, job=job.id, top=top["memory"]):
+                _feed_hardware(self.jobs, part, job.id)
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
             for part in fetch("logs", lambda: _log_rows(of("logs")).order_by(LOGS.c.line)):

@@ -13,7 +13,7 @@ from tunedeck.schemas import MemoryGpu
 from tunedeck.services.charts import pyramid
 from tunedeck.services.charts.pyramid import Reader, Series
 from tunedeck.services.jobs.records import get_job
-from tunedeck.store.tables import MemorySample
+from tunedeck.store.tables import MEMORY_TELEMETRY, MemorySample
 
 # The job's devices, (node, gpu) in order, one index seek each on the samples' key: the queries
 # that go on from `g` add their own SELECT.
@@ -49,7 +49,26 @@ RAW = (
     "SELECT t, used_bytes, id FROM memory_samples WHERE job_id = ? AND node = ? AND gpu = ? AND t >= ? "
     "AND t <= ? ORDER BY t, line, id"
 )
-COLUMNS = ("id", "t", "node", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c")
+COLUMNS = (
+    "id",
+    "t",
+    "node",
+    "gpu",
+    "used_bytes",
+    "total_bytes",
+    "util",
+    "power_w",
+    "temp_c",
+    *MEMORY_TELEMETRY,
+)
+# Each device's identity from its first sample (the sampler sends it with a device's first sample):
+# one seek a device, never a walk through a long series looking for it.
+IDENTITY = (
+    DEVICES
+    + """SELECT g.node, g.gpu, m.serial, m.uuid, m.partition, m.power_shared_with FROM g JOIN memory_samples m
+  ON m.id = (SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t LIMIT 1)
+"""
+)
 
 
 def _gpus(cur, job_id: int) -> list[tuple]:
@@ -59,11 +78,25 @@ def _gpus(cur, job_id: int) -> list[tuple]:
 def gpus_of(session: Session, job_id: int, node: str | None = None) -> list[MemoryGpu]:
     cur = session.connection().connection.cursor()
     try:
-        return [
-            MemoryGpu(node=nd, gpu=g, name=n, total_bytes=tb)
-            for nd, g, n, tb in _gpus(cur, job_id)
-            if node is None or nd == node
-        ]
+        ident = {(r[0], r[1]): r[2:] for r in cur.execute(IDENTITY, {"job": job_id}).fetchall()}
+        out = []
+        for nd, g, n, tb in _gpus(cur, job_id):
+            if node is not None and nd != node:
+                continue
+            serial, uuid, partition, shared = ident.get((nd, g), (None,) * 4)
+            out.append(
+                MemoryGpu(
+                    node=nd,
+                    gpu=g,
+                    name=n,
+                    total_bytes=tb,
+                    serial=serial,
+                    uuid=uuid,
+                    partition=partition,
+                    power_shared_with=shared,
+                )
+            )
+        return out
     finally:
         cur.close()
 
@@ -133,6 +166,7 @@ def chart(
                     util=None,
                     power_w=None,
                     temp_c=None,
+                    **dict.fromkeys(MEMORY_TELEMETRY),
                 )
                 for t, y, a in zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist())
             ]

@@ -31,14 +31,25 @@ from tunedeck.services.ingest.storage import StorageFault, StorageHealth, fault_
 from tunedeck.services.jobs import jobstate
 from tunedeck.services.jobs.jobstate import Ended, JobState
 from tunedeck.store import bulk
-from tunedeck.store.tables import Job, JobStatus, LogLine, MemorySample, MetricPoint, core
+from tunedeck.store.tables import MEMORY_TELEMETRY, Job, JobStatus, LogLine, MemorySample, MetricPoint, core
 from tunedeck.workers import Worker
 
 METRICS = core(MetricPoint)
 LOGS = core(LogLine)
 JOBS = core(Job)
 MEMORY = core(MemorySample)
-MEMORY_KEYS = ("line", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c", "name")
+MEMORY_KEYS = (
+    "line",
+    "t",
+    "gpu",
+    "used_bytes",
+    "total_bytes",
+    "util",
+    "power_w",
+    "temp_c",
+    "name",
+    *MEMORY_TELEMETRY,
+)
 MEMORY_REQUIRED = MEMORY_KEYS[:4]
 
 log = logging.getLogger("tunedeck.ingest")

@@ -14,6 +14,22 @@ from tunedeck.checks import preflight
 from tunedeck.config import Settings
 from tunedeck.store.tables import Job, JobStatus
 from tunedeck.telemetry import detect_gpus
+from tunedeck.telemetry.base import Reading, node_fields
+
+
+def job_of(pid: int, trainers: dict[int, int]) -> int | None:
+    """The job whose trainer process is `pid` or one of its ancestors (torchrun's workers hold the GPUs)."""
+    try:
+        import psutil
+
+        proc: psutil.Process | None = psutil.Process(pid)
+        while proc is not None:
+            if proc.pid in trainers:
+                return trainers[proc.pid]
+            proc = proc.parent()
+    except Exception:
+        return None
+    return None
 
 
 class NodeInventory:
@@ -26,6 +42,7 @@ class NodeInventory:
         self._lock = threading.Lock()
         self._at: float | None = None  # when the SMI libraries were last read
         self._reading: tuple[str, str | None, list] = ("cpu", None, [])
+        self._before: dict[int, Reading] = {}  # each GPU's reading before the newest (throttle shares)
 
     def reading(self, *, max_age_s: float | None = None) -> tuple[str, str | None, list]:
         """(backend, why GPUs are absent, one reading per GPU), read again when older than
@@ -34,7 +51,9 @@ class NodeInventory:
             age = self.cache_s if max_age_s is None else max_age_s
             if self._at is None or time.monotonic() - self._at > age:
                 try:
+                    old = {r.index: r for r in self._reading[2]}
                     self._reading = detect_gpus()
+                    self._before = {i: old[i] for i in (r.index for r in self._reading[2]) if i in old}
                 except Exception as e:
                     self._reading = ("cpu", f"{type(e).__name__}: {e}", [])
                 self._at = time.monotonic()
@@ -57,25 +76,18 @@ class NodeInventory:
 
     def nodes(self) -> list[dict[str, Any]]:
         name, reason, readings = self.reading()
+        with self._lock:
+            before = dict(self._before)
         with Session(self.engine) as s:
-            holders = {
-                int(d): j.id
-                for j in s.exec(select(Job).where(Job.status == JobStatus.running))
-                if j.devices
-                for d in j.devices.split(",")
-            }
-        gpus = [
-            {
-                "index": r.index,
-                "name": r.name,
-                "bus_id": r.bus_id,
-                "total_bytes": r.total_bytes,
-                "used_bytes": r.used_bytes,
-                "util": r.util,
-                "job_id": holders.get(r.index),
-            }
-            for r in readings
-        ]
+            running = list(s.exec(select(Job).where(Job.status == JobStatus.running)))
+        holders = {int(d): j.id for j in running if j.devices for d in j.devices.split(",")}
+        trainers = {j.trainer_pid: j.id for j in running if j.trainer_pid}
+        gpus = []
+        for r in readings:
+            gpu = node_fields(r, before.get(r.index)) | {"job_id": holders.get(r.index)}
+            for p in gpu["processes"]:
+                p["job_id"] = job_of(p["pid"], trainers)
+            gpus.append(gpu)
         return [{"name": platform.node() or "localhost", "backend": name, "reason": reason, "gpus": gpus}]
 
 

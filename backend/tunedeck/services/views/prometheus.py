@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from sqlalchemy import Connection, Engine, text
 
 from tunedeck.alerts import KINDS, SEVERITIES
-from tunedeck.services.charts.memory import DEVICES
+from tunedeck.services.charts.memory import DEVICES, IDENTITY
 
 RECENT_S = 600.0
 TAIL_LINES = 1000  # how far back a job's latest loss, eval loss and tokens/s are looked for
@@ -48,7 +48,9 @@ NEWEST = text(
 # Each device's newest sample, (node, gpu) in order.
 GPUS = text(
     DEVICES
-    + """SELECT m.node, m.gpu, m.used_bytes, m.total_bytes, m.name FROM g JOIN memory_samples m ON m.id = (
+    + """SELECT m.node, m.gpu, m.used_bytes, m.total_bytes, m.name, m.util, m.power_w, m.temp_c, m.temp_junction_c,
+  m.temp_hbm_c, m.ecc_correctable, m.ecc_uncorrectable, m.throttle_power, m.throttle_thermal, m.throttle_hbm,
+  m.clock_mhz FROM g JOIN memory_samples m ON m.id = (
   SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
 """
 )
@@ -75,6 +77,107 @@ def _parse(raw: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return d if isinstance(d, dict) else {}
+
+
+# The labels of AMD's Device Metrics Exporter (hostname, gpu_id, serial_number, card_model, gpu_uuid,
+# gpu_compute_partition_type, gpu_memory_partition_type) and of NVIDIA's DCGM exporter (Hostname,
+# gpu, UUID, modelName) on one info series per job and GPU: a PromQL join (`* on(hostname, gpu_id)
+# group_left(job_id, job_name) tunedeck_job_gpu_info`) puts a job's name on the exporters' series.
+INFO_LABELS = (
+    "hostname",
+    "gpu_id",
+    "serial_number",
+    "card_model",
+    "gpu_uuid",
+    "gpu_compute_partition_type",
+    "gpu_memory_partition_type",
+    "Hostname",
+    "UUID",
+    "modelName",
+)
+
+
+class HardwareFamilies:
+    """A job's GPUs' hardware readings from their newest sample, in Prometheus's base units."""
+
+    def __init__(self, gpu_labels: list[str]) -> None:
+        self.labels = gpu_labels
+        self.util = GaugeMetricFamily(
+            "tunedeck_job_gpu_utilization_ratio", "Graphics engine busy share (0..1)", labels=gpu_labels
+        )
+        self.power = GaugeMetricFamily(
+            "tunedeck_job_gpu_power_watts",
+            "Socket (board) power; absent on a GPU whose power another reports (an MI250X's secondary GCD: "
+            "see tunedeck_job_gpu_power_shared_info)",
+            labels=gpu_labels,
+        )
+        self.shared = GaugeMetricFamily(
+            "tunedeck_job_gpu_power_shared_info",
+            "A GPU whose power the GPU `shared_with` reports (an MI250X card's two GCDs report once; always 1)",
+            labels=[*gpu_labels, "shared_with"],
+        )
+        self.temp = GaugeMetricFamily(
+            "tunedeck_job_gpu_temperature_celsius",
+            "Temperature by sensor: edge (none on MI300 parts), junction (hotspot), hbm (hottest stack)",
+            labels=[*gpu_labels, "sensor"],
+        )
+        self.ecc = CounterMetricFamily(
+            "tunedeck_job_gpu_ecc_errors",
+            "ECC errors since the driver loaded, by type (correctable, uncorrectable)",
+            labels=[*gpu_labels, "type"],
+        )
+        self.throttle = GaugeMetricFamily(
+            "tunedeck_job_gpu_throttle_ratio",
+            "Share of the last sampling interval the clocks were held down, by reason (power, thermal, hbm_thermal)",
+            labels=[*gpu_labels, "reason"],
+        )
+        self.clock = GaugeMetricFamily(
+            "tunedeck_job_gpu_clock_hertz", "Current graphics (SM) clock", labels=gpu_labels
+        )
+        self.info = GaugeMetricFamily(
+            "tunedeck_job_gpu_info",
+            "A job's GPU with the labels AMD's Device Metrics Exporter and DCGM's exporter put on theirs "
+            "(always 1)",
+            labels=[*gpu_labels, *INFO_LABELS],
+        )
+
+    def add(self, device: list[str], row: tuple, ident: tuple | None) -> None:
+        util, power, edge, junction, hbm, ce, ue, t_power, t_thermal, t_hbm, clock = row
+        if util is not None:
+            self.util.add_metric(device, util / 100.0)
+        if power is not None:
+            self.power.add_metric(device, power)
+        for sensor, v in (("edge", edge), ("junction", junction), ("hbm", hbm)):
+            if v is not None:
+                self.temp.add_metric([*device, sensor], v)
+        for kind, v in (("correctable", ce), ("uncorrectable", ue)):
+            if v is not None:
+                self.ecc.add_metric([*device, kind], v)
+        for reason, v in (("power", t_power), ("thermal", t_thermal), ("hbm_thermal", t_hbm)):
+            if v is not None:
+                self.throttle.add_metric([*device, reason], v)
+        if clock is not None:
+            self.clock.add_metric(device, clock * 1e6)
+        serial, uuid, partition, shared = ident or (None,) * 4
+        if shared is not None:
+            self.shared.add_metric([*device, str(shared)], 1)
+        compute, _, memory = (partition or "").partition("/")
+        host, gpu, name = device[2], device[3], device[4]
+        self.info.add_metric(
+            [*device, host, gpu, serial or "", name, uuid or "", compute, memory, host, uuid or "", name], 1
+        )
+
+    def families(self) -> Iterator[Metric]:
+        yield from (
+            self.util,
+            self.power,
+            self.shared,
+            self.temp,
+            self.ecc,
+            self.throttle,
+            self.clock,
+            self.info,
+        )
 
 
 class Collector:
@@ -131,6 +234,7 @@ class Collector:
         total = GaugeMetricFamily(
             "tunedeck_job_vram_total_bytes", "Memory of each of the job's devices", labels=gpu_labels
         )
+        hw = HardwareFamilies(gpu_labels)
         for job_id, name, owner, status, step, total_steps in jobs:
             values = [str(job_id), name, self.node]
             info.add_metric([*values, owner or "", status], 1)
@@ -141,16 +245,21 @@ class Collector:
             ):
                 if value is not None:
                     fams[key].add_metric(values, value)
-            for node, gpu, used_bytes, total_bytes, gpu_name in conn.execute(GPUS, {"job": job_id}):
+            ident = {(r[0], r[1]): r[2:] for r in conn.execute(text(IDENTITY), {"job": job_id})}
+            for row in conn.execute(GPUS, {"job": job_id}):
+                node, gpu, used_bytes, total_bytes, gpu_name = row[:5]
                 # the node that sampled it (a job on several nodes has devices on each)
                 device = [*values[:2], node or self.node, "host" if gpu < 0 else str(gpu), gpu_name or ""]
                 used.add_metric(device, used_bytes)
                 if total_bytes is not None:
                     total.add_metric(device, total_bytes)
+                if gpu >= 0:
+                    hw.add(device, row[5:], ident.get((node, gpu)))
         yield info
         yield from fams.values()
         yield used
         yield total
+        yield from hw.families()
 
     def _queue(self, conn: Connection) -> Iterator[Metric]:
         counts: dict[str, int] = dict(
