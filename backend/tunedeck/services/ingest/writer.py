@@ -9,6 +9,7 @@ file, is stored once.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
 import threading
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, and_, or_, update
+from sqlalchemy import Connection, Engine, and_, func, or_, update
 
 from tunedeck.contract.lflog import METRICS as POINT_KEYS
 from tunedeck.contract.lflog import parse_point
@@ -92,6 +93,35 @@ def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: st
     _insert(conn, MEMORY.name, ("job_id", "node", *names), rows, "job_id, node, gpu, t, line")
 
 
+def summarise(conn: Connection, job_id: int, points: list[dict[str, Any]], cols: dict[str, list]) -> None:
+    """What the job's team row shows, brought up to date with one batch: the peak over its samples, the
+    largest device, the loss of its newest line that has one (only if newer than the one kept). Each
+    is a max, or kept by line number, so a batch sent twice or replayed late changes nothing, and the
+    team feed reads the row instead of the run (services/live/feed.py)."""
+    values: dict[str, Any] = {}
+    used = cols.get("used_bytes")
+    if used:
+        values["peak_vram_bytes"] = func.max(func.coalesce(JOBS.c.peak_vram_bytes, 0), max(used))
+        sizes = [x for x in cols.get("total_bytes") or () if x is not None]
+        if sizes:
+            values["total_vram_bytes"] = func.max(func.coalesce(JOBS.c.total_vram_bytes, 0), max(sizes))
+    if values:
+        conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(**values))
+    newest = None
+    for r in points:  # (a batch's lines in any order: the largest line wins)
+        bad = json.loads(r["nonfinite"]).get("loss") if r["nonfinite"] else None
+        if (r["loss"] is not None or bad is not None) and (newest is None or r["line"] > newest[0]):
+            newest = (r["line"], r["loss"], bad)
+    if newest is not None:
+        line, loss, bad = newest
+        conn.execute(
+            update(JOBS)
+            .where(JOBS.c.id == job_id)
+            .where(or_(JOBS.c.last_loss_line.is_(None), JOBS.c.last_loss_line < line))
+            .values(last_loss=loss, last_loss_nonfinite=bad, last_loss_line=line)
+        )
+
+
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
     if cancelled:
         return JobStatus.cancelled
@@ -123,7 +153,9 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     logs = [(job_id, g["line"], g["t"], g["stream"], g["text"]) for g in batch.get("logs", ())]
     if logs:
         _insert(conn, LOGS.name, ("job_id", "line", "t", "stream", "text"), logs, "job_id, line")
-    insert_memory(conn, job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
+    cols = memory_columns(batch.get("memory"))
+    insert_memory(conn, job_id, cols, batch.get("node") or "")
+    summarise(conn, job_id, rows, cols)
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
         conn.execute(
             update(JOBS)

@@ -24,7 +24,6 @@ from tunedeck.contract.lflog import METRICS
 from tunedeck.planning.queueplan import Spot
 from tunedeck.schemas import AlertOut
 from tunedeck.services.alerting.summary import job_outs
-from tunedeck.services.charts import memory as memory_charts
 from tunedeck.store.tables import Job, JobStatus
 
 ROW_TTL_S = 1.0
@@ -81,30 +80,18 @@ def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
     return [dict(r._mapping) for r in conn.execute(text(sql), params)]
 
 
-def job_extras(conn: Connection, job_id: int) -> dict:
-    """The jobs page's columns beyond JobOut (whose `alerts` the badge reads): last loss, peak VRAM."""
-    out: dict[str, Any] = {
-        "last_loss": None,
-        "peak_vram_bytes": None,
-        "total_vram_bytes": None,
-        "nonfinite": None,
+def job_extras(job: Job) -> dict:
+    """The jobs page's columns beyond JobOut (whose `alerts` the badge reads): last loss, peak VRAM.
+    Ingest keeps them on the job as it stores each batch (writer.summarise): a row read here costs
+    the same however long the run (a max() over the samples read them all, every batch). An inf or
+    NaN loss is the newest loss too: the row says so (strictjson's `nonfinite`)."""
+    bad = job.last_loss_nonfinite
+    return {
+        "last_loss": job.last_loss,
+        "peak_vram_bytes": job.peak_vram_bytes,
+        "total_vram_bytes": job.total_vram_bytes,
+        "nonfinite": {"last_loss": bad} if bad else None,
     }
-    # (job_id, line) is unique, hence indexed: the newest loss is found from the end. An inf or NaN
-    # loss is the newest loss too: the row says so (strictjson's `nonfinite`).
-    row = conn.execute(
-        text(
-            "SELECT loss, json_extract(nonfinite, '$.loss') FROM metric_points WHERE job_id=:j AND "
-            "(loss IS NOT NULL OR json_extract(nonfinite, '$.loss') IS NOT NULL) ORDER BY line DESC LIMIT 1"
-        ),
-        {"j": job_id},
-    ).first()
-    if row is not None:
-        out["last_loss"] = row[0]
-        out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
-    # Each device's top chart tile and newest sample: what a batch costs the team page does not grow
-    # with the run's length (a max() over the samples read them all, every batch).
-    out["peak_vram_bytes"], out["total_vram_bytes"] = memory_charts.peak(conn, job_id)
-    return out
 
 
 Queue = Callable[[Session], Mapping[int, Spot]]  # queued jobs' places (the scheduler's `queue`)
@@ -125,9 +112,8 @@ def job_rows(
         spots = (
             queue(session) if queue is not None and any(j.status == JobStatus.queued for j in jobs) else {}
         )
-        conn = session.connection()
         by_id = {
-            j.id: {**out.placed(spots).model_dump(mode="json"), **job_extras(conn, j.id)}
+            j.id: {**out.placed(spots).model_dump(mode="json"), **job_extras(j)}
             for j, out in zip(jobs, job_outs(session, jobs))
         }
     rows = [by_id[i] for i in job_ids if i in by_id]
