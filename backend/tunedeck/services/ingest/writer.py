@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, and_, func, or_, update
+from sqlalchemy import Connection, Engine, and_, or_, update
 
 from tunedeck.contract.lflog import METRICS as POINT_KEYS
 from tunedeck.contract.lflog import parse_point
@@ -98,15 +98,10 @@ def summarise(conn: Connection, job_id: int, points: list[dict[str, Any]], cols:
     largest device, the loss of its newest line that has one (only if newer than the one kept). Each
     is a max, or kept by line number, so a batch sent twice or replayed late changes nothing, and the
     team feed reads the row instead of the run (services/live/feed.py)."""
-    values: dict[str, Any] = {}
     used = cols.get("used_bytes")
     if used:
-        values["peak_vram_bytes"] = func.max(func.coalesce(JOBS.c.peak_vram_bytes, 0), max(used))
         sizes = [x for x in cols.get("total_bytes") or () if x is not None]
-        if sizes:
-            values["total_vram_bytes"] = func.max(func.coalesce(JOBS.c.total_vram_bytes, 0), max(sizes))
-    if values:
-        conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(**values))
+        conn.exec_driver_sql(SUMMARY_PEAK, (max(used), max(sizes) if sizes else None, job_id))
     newest = None
     for r in points:  # (a batch's lines in any order: the largest line wins)
         bad = json.loads(r["nonfinite"]).get("loss") if r["nonfinite"] else None
@@ -114,12 +109,19 @@ def summarise(conn: Connection, job_id: int, points: list[dict[str, Any]], cols:
             newest = (r["line"], r["loss"], bad)
     if newest is not None:
         line, loss, bad = newest
-        conn.execute(
-            update(JOBS)
-            .where(JOBS.c.id == job_id)
-            .where(or_(JOBS.c.last_loss_line.is_(None), JOBS.c.last_loss_line < line))
-            .values(last_loss=loss, last_loss_nonfinite=bad, last_loss_line=line)
-        )
+        conn.exec_driver_sql(SUMMARY_LOSS, (loss, bad, line, job_id, line))
+
+
+# Plain SQL, run once or twice a batch (a Core update() costs more to build than to run). SQLite's
+# max() of several arguments is NULL if any is: the coalesce keeps an unknown size unknown.
+SUMMARY_PEAK = (
+    "UPDATE jobs SET peak_vram_bytes = max(coalesce(peak_vram_bytes, 0), ?), total_vram_bytes = "
+    "coalesce(max(coalesce(total_vram_bytes, 0), ?), total_vram_bytes) WHERE id = ?"
+)
+SUMMARY_LOSS = (
+    "UPDATE jobs SET last_loss = ?, last_loss_nonfinite = ?, last_loss_line = ? "
+    "WHERE id = ? AND (last_loss_line IS NULL OR last_loss_line < ?)"
+)
 
 
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
