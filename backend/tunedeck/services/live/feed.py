@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine, text
 from sqlmodel import Session, col, select
 from sse_starlette.event import ServerSentEvent
 
@@ -24,6 +25,7 @@ from tunedeck.contract.lflog import METRICS
 from tunedeck.planning.queueplan import Spot
 from tunedeck.schemas import AlertOut
 from tunedeck.services.alerting.summary import job_outs
+from tunedeck.store import bulk
 from tunedeck.store.tables import Job, JobStatus
 
 ROW_TTL_S = 1.0
@@ -74,10 +76,6 @@ class Event:
             data = strictjson.dumps(self.data, default=str)
             self._wire = ServerSentEvent(data=data, event=self.event, id=self.id).encode()
         return self._wire
-
-
-def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
-    return [dict(r._mapping) for r in conn.execute(text(sql), params)]
 
 
 def job_extras(job: Job) -> dict:
@@ -157,6 +155,19 @@ def team_events(
     return [Event("jobs", rows, str(cur))], cur
 
 
+KINDS: list[tuple[str, str, str]] = [  # a job stream's kinds: event name, cursor letter, rows
+    ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
+    ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
+    ("memory", "s", "SELECT * FROM memory_samples"),
+    ("alerts", "a", "SELECT * FROM alerts"),
+]
+
+
+def _one(db: sqlite3.Cursor, sql: str, **params: Any) -> Any:
+    row = db.execute(sql, params).fetchone()
+    return row[0] if row is not None else None
+
+
 def job_events(
     engine: Engine, job_id: int, cur: Cursor, *, limit: int, queue: Queue | None = None
 ) -> tuple[list[Event], Cursor, bool]:
@@ -166,40 +177,39 @@ def job_events(
     events: list[Event] = []
     more = False
     with engine.connect() as conn:
-        # The job row first, so a page sees `running` before that run's first points.
-        seq = conn.execute(
-            text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"), {"j": job_id, "s": cur.j}
-        ).scalar()
-        if conn.execute(text("SELECT status FROM jobs WHERE id=:j"), {"j": job_id}).scalar() == "queued":
-            # Seqs only grow: the newest of all is past this job's own, and its next change is past that.
-            seq = conn.execute(text("SELECT max(seq) FROM job_changes WHERE seq > :s"), {"s": cur.j}).scalar()
-        kinds: list[tuple[str, str, str]] = [
-            ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
-            ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
-            ("memory", "s", "SELECT * FROM memory_samples"),
-            ("alerts", "a", "SELECT * FROM alerts"),
-        ]
-        batches = []
-        for name, letter, sql in kinds:
-            after = getattr(cur, letter)
-            # Caught up (after > 0): walk the rowid from the cursor, a few rows. From the start: the
-            # job_id index. (`+job_id` keeps SQLite off that index, which would sort the whole job.)
-            job_col = "+job_id" if after else "job_id"
-            rows = _rows(
-                conn,
-                f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
-                after=after,
-                j=job_id,
-                n=limit,
-            )
-            if name == "alerts":  # as GET /api/jobs/{id}/alerts gives them: `change` an object, `open` a bool
-                rows = [AlertOut.model_validate(r).model_dump(mode="json") for r in rows]
-            for r in rows:
-                r.pop("job_id", None)
-                if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
-                    r["nonfinite"] = json.loads(r["nonfinite"])
-            more = more or len(rows) == limit
-            batches.append((name, letter, rows))
+        # The driver's own cursor: a job page reads after every batch of its job, and SQLAlchemy's
+        # statement and result handling cost several times the reads themselves.
+        db = bulk.driver_cursor(conn)
+        try:
+            # The job row first, so a page sees `running` before that run's first points.
+            seq = _one(db, "SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s", j=job_id, s=cur.j)
+            if _one(db, "SELECT status FROM jobs WHERE id=:j", j=job_id) == "queued":
+                # Seqs only grow: the newest of all is past this job's own, and its next change is past that.
+                seq = _one(db, "SELECT max(seq) FROM job_changes WHERE seq > :s", s=cur.j)
+            batches = []
+            for name, letter, sql in KINDS:
+                after = getattr(cur, letter)
+                # Caught up (after > 0): walk the rowid from the cursor, a few rows. From the start: the
+                # job_id index. (`+job_id` keeps SQLite off that index, which would sort the whole job.)
+                job_col = "+job_id" if after else "job_id"
+                db.execute(
+                    f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
+                    {"after": after, "j": job_id, "n": limit},
+                )
+                names = [d[0] for d in db.description]
+                rows = [dict(zip(names, r)) for r in db.fetchall()]
+                if (
+                    name == "alerts"
+                ):  # as GET /api/jobs/{id}/alerts gives them: `change` an object, `open` a bool
+                    rows = [AlertOut.model_validate(r).model_dump(mode="json") for r in rows]
+                for r in rows:
+                    r.pop("job_id", None)
+                    if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
+                        r["nonfinite"] = json.loads(r["nonfinite"])
+                more = more or len(rows) == limit
+                batches.append((name, letter, rows))
+        finally:
+            db.close()
     if seq is not None:
         cur.j = seq
         for row in job_rows(engine, [job_id], seq=seq, queue=queue):  # none if the job was just deleted
