@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD/backend:$PWD/trainer .venv/bin/python bench/cluster_shape.py [--ref REV]
         [--jobs 50] [--gpus G] [--viewers 200] [--job-viewers 20] [--seconds 30] [--warm-s 10]
-        [--history-h 0.17] [--spikes 15] [--py-spy PREFIX]
+        [--history-h 0.17] [--spikes 15] [--restart] [--py-spy PREFIX]
 
 A simulated 64-node, 512-GPU cluster: `--jobs` running jobs of 8 or 16 GPUs (as many 16-GPU jobs,
 two nodes and two runners each, as fill the 64 nodes), or of `--gpus` each (8 a node). Their
@@ -14,14 +14,17 @@ still waiting on its last POST sends the seconds it missed with its next one. Be
 `--history-h` hours of each job's history are posted in chunks (what a running job has stored: a
 cost that grows with it shows here). `--viewers` follow the team stream (the first 20 parse it, the
 rest only read it), `--job-viewers` follow job pages. `--spikes` one-sample spikes (+30 GiB on one
-device of one job) are injected at random seconds of the window.
+device of one job) are injected at random seconds of the window. `--restart` stops the server after
+the history and starts it again: how soon it answers, and how long each runner's first batch then
+waits (the alert engine rebuilds its detectors from the stored series meanwhile).
 
 It prints, for each server: batches accepted (acknowledged, of those a 1 Hz runner offers in the
 window), POST p50 and p99, team-event p50 and p99 (a trainer_log line's time -> the first team event
 whose row shows that step or a later one, per parsing viewer), job-event p50 and p99 (a line's time
 -> its `metrics` event), spike -> alert p95 (the POST carrying the spike -> its `vram_spike` or
 `vram_periodic_spikes` row naming that sample; spikes never alerted in the run are counted apart),
-the server's CPU (its whole process tree: the ingest store process too), and `uptime` before and
+the server's CPU (its whole process tree: the ingest store process too), the WAL file's size at
+the window's start and end (checkpoints starved by readers show as growth), and `uptime` before and
 after the window (after `--warm-s` unmeasured seconds at 1 Hz, where the alert engine builds each
 job's detectors from its history): on a shared machine the load says what the figures are worth.
 
@@ -181,6 +184,7 @@ async def play(client, r: Runner, t0: float, start: int, stop: int, stats: dict,
         except httpx.HTTPError:
             ok = False
         stats["post_ms"].append(1000 * (time.perf_counter() - t_perf))
+        stats.setdefault("first", {}).setdefault(r.node, stats["post_ms"][-1])
         if ok:
             stats["acked"] += 1
             r.seq, r.tick = r.seq + 1, k
@@ -375,6 +379,13 @@ async def _measure(server: Server, args, label: str) -> dict:
 
         await asyncio.gather(*(history(r) for r in runners))
         loaded = time.perf_counter() - loaded
+    restart = ""
+    if args.restart:  # the server stopped and started again on this history: how soon it answers
+        server.stop()
+        began = time.perf_counter()
+        server.start()
+        restart = f"healthy {time.perf_counter() - began:.1f} s after its start"
+    async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as client:
         cursor = (await client.get("/api/stream/cursor")).json()["cursor"]
         job_paths = [
             f"/api/stream?job={runners[i % len(runners)].job}&cursor={cursor}"
@@ -398,6 +409,9 @@ async def _measure(server: Server, args, label: str) -> dict:
         # Unmeasured seconds first: the alert engine builds each job's detectors from its history.
         warm: dict = {"post_ms": [], "acked": 0, "errors": 0, "spikes": {}}
         await asyncio.gather(*(play(client, r, t0, start, start + args.warm_s, warm, {}) for r in runners))
+        if args.restart:  # each runner's first batch after it: stored (answered) at once, or not
+            firsts = list(warm["first"].values())
+            restart += f"; first batches p50 / max {pct(firsts, 50):.0f} / {max(firsts):.0f} ms"
         start += args.warm_s
         end = start + args.seconds
         for _ in range(args.spikes):  # within the window, not in its last 3 s (their alerts are waited for)
@@ -422,10 +436,13 @@ async def _measure(server: Server, args, label: str) -> dict:
         watcher = asyncio.create_task(spike_watch(db, stats, stop, alerted))
         lag: list[float] = []
         ticker = asyncio.create_task(_lag(stop, lag))
+        wal0 = Path(f"{db}-wal").stat().st_size / 2**20 if Path(f"{db}-wal").exists() else 0.0
         cpu0, me0, wall0 = tree_cpu(proc), time.process_time(), time.time()
         await asyncio.gather(*(play(client, r, t0, start, end, stats, sent) for r in runners))
         cpu1, me1, wall1 = tree_cpu(proc), time.process_time(), time.time()
         after = uptime()
+        wal = Path(f"{db}-wal")
+        wal_mib = wal.stat().st_size / 2**20 if wal.exists() else 0.0
         if spy is not None:
             spy.wait()
         await asyncio.sleep(3)  # the last events and alerts on their way
@@ -442,6 +459,7 @@ async def _measure(server: Server, args, label: str) -> dict:
     spike_lat = [1000 * (alerted[k] - t) for k, t in stats["spikes"].items() if k in alerted]
     return {
         "history loaded": f"{history_s} s a job in {loaded:.0f} s",
+        **({"restart": restart} if restart else {}),
         "batches accepted": f"{100 * stats['acked'] / offered:.0f} % of {offered}",
         "POST p50 / p99": f"{pct(stats['post_ms'], 50):.0f} / {pct(stats['post_ms'], 99):.0f} ms",
         "team event p50 / p99": f"{pct(team_lat, 50):.0f} / {pct(team_lat, 99):.0f} ms (n={len(team_lat)})",
@@ -451,6 +469,7 @@ async def _measure(server: Server, args, label: str) -> dict:
         "server CPU": f"{(cpu1 - cpu0) / wall:.2f} of a core",
         "runners' CPU, lag p99": f"{(me1 - me0) / wall:.2f} core, {pct(lag, 99):.0f} ms",
         "viewers' CPU, lag p99": f"{seen['cpu'] / wall:.2f} core, {pct(seen['lag'], 99):.0f} ms",
+        "WAL before / after": f"{wal0:.0f} / {wal_mib:.0f} MiB",
         "errors": str(stats["errors"]),
         "uptime before": before,
         "uptime after": after,
@@ -467,6 +486,7 @@ async def main() -> None:
     ap.add_argument("--warm-s", type=int, default=10, help="unmeasured seconds at 1 Hz before the window")
     ap.add_argument("--history-h", type=float, default=600 / 3600, help="hours of each job's history first")
     ap.add_argument("--spikes", type=int, default=15, help="one-sample spikes injected in the window")
+    ap.add_argument("--restart", action="store_true", help="restart the server after the history")
     ap.add_argument("--py-spy", metavar="PREFIX", help="record each server with py-spy into PREFIX-<run>.txt")
     ap.add_argument("--py-spy-bin", help="the py-spy executable (default: beside this Python)")
     ap.add_argument("--ref", help="a git revision to run the same against first (e.g. HEAD~4, main)")
