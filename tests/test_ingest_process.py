@@ -202,3 +202,25 @@ def test_a_batch_that_cannot_reach_the_store_fails_alone_and_frees_its_place(tmp
         writer.stop()
     with engine.connect() as c:
         assert c.execute(text("SELECT text FROM log_lines")).scalars().all() == ["stored"]
+
+
+def test_a_restarted_server_has_its_store_ready_before_the_running_jobs_next_batch(server_factory, assets):
+    """Runners of running jobs post on through a restart: the store process starts with the server
+    (its first pass finds them running), not with their first batch, which then waits for no start."""
+    import os
+
+    from tunedeck import procs
+    from tunedeck.services.jobs.jobstate import JobState, move
+    from tunedeck.store.db import make_engine
+    from tunedeck.store.tables import JobStatus
+
+    server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
+    job = server.submit({"name": "on", "config": demo_config(assets), "gpus": 0})["id"]
+    engine = make_engine(server.workspace / "tunedeck.db")
+    with JobState(engine).begin() as conn:  # this test plays its runner, alive through the restart
+        me = os.getpid()
+        move(conn, job, JobStatus.running, runner_pid=me, runner_started=procs.create_time(me))
+    engine.dispose()
+    server.stop()
+    server.start()
+    until(lambda: store_of(server), "the store process of a restarted server with a running job")

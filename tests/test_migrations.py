@@ -37,6 +37,11 @@ ROWS: dict[str, list[dict]] = {
             "created_at": "2026-01-01 00:00:00",
             "last_batch_seq": 3,
             "estimate": '{"peak_bytes": 1}',
+            # The team row's summary (0021), as that step fills it from the rows below: no chart
+            # tiles (no peak), the newest sample's device size, the newest line's loss.
+            "total_vram_bytes": 141 * GiB,
+            "last_loss": 3.0,
+            "last_loss_line": 2,
         }
         for j in (1, 2)
     ],

@@ -6,9 +6,12 @@ timed. The row is read from what the database keeps, so a restarted server shows
 from __future__ import annotations
 
 import json
+import math
+import random
+import sqlite3
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from tests.utils.factories import create_job
 from tests.utils.servers import demo_config
@@ -117,3 +120,95 @@ def test_a_team_row_costs_the_same_after_a_long_run_and_survives_a_restart(app_f
     again = steps(app_factory())
     assert [again(j)[0]["peak_vram_bytes"] for j in (short, long, longest)] == [70 * GiB] * 3
     assert again(longest)[0]["last_loss"] == loss(2990)
+
+
+def test_a_team_row_is_kept_by_ingest_and_read_without_the_run(app_factory, assets):
+    """The row's peak, device size and last loss are kept as batches are stored, whatever order they
+    come in or how often (a replayed old batch, one sent twice, a late one holding the peak): equal to
+    what the stored series say, read without touching them, and the same after a restart."""
+    app = app_factory()
+    job = create_job(
+        app.engine,
+        app.settings,
+        config=demo_config(assets),
+        name="kept",
+        gpus=2,
+        node_gpus=2,
+        runner_token=RUNNER,
+    ).id
+    rnd = random.Random(21)
+    used = {ln: [rnd.randint(5 * GiB, 40 * GiB) for _ in (0, 1)] for ln in range(610)}
+    used[123][1] = 77 * GiB  # the peak, in a batch that comes last
+    losses = {ln: rnd.uniform(0.5, 3.0) for ln in range(0, 610, 10)}
+
+    def batch(seq: int, lines: range, *, nan_at: int | None = None) -> None:
+        memory = {
+            "line": [2 * ln + g for ln in lines for g in (0, 1)],
+            "t": [T0 + ln for ln in lines for _ in (0, 1)],
+            "gpu": [g for _ in lines for g in (0, 1)],
+            "used_bytes": [used[ln][g] for ln in lines for g in (0, 1)],
+            "total_bytes": [80 * GiB] * (2 * len(lines)),
+        }
+        metrics = [
+            {
+                "line": ln // 10,
+                "t": T0 + ln,
+                "raw": json.dumps(
+                    {"current_steps": ln // 10 + 1, "loss": math.nan if ln == nan_at else losses[ln]}
+                ),
+            }
+            for ln in lines
+            if ln in losses
+        ]
+        r = app.api.post(
+            f"/api/jobs/{job}/telemetry",
+            json={"seq": seq, "memory": memory, "metrics": metrics},
+            headers=AUTH,
+        )
+        assert r.status_code == 200, r.text
+
+    order = [range(k, k + 50) for k in range(150, 600, 50)]
+    for seq, lines in enumerate(order):
+        batch(seq, lines)
+    batch(3, order[3])  # sent twice
+    batch(20, range(100, 150))  # a replayed old batch: the peak, and older lines than the newest
+    batch(21, range(0, 100))
+
+    def truth() -> dict:
+        with app.engine.connect() as c:
+            peak, size = c.execute(text("SELECT max(used_bytes), max(total_bytes) FROM memory_samples")).one()
+            last = c.execute(
+                text("SELECT loss FROM metric_points WHERE job_id = :j ORDER BY line DESC LIMIT 1"),
+                {"j": job},
+            ).scalar()
+        return {"peak_vram_bytes": peak, "total_vram_bytes": size, "last_loss": last, "nonfinite": None}
+
+    def row(engine) -> tuple[dict, set[str]]:
+        """The row as the team feed reads it, and the tables that read touched."""
+        read: set[str] = set()
+
+        @event.listens_for(engine, "connect")
+        def _watch(dbapi, _record):
+            def seen(action, table, *_):
+                if action == sqlite3.SQLITE_READ:
+                    read.add(table)
+                return sqlite3.SQLITE_OK
+
+            dbapi.set_authorizer(seen)
+
+        engine.dispose()  # new connections, watched
+        (got,) = feed.job_rows(engine, [job])
+        return {k: got[k] for k in ("peak_vram_bytes", "total_vram_bytes", "last_loss", "nonfinite")}, read
+
+    want = truth()
+    assert want["peak_vram_bytes"] == 77 * GiB and want["last_loss"] == losses[590]
+    got, read = row(make_engine(app.settings.db_path))
+    assert got == want
+    assert not read & {"memory_samples", "chart_tiles", "metric_points"}, read
+
+    batch(22, range(600, 610), nan_at=600)  # the newest loss is NaN: the row says so
+    got, _ = row(make_engine(app.settings.db_path))
+    assert got == {**want, "last_loss": None, "nonfinite": {"last_loss": "nan"}}
+    app.stop()
+    again = app_factory()
+    assert row(make_engine(again.settings.db_path))[0] == got

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from tests.alerts.test_streaming import chunked, key
-from tunedeck.alerts import Point, Series, analyze
+from tunedeck.alerts import Point, Run, Series, analyze
 
 GiB = 1024**3
 TOTAL = 192 * GiB
@@ -86,3 +86,22 @@ def test_host_memory_is_named_so():
     assert found["vram_spike"].message.startswith("host memory: 1 transient memory spike")
     assert found["vram_plateau"].message.startswith("host memory: memory settled")
     assert not any("GPU -1" in f.message for f in found.values())
+
+
+def test_a_plateau_read_after_every_batch_is_the_plateau_of_the_samples_so_far():
+    """Read live, after every batch and across the blocks' coarsenings (past 512 and 1024 samples),
+    each read finds what a detector fed the same samples at once finds: what a read keeps between
+    reads (the closed blocks as an array) follows the blocks."""
+    y = np.concatenate([flat(700, 30 * GiB), flat(900, 45 * GiB)])
+    rnd = random.Random(7)
+    live, fed = Run(Series(devices=[0])), 0
+    while fed < len(y):
+        n = rnd.choice([1, 3, 17, 60])
+        t = T0 + np.arange(fed, min(len(y), fed + n))
+        live.feed_memory(0, t, y[fed : fed + len(t)], [TOTAL] * len(t))
+        fed += len(t)
+        if rnd.random() < 0.3 or fed == len(y):
+            whole = Run(Series(devices=[0]))
+            whole.feed_memory(0, T0 + np.arange(fed), y[:fed], [TOTAL] * fed)
+            assert key(live.findings(running=False)) == key(whole.findings(running=False)), fed
+    assert "vram_plateau" in {f.kind for f in live.findings(running=False)}

@@ -240,6 +240,8 @@ class Gpu:
         self.blocks: list[list] = []
         self.block = 1
         self._cur: list | None = None
+        # The closed blocks as an array, made again only when they change (see _block_rows).
+        self._rows: tuple[tuple[int, int], np.ndarray] = ((0, 1), np.empty((0, 8)))
         self.bulk = bulk
         self.skipped = 0  # samples passed over in bulk, nothing up and none rising (benchmarks, tests)
 
@@ -659,6 +661,19 @@ class Gpu:
             )
         ]
 
+    def _block_rows(self) -> np.ndarray:
+        """The plateau's blocks as rows, the open one last. The closed ones are converted when they
+        change (a block closes every `block` samples), not on every read: that conversion was most of
+        a read's cost. Blocks are only appended, or halved into a list of half the length and a
+        doubled `block`, so their count and size name their state."""
+        key = (len(self.blocks), self.block)
+        if self._rows[0] != key:
+            self._rows = (key, np.array(self.blocks, dtype=np.float64).reshape(-1, 8))
+        closed = self._rows[1]
+        if not self._cur:
+            return closed
+        return np.vstack((closed, np.array(self._cur, dtype=np.float64)))
+
     def _plateau_findings(self, j: Judging) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
         least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run).
@@ -674,7 +689,7 @@ class Gpu:
             return []
         if running and ((self.spikes.n and now - self.spikes.recent[-1] <= lim.hold_s) or self.run >= 3):
             return []
-        b = np.array(self.blocks + ([self._cur] if self._cur else []), dtype=np.float64)
+        b = self._block_rows()
         i0, size = b[:, 0], b[:, 3]
         warm = max(5, n // 10)
         after = b[i0 >= warm] if np.any(i0 >= warm) else b[-1:]

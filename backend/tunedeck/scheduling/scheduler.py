@@ -118,6 +118,8 @@ class Scheduler(Worker):
     def tick(self) -> None:
         with Session(self.engine) as session:
             running = list(session.exec(select(Job).where(Job.status == JobStatus.running)))
+            if running:  # (after a restart: their runners post on; the first batch is not held by a start)
+                self.writer.warm()
             for job in running:
                 self._watch(session, job)
             if not self.settings.launch_paused:

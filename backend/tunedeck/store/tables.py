@@ -97,6 +97,15 @@ class Job(JobProgress, JobBase, table=True):
     placement: str | None = Field(default=None, sa_column=Column(Text))
     # An imported run's files (and name and owner) as one hash: the same import again is this job.
     import_key: str | None = None
+    # What the job's team row shows, kept up to date by ingest as each batch is stored (writer.py
+    # `apply_batch`), so a row costs the same after three days as after a minute: the highest memory
+    # sample, the largest device, the loss of the newest line that has one ("nan", "inf" or "-inf"
+    # under `last_loss_nonfinite` when it was not a number) and that line's number.
+    peak_vram_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    total_vram_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    last_loss: float | None = None
+    last_loss_nonfinite: str | None = None
+    last_loss_line: int | None = Field(default=None, sa_type=BigInteger)
 
     def config(self) -> dict[str, Any]:
         """The train.yaml that ran, as a mapping: {} when there is none or it does not parse."""

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, Engine, bindparam, text
+from sqlalchemy import Connection, Engine
 from sqlmodel import Session
 
 from tunedeck.alerts import PROBLEM_KINDS, SEVERITIES
 from tunedeck.schemas import AlertSummary, JobOut
+from tunedeck.store import bulk
 from tunedeck.store.tables import Job
 
-_BY_JOB = text(
-    "SELECT job_id, kind, severity, count(*), sum(open) FROM alerts WHERE job_id IN :ids "
+# Plain SQL on the driver's cursor: every team row and job event reads it, and SQLAlchemy's expanding
+# IN costs several times the query.
+_BY_JOB = (
+    "SELECT job_id, kind, severity, count(*), sum(open) FROM alerts WHERE job_id IN ({}) "
     "GROUP BY job_id, kind, severity"
-).bindparams(bindparam("ids", expanding=True))
+)
+_CHUNK = 900  # SQLite's bound-parameter limit, with room
 
 
 def summaries(conn: Connection, job_ids: Iterable[int]) -> dict[int, AlertSummary]:
@@ -27,10 +31,18 @@ def summaries(conn: Connection, job_ids: Iterable[int]) -> dict[int, AlertSummar
     opened = dict.fromkeys(ids, 0)
     kinds: dict[int, set[str]] = {i: set() for i in ids}
     if ids:
-        for job_id, kind, severity, n, n_open in conn.execute(_BY_JOB, {"ids": ids}):
-            counts[job_id][severity] = counts[job_id].get(severity, 0) + n
-            opened[job_id] += int(n_open or 0)
-            kinds[job_id].add(kind)
+        db = bulk.driver_cursor(conn)
+        try:
+            for at in range(0, len(ids), _CHUNK):
+                part = ids[at : at + _CHUNK]
+                for job_id, kind, severity, n, n_open in db.execute(
+                    _BY_JOB.format(", ".join("?" * len(part))), part
+                ):
+                    counts[job_id][severity] = counts[job_id].get(severity, 0) + n
+                    opened[job_id] += int(n_open or 0)
+                    kinds[job_id].add(kind)
+        finally:
+            db.close()
     out = {}
     for i in ids:
         known = [s for s in SEVERITIES if s in counts[i]]

@@ -6,7 +6,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, text
 from sqlmodel import Session, col, select
 
 from tunedeck.schemas import MemoryGpu
@@ -31,18 +30,6 @@ GPUS = (
     DEVICES
     + """SELECT m.node, m.gpu, m.name, m.total_bytes FROM g JOIN memory_samples m ON m.id = (
   SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
-"""
-)
-# The job's peak over every device and the largest device size, a few seeks a device, however long
-# the run: each device's peak from its top chart tile (which retention keeps; its series named as
-# `pyramid.memory_key` names it), its size from its newest sample.
-PEAK = (
-    DEVICES
-    + """SELECT CAST(max((SELECT max(y_max) FROM chart_tiles WHERE job_id = :job AND level = :top AND series =
-    CASE g.node WHEN '' THEN 'memory.' || g.gpu ELSE 'memory.' || g.node || '/' || g.gpu END)) AS INTEGER),
-  max((SELECT total_bytes FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu
-    ORDER BY t DESC LIMIT 1))
-FROM g
 """
 )
 RAW = (
@@ -99,12 +86,6 @@ def gpus_of(session: Session, job_id: int, node: str | None = None) -> list[Memo
         return out
     finally:
         cur.close()
-
-
-def peak(conn: Connection, job_id: int) -> tuple[int | None, int | None]:
-    """The job's highest sample over all its devices and the largest device size (None: no samples)."""
-    row = conn.execute(text(PEAK), {"job": job_id, "top": pyramid.LEVELS}).one()
-    return row[0], row[1]
 
 
 def _rows(cur, ids: list[int]) -> dict[int, SimpleNamespace]:

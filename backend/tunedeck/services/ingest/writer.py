@@ -9,6 +9,7 @@ file, is stored once.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
 import threading
@@ -103,6 +104,37 @@ def insert_memory(conn: Connection, job_id: int, cols: dict[str, list], node: st
     _insert(conn, MEMORY.name, ("job_id", "node", *names), rows, "job_id, node, gpu, t, line")
 
 
+def summarise(conn: Connection, job_id: int, points: list[dict[str, Any]], cols: dict[str, list]) -> None:
+    """What the job's team row shows, brought up to date with one batch: the peak over its samples, the
+    largest device, the loss of its newest line that has one (only if newer than the one kept). Each
+    is a max, or kept by line number, so a batch sent twice or replayed late changes nothing, and the
+    team feed reads the row instead of the run (services/live/feed.py)."""
+    used = cols.get("used_bytes")
+    if used:
+        sizes = [x for x in cols.get("total_bytes") or () if x is not None]
+        conn.exec_driver_sql(SUMMARY_PEAK, (max(used), max(sizes) if sizes else None, job_id))
+    newest = None
+    for r in points:  # (a batch's lines in any order: the largest line wins)
+        bad = json.loads(r["nonfinite"]).get("loss") if r["nonfinite"] else None
+        if (r["loss"] is not None or bad is not None) and (newest is None or r["line"] > newest[0]):
+            newest = (r["line"], r["loss"], bad)
+    if newest is not None:
+        line, loss, bad = newest
+        conn.exec_driver_sql(SUMMARY_LOSS, (loss, bad, line, job_id, line))
+
+
+# Plain SQL, run once or twice a batch (a Core update() costs more to build than to run). SQLite's
+# max() of several arguments is NULL if any is: the coalesce keeps an unknown size unknown.
+SUMMARY_PEAK = (
+    "UPDATE jobs SET peak_vram_bytes = max(coalesce(peak_vram_bytes, 0), ?), total_vram_bytes = "
+    "coalesce(max(coalesce(total_vram_bytes, 0), ?), total_vram_bytes) WHERE id = ?"
+)
+SUMMARY_LOSS = (
+    "UPDATE jobs SET last_loss = ?, last_loss_nonfinite = ?, last_loss_line = ? "
+    "WHERE id = ? AND (last_loss_line IS NULL OR last_loss_line < ?)"
+)
+
+
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
     if cancelled:
         return JobStatus.cancelled
@@ -134,7 +166,9 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     logs = [(job_id, g["line"], g["t"], g["stream"], g["text"]) for g in batch.get("logs", ())]
     if logs:
         _insert(conn, LOGS.name, ("job_id", "line", "t", "stream", "text"), logs, "job_id, line")
-    insert_memory(conn, job_id, memory_columns(batch.get("memory")), batch.get("node") or "")
+    cols = memory_columns(batch.get("memory"))
+    insert_memory(conn, job_id, cols, batch.get("node") or "")
+    summarise(conn, job_id, rows, cols)
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
         conn.execute(
             update(JOBS)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine, text
 from sqlmodel import Session, col, select
 from sse_starlette.event import ServerSentEvent
 
@@ -24,7 +25,7 @@ from tunedeck.contract.lflog import METRICS
 from tunedeck.planning.queueplan import Spot
 from tunedeck.schemas import AlertOut
 from tunedeck.services.alerting.summary import job_outs
-from tunedeck.services.charts import memory as memory_charts
+from tunedeck.store import bulk
 from tunedeck.store.tables import Job, JobStatus
 
 ROW_TTL_S = 1.0
@@ -77,34 +78,18 @@ class Event:
         return self._wire
 
 
-def _rows(conn: Connection, sql: str, **params: Any) -> list[dict]:
-    return [dict(r._mapping) for r in conn.execute(text(sql), params)]
-
-
-def job_extras(conn: Connection, job_id: int) -> dict:
-    """The jobs page's columns beyond JobOut (whose `alerts` the badge reads): last loss, peak VRAM."""
-    out: dict[str, Any] = {
-        "last_loss": None,
-        "peak_vram_bytes": None,
-        "total_vram_bytes": None,
-        "nonfinite": None,
+def job_extras(job: Job) -> dict:
+    """The jobs page's columns beyond JobOut (whose `alerts` the badge reads): last loss, peak VRAM.
+    Ingest keeps them on the job as it stores each batch (writer.summarise): a row read here costs
+    the same however long the run (a max() over the samples read them all, every batch). An inf or
+    NaN loss is the newest loss too: the row says so (strictjson's `nonfinite`)."""
+    bad = job.last_loss_nonfinite
+    return {
+        "last_loss": job.last_loss,
+        "peak_vram_bytes": job.peak_vram_bytes,
+        "total_vram_bytes": job.total_vram_bytes,
+        "nonfinite": {"last_loss": bad} if bad else None,
     }
-    # (job_id, line) is unique, hence indexed: the newest loss is found from the end. An inf or NaN
-    # loss is the newest loss too: the row says so (strictjson's `nonfinite`).
-    row = conn.execute(
-        text(
-            "SELECT loss, json_extract(nonfinite, '$.loss') FROM metric_points WHERE job_id=:j AND "
-            "(loss IS NOT NULL OR json_extract(nonfinite, '$.loss') IS NOT NULL) ORDER BY line DESC LIMIT 1"
-        ),
-        {"j": job_id},
-    ).first()
-    if row is not None:
-        out["last_loss"] = row[0]
-        out["nonfinite"] = {"last_loss": row[1]} if row[1] else None
-    # Each device's top chart tile and newest sample: what a batch costs the team page does not grow
-    # with the run's length (a max() over the samples read them all, every batch).
-    out["peak_vram_bytes"], out["total_vram_bytes"] = memory_charts.peak(conn, job_id)
-    return out
 
 
 Queue = Callable[[Session], Mapping[int, Spot]]  # queued jobs' places (the scheduler's `queue`)
@@ -125,9 +110,8 @@ def job_rows(
         spots = (
             queue(session) if queue is not None and any(j.status == JobStatus.queued for j in jobs) else {}
         )
-        conn = session.connection()
         by_id = {
-            j.id: {**out.placed(spots).model_dump(mode="json"), **job_extras(conn, j.id)}
+            j.id: {**out.placed(spots).model_dump(mode="json"), **job_extras(j)}
             for j, out in zip(jobs, job_outs(session, jobs))
         }
     rows = [by_id[i] for i in job_ids if i in by_id]
@@ -171,6 +155,19 @@ def team_events(
     return [Event("jobs", rows, str(cur))], cur
 
 
+KINDS: list[tuple[str, str, str]] = [  # a job stream's kinds: event name, cursor letter, rows
+    ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
+    ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
+    ("memory", "s", "SELECT * FROM memory_samples"),
+    ("alerts", "a", "SELECT * FROM alerts"),
+]
+
+
+def _one(db: sqlite3.Cursor, sql: str, **params: Any) -> Any:
+    row = db.execute(sql, params).fetchone()
+    return row[0] if row is not None else None
+
+
 def job_events(
     engine: Engine, job_id: int, cur: Cursor, *, limit: int, queue: Queue | None = None
 ) -> tuple[list[Event], Cursor, bool]:
@@ -180,40 +177,39 @@ def job_events(
     events: list[Event] = []
     more = False
     with engine.connect() as conn:
-        # The job row first, so a page sees `running` before that run's first points.
-        seq = conn.execute(
-            text("SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s"), {"j": job_id, "s": cur.j}
-        ).scalar()
-        if conn.execute(text("SELECT status FROM jobs WHERE id=:j"), {"j": job_id}).scalar() == "queued":
-            # Seqs only grow: the newest of all is past this job's own, and its next change is past that.
-            seq = conn.execute(text("SELECT max(seq) FROM job_changes WHERE seq > :s"), {"s": cur.j}).scalar()
-        kinds: list[tuple[str, str, str]] = [
-            ("metrics", "m", f"SELECT id, step, t, {', '.join(METRICS)}, nonfinite FROM metric_points"),
-            ("logs", "l", "SELECT id, t, stream, text FROM log_lines"),
-            ("memory", "s", "SELECT * FROM memory_samples"),
-            ("alerts", "a", "SELECT * FROM alerts"),
-        ]
-        batches = []
-        for name, letter, sql in kinds:
-            after = getattr(cur, letter)
-            # Caught up (after > 0): walk the rowid from the cursor, a few rows. From the start: the
-            # job_id index. (`+job_id` keeps SQLite off that index, which would sort the whole job.)
-            job_col = "+job_id" if after else "job_id"
-            rows = _rows(
-                conn,
-                f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
-                after=after,
-                j=job_id,
-                n=limit,
-            )
-            if name == "alerts":  # as GET /api/jobs/{id}/alerts gives them: `change` an object, `open` a bool
-                rows = [AlertOut.model_validate(r).model_dump(mode="json") for r in rows]
-            for r in rows:
-                r.pop("job_id", None)
-                if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
-                    r["nonfinite"] = json.loads(r["nonfinite"])
-            more = more or len(rows) == limit
-            batches.append((name, letter, rows))
+        # The driver's own cursor: a job page reads after every batch of its job, and SQLAlchemy's
+        # statement and result handling cost several times the reads themselves.
+        db = bulk.driver_cursor(conn)
+        try:
+            # The job row first, so a page sees `running` before that run's first points.
+            seq = _one(db, "SELECT seq FROM job_changes WHERE job_id=:j AND seq > :s", j=job_id, s=cur.j)
+            if _one(db, "SELECT status FROM jobs WHERE id=:j", j=job_id) == "queued":
+                # Seqs only grow: the newest of all is past this job's own, and its next change is past that.
+                seq = _one(db, "SELECT max(seq) FROM job_changes WHERE seq > :s", s=cur.j)
+            batches = []
+            for name, letter, sql in KINDS:
+                after = getattr(cur, letter)
+                # Caught up (after > 0): walk the rowid from the cursor, a few rows. From the start: the
+                # job_id index. (`+job_id` keeps SQLite off that index, which would sort the whole job.)
+                job_col = "+job_id" if after else "job_id"
+                db.execute(
+                    f"{sql} WHERE id > :after AND {job_col} = :j ORDER BY id LIMIT :n",
+                    {"after": after, "j": job_id, "n": limit},
+                )
+                names = [d[0] for d in db.description]
+                rows = [dict(zip(names, r)) for r in db.fetchall()]
+                if (
+                    name == "alerts"
+                ):  # as GET /api/jobs/{id}/alerts gives them: `change` an object, `open` a bool
+                    rows = [AlertOut.model_validate(r).model_dump(mode="json") for r in rows]
+                for r in rows:
+                    r.pop("job_id", None)
+                    if r.get("nonfinite"):  # stored as JSON text: sent as the object it is
+                        r["nonfinite"] = json.loads(r["nonfinite"])
+                more = more or len(rows) == limit
+                batches.append((name, letter, rows))
+        finally:
+            db.close()
     if seq is not None:
         cur.j = seq
         for row in job_rows(engine, [job_id], seq=seq, queue=queue):  # none if the job was just deleted
