@@ -253,6 +253,31 @@ class LogPage(BaseModel):
     next: int | None
 
 
+class CompareLast(BaseModel):
+    """Where a job ended: each column's last logged value (null: never logged)."""
+
+    step: int | None
+    loss: float | None
+    eval_loss: float | None = PField(description="the last evaluation's loss (eval lines log no loss)")
+    grad_norm: float | None
+    throughput: float | None = PField(description="tokens/s")
+
+
+class CompareJob(BaseModel):
+    id: int
+    name: str
+    status: JobStatus
+    last: CompareLast
+
+
+class CompareOut(BaseModel):
+    jobs: list[CompareJob] = PField(description="in the order asked")
+    differ: dict[str, dict[str, Any]] = PField(
+        description="train.yaml keys whose values differ (output_dir aside): key, then job id, then the "
+        "whole value (null: the job does not set it)"
+    )
+
+
 class JobConfigOut(BaseModel):
     train_yaml: str
     ds_config: str | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -41,7 +42,7 @@ def serve(
     if why := writes_are_safe(settings):
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(2)
-    _run_server(settings)
+    _run_server(*_listen(settings))
 
 
 class _QuietAccess:
@@ -51,7 +52,21 @@ class _QuietAccess:
         return not any(p in record.getMessage() for p in ("/telemetry ", "/api/stream"))
 
 
-def _run_server(settings: Settings) -> None:
+def _listen(settings: Settings) -> tuple[Settings, socket.socket]:
+    """The server's socket, bound before the app is built, and the settings naming the port bound:
+    with TUNEDECK_PORT=0 the system picks a free one, and every URL (the one printed, the one each
+    runner is given) must name that port, not 0."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    try:
+        sock = socket.create_server((settings.host, settings.port), family=family)
+    except OSError as e:
+        typer.echo(f"error: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}", err=True)
+        raise typer.Exit(2) from None
+    port = sock.getsockname()[1]
+    return (settings if port == settings.port else settings.model_copy(update={"port": port})), sock
+
+
+def _run_server(settings: Settings, sock: socket.socket) -> None:
     import gc
     import logging
 
@@ -72,7 +87,10 @@ def _run_server(settings: Settings) -> None:
         gc.freeze()
         gc.enable()
     logging.getLogger("uvicorn.access").addFilter(_QuietAccess())
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info")
+    # Given a socket, uvicorn names no address: this line does, with the port bound.
+    typer.echo(f"serving on {settings.url} (bound to {settings.host}:{settings.port})")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _settings(**overrides) -> Settings:
@@ -170,12 +188,16 @@ def logs(
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per line (stream, time, text)")
     ] = False,
+    grep: Annotated[
+        str | None, typer.Option("--grep", help="only lines holding this text (any case)")
+    ] = None,
     server: ServerOpt = None,
 ) -> None:
     """Print a job's output; --follow keeps printing until the job ends."""
     after, ended = None, False
     while True:
-        page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params={"after": after} if after else {})
+        params = {k: v for k, v in {"after": after, "q": grep}.items() if v}
+        page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params=params)
         for line in page["lines"]:
             typer.echo(json.dumps(line) if as_json else line["text"])
         after = page["next"]
@@ -228,31 +250,37 @@ def demo(
         return
     import httpx
 
+    def answers(url: str) -> bool:
+        try:
+            httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+            return True
+        except httpx.HTTPError:
+            return False
+
+    # A server already on the port gets the demo job; otherwise one starts here, on the port it
+    # binds (TUNEDECK_PORT=0: a free one), and every URL printed names that port.
+    running = settings.port != 0 and answers(settings.url)
+    sock = None
+    if not running:
+        settings, sock = _listen(settings)
     url = settings.url
-    try:
-        httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
-        running = True
-    except httpx.HTTPError:
-        running = False
 
     def submit_when_up() -> None:
         for _ in range(600):
-            try:
-                httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+            if answers(url):
                 break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+            time.sleep(0.2)
         try:
             submit(file=None, preset="demo_cpu", name="demo", gpus=None, deepspeed=None, server=url)
             typer.echo(f"dashboard: {url}   API docs: {url}/docs")
         except typer.Exit:
-            typer.echo("submitting the demo job failed", err=True)
+            typer.echo(f"submitting the demo job to {url} failed", err=True)
 
-    if running:
+    if sock is None:
         submit_when_up()
         return
     threading.Thread(target=submit_when_up, daemon=True).start()
-    _run_server(settings)
+    _run_server(settings, sock)
 
 
 token_app = typer.Typer(

@@ -18,7 +18,7 @@ from tunedeck.problems import SpecError, detail
 from tunedeck.schemas import JobSpec
 from tunedeck.services.errors import Conflict
 from tunedeck.services.jobs import checkpoints
-from tunedeck.services.jobs.records import create_job
+from tunedeck.services.jobs.records import create_job, like
 from tunedeck.store.tables import Job, JobStatus
 
 
@@ -167,7 +167,7 @@ def search(
     if after is not None:
         query = query.where(col(Job.id) < after)
     if q:
-        pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = like(q)
         query = query.where(
             or_(col(Job.name).ilike(pattern, escape="\\"), col(Job.notes).ilike(pattern, escape="\\"))
         )
