@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tunedeck.contract.output import clean
-from tunedeck.runner.main import failure_cause
+from tunedeck.runner.causes import failure_cause
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 
 
