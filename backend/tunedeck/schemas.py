@@ -184,6 +184,9 @@ class JobOut(JobBase):
         "diverged or stayed stuck (alerts.problems)"
     )
     priority: int = 0
+    pinned: list[int] | None = PField(
+        None, description="the GPU ids its spec pins (`devices`): it starts only on them"
+    )
     queue_position: int | None = PField(None, description="a queued job's place in line: 1 starts next")
     waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
@@ -197,7 +200,8 @@ class JobOut(JobBase):
             "stopped": stop_message(job),
             "alerts": alerts,
             "verdict": "succeeded_with_problems" if troubled else job.status.value,
-            "priority": asked(job).priority,
+            "priority": (want := asked(job)).priority,
+            "pinned": list(want.devices) if want.devices else None,
         }
         return cls.model_validate(job, from_attributes=True, update=computed)
 

@@ -27,7 +27,36 @@ _call = call  # the name the verbs below were written with
 def _line(job: dict) -> str:
     p = job.get("progress") or {}
     prog = f"{p['current_steps']}/{p['total_steps']}" if p.get("total_steps") else "-"
-    return f"{job['id']:>5}  {job['status']:<10} {prog:>11}  gpus={job['gpus']}  {job['name']}"
+    line = f"{job['id']:>5}  {job['status']:<10} {prog:>11}  gpus={job['gpus']}  priority={job.get('priority', 0)}"
+    if job.get("pinned"):
+        line += f"  devices={','.join(map(str, job['pinned']))}"
+    line += f"  {job['name']}"
+    if job.get("queue_position") is not None:  # a queued job: its place in line and what it waits for
+        line += f"  (#{job['queue_position']} in line: {job.get('waiting_for') or '-'})"
+    return line
+
+
+def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    """--env KEY=VALUE options as a mapping (exit 2, naming it, for one without `=`)."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            typer.echo(f"error: --env {pair!r}: give KEY=VALUE", err=True)
+            raise typer.Exit(2)
+        env[key] = value
+    return env
+
+
+def _device_ids(text: str | None) -> list[int] | None:
+    """--devices 0,1 as GPU ids (exit 2 for anything but numbers)."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        typer.echo(f"error: --devices {text!r}: give GPU ids separated by commas (0,1)", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -113,6 +142,14 @@ def submit(
     server: ServerOpt = None,
     kind: Annotated[str, typer.Option(help="train | eval | predict | export | chat")] = "train",
     nodes: Annotated[int, typer.Option(help="nodes the job spans, --gpus on each (ray executor)")] = 1,
+    priority: Annotated[int, typer.Option(help="0-10: higher starts first (equal: in submit order)")] = 0,
+    devices: Annotated[
+        Optional[str], typer.Option(help="exactly these GPU ids, e.g. 0,1 (the job waits for them)")
+    ] = None,
+    env: Annotated[
+        Optional[list[str]],
+        typer.Option("--env", help="KEY=VALUE for the trainer (NCCL_*, HSA_*, ...), repeatable"),
+    ] = None,
 ) -> None:
     """Submit a fine-tune (or an eval, predict, export or chat job) from a YAML file or a preset."""
     from tunedeck.checks.spec import load_yaml
@@ -141,6 +178,9 @@ def submit(
             "deepspeed": ds,
             "gpus": gpus,
             "nodes": nodes,
+            "priority": priority,
+            "env": _env_pairs(env),
+            **({"devices": ids} if (ids := _device_ids(devices)) is not None else {}),
         },
     )
     for w in job.get("warnings", []):
@@ -148,6 +188,17 @@ def submit(
     for f in job.get("findings", []):  # lint warnings and notes
         typer.echo(f"{f['severity']}: {f['code']} {f['path']}: {f['message']} (fix: {f['fix']})", err=True)
     typer.echo(f"submitted job {job['id']} ({job['status']})")
+
+
+@app.command()
+def priority(
+    job_id: int,
+    value: Annotated[int, typer.Argument(help="0-10: higher starts first")],
+    server: ServerOpt = None,
+) -> None:
+    """Change a queued job's priority (its owner or an admin)."""
+    job = _call(server, "PATCH", f"/api/jobs/{job_id}", json={"priority": value})
+    typer.echo(_line(job))
 
 
 @app.command()
