@@ -132,3 +132,33 @@ def test_paths_no_os_call_takes_are_a_422_at_the_parameter(server):
     assert ("query", "model") in by_loc(
         server.api.get("/api/ui/model-templates", params={"model": "m" * 3000})
     )
+
+
+def test_a_dataset_with_no_dataset_info_is_refused_naming_what_exists(app_factory, assets):
+    """The seed guide's `dataset: identity` on a fresh install: no dataset_info.json anywhere it looks.
+    Refused at submit (it used to be a warning, and the run died ~80 s in), naming what exists."""
+    app = app_factory()
+    data = assets / "demo" / "data"
+    config = demo_config(assets, dataset="identity")
+    config.pop("dataset_dir")  # LLaMA-Factory's default: the workspace's data folder, not there
+    d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]
+    assert d["code"] == "LF015" and "'identity' cannot be found" in d["msg"], d
+    assert f"demo_identity, demo_identity_small (in {data})" in d["msg"], d  # what the server has
+    ws_info = app.workspace / "data" / "dataset_info.json"
+    fix = d["msg"].split(" — fix: ")[1]
+    assert f"add 'identity' to {ws_info}" in fix and '"file_name": "identity.json"' in fix, d
+    # A name another folder defines: the fix is that folder.
+    config["dataset"] = "demo_identity"
+    d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]
+    assert d["msg"].endswith(
+        f"fix: set `dataset_dir: {data}` (its dataset_info.json defines 'demo_identity')"
+    ), d
+    # A dataset_info.json that is not JSON fails the run as surely: refused too, saying why.
+    ws_info.parent.mkdir()
+    ws_info.write_text("{not json")
+    d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]
+    assert "is not valid JSON" in d["msg"], d
+    # The one the fix names is taken.
+    r = app.api.post("/api/jobs", json={"name": "seed", "config": {**config, "dataset_dir": str(data)}})
+    assert r.status_code == 201, r.text
+    assert app.api.get("/api/jobs").json()["jobs"][0]["name"] == "seed"
