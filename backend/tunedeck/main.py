@@ -27,6 +27,7 @@ from tunedeck.api import (
 )
 from tunedeck.api import chat as chat_api
 from tunedeck.api import compare as compare_api
+from tunedeck.api import datasets as datasets_api
 from tunedeck.api import lifecycle as lifecycle_api
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
@@ -181,6 +182,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         runs_api,
         results_api,
         compare_api,
+        datasets_api,
         chat_api,
         prometheus,
     ):

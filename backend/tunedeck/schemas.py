@@ -257,6 +257,20 @@ class LogPage(BaseModel):
     next: int | None
 
 
+class DatasetOut(BaseModel):
+    name: str = PField(description="the name a job's `dataset` gives")
+    dataset_dir: str = PField(description="the folder whose dataset_info.json defines it")
+    formatting: str = PField(description="alpaca or sharegpt, as its entry says")
+    file: str | None
+    size_bytes: int | None
+    rows: int | None = PField(description="rows of a .json or .jsonl file (null: not counted)")
+    problem: str | None = PField(description="why its file is not measured, where it is not")
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetOut]
+
+
 class CompareLast(BaseModel):
     """Where a job ended: each column's last logged value (null: never logged)."""
 

@@ -90,3 +90,58 @@ def summary(settings: Settings, *, limit: int = 10) -> str:
         if f.names
     ]
     return "; ".join(parts[:5]) if parts else "none"
+
+
+COUNT_MAX_BYTES = 64 << 20  # a file larger than this is listed with its size and no row count
+
+
+def entries(settings: Settings) -> list[dict[str, Any]]:
+    """Every dataset of every folder: its file, format, size and row count (None where not counted:
+    a hub dataset, a file too large to count, one that cannot be read, saying why)."""
+    from tunedeck.checks import reach
+
+    out = []
+    for f in folders(settings):
+        for name, entry in sorted(f.names.items()):
+            entry = entry if isinstance(entry, dict) else {}
+            row: dict[str, Any] = {
+                "name": name,
+                "dataset_dir": str(f.path),
+                "formatting": entry.get("formatting", "alpaca"),
+                "file": None,
+                "size_bytes": None,
+                "rows": None,
+                "problem": None,
+            }
+            file_name = entry.get("file_name")
+            if not isinstance(file_name, str) or not file_name or "\0" in file_name:
+                row["problem"] = "no local file (a hub dataset, or no file_name)"
+            elif (path := reach.confine(str(f.path / file_name), settings)) is None:
+                row["problem"] = f"{file_name!r} is outside the allowed roots"
+            else:
+                row["file"] = str(path)
+                row.update(_measure(path))
+            out.append(row)
+    return out
+
+
+def _measure(path: Path) -> dict[str, Any]:
+    try:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        size = sum(p.stat().st_size for p in files)
+    except OSError as e:
+        return {"problem": f"cannot read it: {e.strerror or e}"}
+    if size > COUNT_MAX_BYTES or len(files) != 1 or files[0].suffix not in (".json", ".jsonl"):
+        return {"size_bytes": size}
+    try:
+        if files[0].suffix == ".jsonl":
+            with files[0].open("rb") as fh:
+                rows = sum(1 for line in fh if line.strip())
+        else:
+            import json
+
+            data = json.loads(files[0].read_bytes())
+            rows = len(data) if isinstance(data, list) else 1
+    except (OSError, ValueError) as e:
+        return {"size_bytes": size, "problem": f"not valid JSON: {e}"}
+    return {"size_bytes": size, "rows": rows}
