@@ -131,6 +131,13 @@ class SlurmCluster:
         return out
 
     def stop(self) -> None:
+        """Every job of the cluster ended first (slurmstepd outlives slurmd: its steps would run on),
+        then the daemons by their pids."""
+        try:
+            self.run("scancel", "--full", "--signal=KILL", "--user=root")
+            until(lambda: not self.run("squeue", "-h", "-o", "%i").strip(), "no job left on the cluster", 60)
+        except (subprocess.CalledProcessError, AssertionError):
+            pass  # a controller that does not answer: its daemons go below all the same
         for pid in self.pids():
             try:
                 os.kill(pid, signal.SIGTERM)

@@ -1,5 +1,5 @@
 """Jobs on a two-node Slurm cluster (tests/slurm/conftest.py): the submit checks against what Slurm
-says, a 1-node job through sbatch and srun, a 2-node ZeRO-3 job that waits with Slurm's reason while
+says, a 1-node job through sbatch and srun, a 2-node job that waits with Slurm's reason while
 the nodes are held, trains across both nodes through a server kill -9 and restart, and a cancel that
 leaves nothing running. Real LLaMA-Factory runs of the tiny model, one shared server.
 """
@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.utils.servers import CONFIGS, demo_config, job_processes
+from tests.utils.servers import demo_config, job_processes
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 ENDED = ("succeeded", "failed", "cancelled")
-
-
-def zero3() -> dict:
-    ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
-    ds["fp16"]["enabled"] = False  # the CPU
-    return ds
 
 
 def slurm_id(job: dict) -> str:
@@ -81,3 +75,69 @@ def test_a_one_node_job_trains_through_sbatch_and_srun(slurm_server, assets):
     assert script == (Path(job["run_dir"]) / "slurm.sh").read_text()
     assert not list(Path(job["run_dir"]).glob("runner.token*"))  # each token file is read once, then gone
     assert until(lambda: not left(job), "no process of the job left")
+
+
+def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
+    slurm_cluster, slurm_server, assets
+):
+    """Two 1-node jobs hold both nodes; a 2-node job (torchrun across the nodes, DDP over gloo: a
+    ZeRO-3 run would first compile DeepSpeed's CPU op, a minute or more here) waits with Slurm's reason, starts when they
+    end, trains across both nodes through a server kill -9 and restart, and a cancel stops both ranks
+    after a step with the adapter saved, leaving nothing running and nothing in Slurm's queue."""
+    small = [
+        slurm_server.submit({"name": f"small {i}", "config": demo_config(assets, max_steps=6), "gpus": 1})
+        for i in range(2)
+    ]
+    wide = slurm_server.submit(
+        {
+            "name": "wide",
+            "config": demo_config(assets, max_steps=2000, save_steps=1000, eval_steps=1000),
+            "gpus": 1,
+            "nodes": 2,
+        }
+    )
+    for job in small:
+        slurm_server.wait(job["id"], ("running",), timeout=300)
+
+    def waiting() -> str | None:
+        got = slurm_server.api.get(f"/api/jobs/{wide['id']}").json()
+        return (
+            got["status"] == "queued"
+            and (got["waiting_for"] or "").startswith("Slurm job")
+            and got["waiting_for"]
+        )
+
+    said = until(waiting, "the 2-node job waiting with Slurm's reason")
+    assert "pending" in said and ("Resources" in said or "Priority" in said), said
+    for job in small:
+        done = slurm_server.wait(job["id"], ENDED, timeout=300)
+        assert done["status"] == "succeeded", done
+
+    slurm_server.wait(wide["id"], ("running",), timeout=300)
+    seen = len(
+        until(lambda: slurm_server.all(wide["id"], "metrics"), "the 2-node job's first points", timeout=300)
+    )
+    slurm_server.kill()  # Slurm holds the job: training goes on without the server
+    slurm_server.start()
+    until(
+        lambda: len(slurm_server.all(wide["id"], "metrics")) > seen, "points after the restart", timeout=300
+    )
+    assert slurm_server.api.get(f"/api/jobs/{wide['id']}").json()["status"] == "running"
+
+    assert slurm_server.api.post(f"/api/jobs/{wide['id']}/cancel").status_code == 200
+    job = slurm_server.wait(wide["id"], ENDED, timeout=300)
+    assert job["status"] == "cancelled" and job["exit_code"] == 0, job  # stopped after a step
+    assert (Path(job["output_dir"]) / "adapter_model.safetensors").exists()
+    assert_points_are_rank0s(slurm_server, job)  # nothing lost across the restart
+    devices = slurm_server.api.get(f"/api/jobs/{wide['id']}/memory").json()["gpus"]
+    assert {d["node"] for d in devices} == {"n1", "n2"}, devices  # one series per node
+    logs = " ".join(g["text"] for g in slurm_server.all(job["id"], "logs"))
+    assert "[rank 1]" in logs and "SIGABRT" in logs and "world size: 2" in logs, logs[-2000:]
+    assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)
+    sid = slurm_id(job)
+    assert until(
+        lambda: (
+            slurm_cluster.run("squeue", "-h", "-j", sid, "-t", "all", "-o", "%T").strip() in ("", "COMPLETED")
+        ),
+        "the Slurm job ended",
+    )
