@@ -59,6 +59,24 @@ def test_a_job_that_can_never_fit_is_refused_naming_what_exists(slurm_server, as
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-2:] == ["slurm", "account"], r.text
 
 
+def test_the_nodes_page_lists_slurms_nodes_with_a_drained_ones_reason(slurm_cluster, slurm_server):
+    def listed() -> dict:
+        r = slurm_server.api.get("/api/nodes")
+        assert r.status_code == 200, r.text
+        return {n["name"]: n for n in r.json()}
+
+    nodes = listed()
+    assert nodes.keys() == {"n1", "n2"} and all(n["backend"] == "slurm" for n in nodes.values()), nodes
+    assert [len(n["gpus"]) for n in nodes.values()] == [1, 1] and nodes["n1"]["address"] == "127.0.0.1"
+    slurm_cluster.run("scontrol", "update", "nodename=n2", "state=drain", "reason=disk swap")
+    try:
+        drained = until(lambda: "DRAIN" in (n := listed()["n2"])["state"] and n, "n2 drained on the page")
+        assert "drained" in drained["reason"] and "disk swap" in drained["reason"], drained
+    finally:
+        slurm_cluster.run("scontrol", "update", "nodename=n2", "state=resume")
+    until(lambda: listed()["n2"]["reason"] is None, "n2 back")
+
+
 def test_a_one_node_job_trains_through_sbatch_and_srun(slurm_server, assets):
     created = slurm_server.submit(
         {"name": "one", "config": demo_config(assets, max_steps=10), "gpus": 1, "slurm": {"time": "10:00"}}
@@ -114,6 +132,8 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
         assert done["status"] == "succeeded", done
 
     slurm_server.wait(wide["id"], ("running",), timeout=300)
+    held = {n["name"]: n["jobs"] for n in slurm_server.api.get("/api/nodes").json()}
+    assert held == {"n1": [wide["id"]], "n2": [wide["id"]]}, held  # the nodes page names the holder
     seen = len(
         until(lambda: slurm_server.all(wide["id"], "metrics"), "the 2-node job's first points", timeout=300)
     )
