@@ -68,6 +68,13 @@ if [ "$WANT" = "dev" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
       || echo "warning: chromium could not be installed; browser tests will be skipped"
   fi
+  # tests/slurm run a two-node Slurm cluster on this machine (tests/slurm/conftest.py): Debian's
+  # slurm-wlm and munge, installed only as root (the daemons run as root there).
+  if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Debian's slurm-wlm and munge for the Slurm tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      slurm-wlm munge >/dev/null) || echo "warning: Slurm could not be installed; Slurm tests will be skipped"
+  fi
 fi
 # The pages' chart library: plotly.js's basic bundle, a quarter of the full one to download and compile.
 # Offline the server serves the plotly package's full bundle instead, and setup goes on.

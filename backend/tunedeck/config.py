@@ -10,6 +10,12 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# What a Slurm name (partition, account, QOS) and a time limit may look like: checked before any of
+# them reaches a batch script (the executor quotes them too).
+SLURM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+SLURM_TIME = r"^(\d{1,7}(:\d{1,2}){0,2}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$"
+SLURM_CONSTRAINT = r"^[A-Za-z0-9_.&|,()\[\]*:-]{1,256}$"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNEDECK_", extra="ignore")
@@ -69,10 +75,29 @@ class Settings(BaseSettings):
         ge=0,
         description="Number of GPUs to schedule on; default: what the SMI libraries detect.",
     )
-    executor: Literal["local", "ray"] = Field(
+    executor: Literal["local", "ray", "slurm"] = Field(
         "local",
         description="Where jobs run: `local` starts runners on this host; `ray` places them on a Ray "
-        "cluster (the `.[ray]` extra), one runner per node of the job.",
+        "cluster (the `.[ray]` extra), one runner per node of the job; `slurm` submits each job to a "
+        "Slurm cluster with sbatch (srun starts one runner per node).",
+    )
+    slurm_partition: str | None = Field(
+        None,
+        pattern=SLURM_NAME,
+        description="Slurm partition for jobs that name none (their `slurm.partition`); unset: the "
+        "cluster's default partition.",
+    )
+    slurm_account: str | None = Field(
+        None, pattern=SLURM_NAME, description="Slurm account (`--account`) for jobs that name none."
+    )
+    slurm_qos: str | None = Field(
+        None, pattern=SLURM_NAME, description="Slurm QOS (`--qos`) for jobs that name none."
+    )
+    slurm_time: str | None = Field(
+        None,
+        pattern=SLURM_TIME,
+        description="Slurm time limit (`--time`, e.g. `4:00:00` or `1-12`) for jobs that name none; "
+        "unset: the partition's default.",
     )
     ray_address: str = Field(
         "auto",

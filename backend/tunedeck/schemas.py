@@ -20,6 +20,7 @@ from sqlmodel.main import SQLModelConfig
 
 from tunedeck import tree
 from tunedeck.alerts import Severity
+from tunedeck.config import SLURM_CONSTRAINT, SLURM_NAME, SLURM_TIME
 from tunedeck.contract import runfiles
 from tunedeck.contract.lflog import METRICS
 from tunedeck.contract.protocol import Strict
@@ -50,6 +51,20 @@ NAME_RULES: dict[str, Any] = {
 }
 
 
+class SlurmSpec(Strict):
+    """Where and how a job runs on Slurm (executor `slurm`); each field unset takes the server's setting."""
+
+    partition: str | None = PField(None, pattern=SLURM_NAME, description="`--partition`")
+    account: str | None = PField(None, pattern=SLURM_NAME, description="`--account`")
+    qos: str | None = PField(None, pattern=SLURM_NAME, description="`--qos`")
+    time: str | None = PField(
+        None, pattern=SLURM_TIME, description="`--time`: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+    )
+    constraint: str | None = PField(
+        None, pattern=SLURM_CONSTRAINT, description="`--constraint`: node features (`mi250&ib`, `a|b`)"
+    )
+
+
 class JobSpec(Strict):
     """What a client submits. `config` holds LLaMA-Factory keys, as in its YAML files."""
 
@@ -75,6 +90,9 @@ class JobSpec(Strict):
     )
     priority: int = PField(
         0, ge=0, le=10, description="higher starts first; equal priorities start in the order submitted"
+    )
+    slurm: SlurmSpec | None = PField(
+        None, description="partition, account, QOS, time limit and constraint on Slurm (executor `slurm`)"
     )
     env: dict[str, str] = PField(
         default_factory=dict,
@@ -302,6 +320,9 @@ class JobConfigOut(BaseModel):
     run_dir: str
     output_dir: str
     env: dict[str, str] = PField({}, description="the job's own environment variables (spec `env`)")
+    batch_script: str | None = PField(
+        None, description="the Slurm batch script the job was submitted with (executor `slurm`)"
+    )
 
 
 class FileOut(BaseModel):
@@ -535,4 +556,13 @@ class Node(BaseModel):
     address: str | None = PField(None, description="the node's IP (executor `ray`)")
     alive: bool = PField(True, description="false: Ray lost the node (its GPUs are not read)")
     head: bool = PField(False, description="the Ray head node")
-    gpu_slots: int | None = PField(None, description="GPUs the node offers Ray (logical; executor `ray`)")
+    gpu_slots: int | None = PField(
+        None,
+        description="GPUs the node offers Ray (logical; executor `ray`) or Slurm (its GRES; executor `slurm`)",
+    )
+    state: str | None = PField(
+        None, description="Slurm's state of the node (IDLE, MIXED, DOWN+DRAIN, ...; executor `slurm`)"
+    )
+    jobs: list[int] = PField(
+        [], description="the running tunedeck jobs placed on the node (executor `slurm`)"
+    )

@@ -30,6 +30,7 @@ def get_node(request: Request) -> Node:
             gpus=max((n.gpus for n in nodes if n.alive), default=0),
             cluster=nodes,
             probe=state.executor.workspace_problems,
+            check=state.executor.submit_problems,
         )
     return Node(
         gpus=state.node_gpus,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request
@@ -11,6 +12,7 @@ from tunedeck.api import auth
 from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
 from tunedeck.checks import spec as specs
+from tunedeck.contract import runfiles
 from tunedeck.planning.queueplan import asked
 from tunedeck.schemas import (
     NAME_RULES,
@@ -177,7 +179,16 @@ def get_config(job_id: int, session: SessionDep) -> JobConfigOut:
         run_dir=job.run_dir,
         output_dir=job.output_dir,
         env=asked(job).env,
+        batch_script=_batch_script(job.run_dir),
     )
+
+
+def _batch_script(run_dir: str | None) -> str | None:
+    """The Slurm batch script in the run folder, where the slurm executor wrote one."""
+    try:
+        return (Path(run_dir) / runfiles.BATCH_SCRIPT).read_text() if run_dir else None
+    except OSError:
+        return None
 
 
 @router.get("/{job_id}/files", response_model=list[FileOut], responses=NOT_FOUND)

@@ -46,6 +46,9 @@ class Node:
     # that may run a job (gpus, nodes) see the workspace (422 items).
     cluster: tuple[placement.ClusterNode, ...] | None = None
     probe: Callable[[int, int], list[dict[str, Any]]] | None = None
+    # The executor's own checks of where a job may run (Slurm: its partition, GPUs and nodes against
+    # what the cluster says); None from it: the checks above, against `cluster`.
+    check: Callable[[JobSpec, int], list[dict[str, Any]] | None] | None = None
 
 
 class Reader:
@@ -261,8 +264,11 @@ def _devices(spec: JobSpec, node: Node, errors: list[dict[str, Any]]) -> int:
 
 
 def _nodes(spec: JobSpec, gpus: int, node: Node) -> list[dict[str, Any]]:
-    """Where a job may run: one node here; on a Ray cluster, nodes that fit it and see the workspace."""
+    """Where a job may run: one node here; on a Ray cluster, nodes that fit it and see the workspace;
+    on Slurm, what the executor's own check says."""
     if node.cluster is None:
+        if spec.slurm is not None:
+            return [detail(["slurm"], "`slurm` is for the slurm executor (TUNEDECK_EXECUTOR=slurm)")]
         if spec.nodes > 1:
             return [detail(["nodes"], f"{spec.nodes} nodes need the ray executor (TUNEDECK_EXECUTOR=ray)")]
         return []
@@ -270,6 +276,11 @@ def _nodes(spec: JobSpec, gpus: int, node: Node) -> list[dict[str, Any]]:
         return [detail(["devices"], "GPU ids are the ray executor's to choose; ask for `gpus` per node")]
     if spec.kind == "chat":  # its proxy reaches the chat server on this host only
         return [detail(["kind"], "chat jobs need the local executor")]
+    found = node.check(spec, gpus) if node.check is not None else None
+    if found is not None:
+        return found
+    if spec.slurm is not None:
+        return [detail(["slurm"], "`slurm` is for the slurm executor (TUNEDECK_EXECUTOR=slurm)")]
     refused = placement.refusal(gpus, spec.nodes, list(node.cluster))
     if refused or node.probe is None:
         return refused

@@ -32,6 +32,7 @@ OUTPUT = "output"
 TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factory
 EXTRA_LOG = "tunedeck_log.jsonl"  # beside it: what trainer_log leaves out (grad_norm...), line for line
 PLACEMENT = "placement.json"  # the ray executor's: where each rank of the job runs
+BATCH_SCRIPT = "slurm.sh"  # the slurm executor's: the job's batch script, as sbatch ran it
 MEMORY_CSV = "memory.csv"  # an imported run's memory samples, kept beside its other files
 CHECKPOINT = re.compile(r"^checkpoint-(\d{1,12})$")  # the Trainer's checkpoint-<step> in the output folder
 

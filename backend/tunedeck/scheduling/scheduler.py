@@ -28,6 +28,7 @@ import logging
 import secrets
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import Engine, update
@@ -209,6 +210,9 @@ class Scheduler(Worker):
                 self._launch(session, job, devices)
             return
         queued = list(session.exec(select(Job).where(Job.status == JobStatus.queued)))
+        if self.executor.owns_queue:
+            self._follow_cluster_queue(session, queued)
+            return
         starts, self._spots = placement.order(
             queued,
             place=self.executor.place,
@@ -218,15 +222,38 @@ class Scheduler(Worker):
         for job in starts:
             self._launch(session, job, [])
 
+    def _follow_cluster_queue(self, session: Session, queued: list[Job]) -> None:
+        """Slurm keeps the queue: each job is submitted at once (`place`), in tunedeck's order; it starts
+        here when the cluster started it, and waits with the cluster's reason until then."""
+        spots: dict[int, queueplan.Spot] = {}
+        order = sorted(queued, key=lambda j: (-queueplan.asked(j).priority, j.id))
+        for position, job in enumerate(order, start=1):
+            try:
+                started = self.executor.place(job)
+            except Exception as e:  # sbatch refused it (a limit, a partition gone since submit)
+                with self.state.begin() as conn:
+                    move(conn, job.id, JobStatus.failed, error=f"cannot submit the job: {e}")
+                continue
+            if started:
+                spots[job.id] = queueplan.Spot(position, queueplan.STARTING)
+                self._launch(session, job, [])
+            else:
+                spots[job.id] = queueplan.Spot(position, self.executor.waiting(job) or "the cluster")
+        self._spots = spots
+
     def _launch(self, session: Session, job: Job, devices: list[int]) -> None:
         token = secrets.token_urlsafe(32)
         with self.state.begin() as conn:  # the token must be known before the runner's first batch arrives
+            # An executor that submits jobs itself (Slurm) stored its runners' token hash then: kept.
+            kept: dict[str, Any] = (
+                {} if self.executor.owns_queue else {"runner_token_hash": token_hash(token)}
+            )
             started = move(
                 conn,
                 job.id,
                 JobStatus.running,
-                runner_token_hash=token_hash(token),
                 devices=",".join(map(str, devices)) if devices else None,
+                **kept,
             )
         session.refresh(job)
         if not started:  # cancelled since this pass read the queue

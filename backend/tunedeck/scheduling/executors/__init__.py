@@ -19,6 +19,7 @@ from tunedeck.services.views.nodes import NodeInventory
 REGISTRY: dict[str, str] = {
     "local": "tunedeck.scheduling.executors.local",  # runners as subprocesses of this host
     "ray": "tunedeck.scheduling.executors.ray",  # detached actors in a placement group
+    "slurm": "tunedeck.scheduling.executors.slurm",  # an sbatch job, srun one runner per node
 }
 
 

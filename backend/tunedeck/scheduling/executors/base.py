@@ -24,6 +24,9 @@ class Executor(Protocol):
     # True: the scheduler's own plan (queueplan) gives devices on this host; False: the executor
     # places each job itself (`place`) and the scheduler only keeps the queue's order.
     plans_devices: bool
+    # True: the cluster's own scheduler keeps the queue (Slurm): every queued job is handed to
+    # `place` at once, which submits it and says when the cluster started it; `waiting` says why not.
+    owns_queue: bool
     node_source: NodeSource
 
     def cluster(self) -> list[ClusterNode] | None:
@@ -31,6 +34,13 @@ class Executor(Protocol):
 
     def workspace_problems(self, gpus: int, nodes: int) -> list[dict[str, Any]]:
         """422 items naming nodes that could run such a job but cannot reach the server's workspace."""
+
+    def submit_problems(self, spec: Any, gpus: int) -> list[dict[str, Any]] | None:
+        """422 items for where a spec (schemas.JobSpec) asks to run; None: the generic checks of
+        `cluster()` (the largest node's GPUs, the node count) apply."""
+
+    def waiting(self, job: Job) -> str | None:
+        """Why a job `place` did not start waits, in words, where the cluster says (owns_queue)."""
 
     def place(self, job: Job) -> bool:
         """True when everything the job asks for is reserved for it (all of it, never a part)."""

@@ -64,6 +64,7 @@ def runner_config(
 class LocalExecutor:
     name = "local"
     plans_devices = True
+    owns_queue = False
 
     def __init__(self, settings: Settings, inventory: NodeInventory | None = None):
         self.settings = settings
@@ -76,6 +77,12 @@ class LocalExecutor:
 
     def workspace_problems(self, gpus: int, nodes: int) -> list[dict[str, Any]]:
         return []  # the runner runs where the server does: it reads the workspace the server writes
+
+    def submit_problems(self, spec: Any, gpus: int) -> None:
+        return None  # the generic checks of cluster()
+
+    def waiting(self, job: Job) -> None:
+        return None
 
     def place(self, job: Job) -> bool:
         return True  # queueplan chose free devices of this host

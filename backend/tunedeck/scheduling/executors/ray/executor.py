@@ -80,6 +80,7 @@ def rendezvous(job: Job, rank: int, first: dict[str, Any]) -> dict[str, str]:
 class RayExecutor:
     name = "ray"
     plans_devices = False
+    owns_queue = False
 
     def __init__(self, settings: Settings, *, engine: Engine):
         self.settings = settings
@@ -173,6 +174,12 @@ class RayExecutor:
             if pg is not None:
                 self._groups[job.id] = pg
         return pg
+
+    def submit_problems(self, spec: Any, gpus: int) -> None:
+        return None  # the generic checks of cluster()
+
+    def waiting(self, job: Job) -> None:
+        return None
 
     def place(self, job: Job) -> bool:
         pg = self._group(job, create=True)
