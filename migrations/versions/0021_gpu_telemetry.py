@@ -2,15 +2,15 @@
 covers this one (MI250X GCDs), ECC counts, throttle residency shares, the graphics clock, and, once a
 device and on change, its serial, UUID, partition mode and ECC blocks.
 
-Revision ID: 0022
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

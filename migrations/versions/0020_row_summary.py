@@ -4,14 +4,14 @@ the team feed reads these columns instead of the run's samples, tiles and points
 Filled here from what is stored: the peak from each device's top chart tile (which retention keeps),
 the device size from its newest sample, the loss from the newest line that has one.
 
-Revision ID: 0021
+Revision ID: 0020
 Revises: 0019
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021"
+revision = "0020"
 down_revision = "0019"
 branch_labels = None
 depends_on = None
