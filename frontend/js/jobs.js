@@ -26,8 +26,7 @@ function lossCell(j) {
 
 function waiting(j) {
   if (j.status !== "queued" || !j.waiting_for) return [];
-  const priority = j.priority ? ` · priority ${j.priority}` : "";
-  return [h("div", { class: "muted waiting", text: `#${j.queue_position}${priority} · ${j.waiting_for}` })];
+  return [h("div", { class: "muted waiting", text: `#${j.queue_position} · ${j.waiting_for}` })];
 }
 
 function row(j) {
