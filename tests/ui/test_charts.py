@@ -357,10 +357,10 @@ def test_utilisation_and_temperature_from_telemetry(deck, page):
     traces = plot(page, "gpu-chart", "gd.data.map(t => [t.name, t.yaxis || 'y', t.y])")
     assert traces == [
         ["GPU 0 MI300X utilisation", "y", [90.0, 95.5, 97.0, 99.0, 98.0, 96.0]],
-        ["GPU 0 MI300X temperature", "y2", [55.0, 61.0, 66.0, 70.0, 71.0, 72.0]],
+        ["GPU 0 MI300X edge temperature", "y2", [55.0, 61.0, 66.0, 70.0, 71.0, 72.0]],
     ]
     text = hover_text(page, "gpu-chart", 1, 2)
-    assert "°C" in text and "GPU 0 MI300X temperature" in text, text
+    assert "°C" in text and "GPU 0 MI300X edge temperature" in text, text
     # Peak memory per GPU against the job's stored estimate.
     est = deck.api.get(f"/api/jobs/{deck.ids['telemetry']}/estimate").json()["estimate"]["per_gpu_bytes"]
     peak = page.locator('#summary [data-key="peak GPU 0 MI300X"]').inner_text()
