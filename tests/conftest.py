@@ -14,6 +14,19 @@ from tests.utils.servers import PYTHON, Server
 pytest_plugins = ["tests.utils.browser"]  # one Playwright session for every module that drives pages
 
 
+@pytest.fixture(scope="session", autouse=True)
+def torch_extensions(tmp_path_factory) -> Path:
+    """The folder where DeepSpeed's JIT ops (the CPU comm op of every DeepSpeed run here) are built
+    for this run, not the user's ~/.cache: a lock a killed build left there must not decide the
+    run. Beside the shared assets where those are kept (built once), else new. Set before any
+    server, runner or cluster starts, so every one of them inherits it."""
+    kept = os.environ.get("TUNEDECK_TEST_ASSETS")
+    folder = Path(kept) / "torch_extensions" if kept else tmp_path_factory.mktemp("torch_extensions")
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def assets(tmp_path_factory) -> Path:
     """The demo model, tokenizer and datasets, built once (no hub) and shared by every test."""

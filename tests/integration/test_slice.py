@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,17 @@ def test_submit_run_succeed(server_factory, assets):
     assert job_processes(job["run_dir"]) == []
 
 
-def test_deepspeed_zero3_seed_config(server_factory, assets):
-    """The seed's ds_z3_rocm.json with its typo removed; fp16 off on the CPU."""
+def test_deepspeed_zero3_seed_config(server_factory, assets, torch_extensions):
+    """The seed's ds_z3_rocm.json with its typo removed; fp16 off on the CPU. A lock that a killed
+    build of DeepSpeed's CPU comm op left behind does not hang it (lf_train.clear_stale_build_locks)."""
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
     ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
     ds["fp16"]["enabled"] = False
+    left = torch_extensions / ShareMemCommBuilder.NAME / "lock"
+    left.parent.mkdir(exist_ok=True)
+    left.touch()
+    os.utime(left, (0, 0))  # as old as it gets: the build that took it is long gone
     server = server_factory()
     created = server.submit(
         {
@@ -80,6 +88,7 @@ def test_deepspeed_zero3_seed_config(server_factory, assets):
     assert_metrics_match(server, job)
     logs = " ".join(g["text"] for g in server.all(job["id"], "logs"))
     assert "DeepSpeed" in logs or "deepspeed" in logs
+    assert f"removed {left}" in logs and not left.exists()
 
 
 @pytest.mark.parametrize("deepspeed", [None, "ds_z3_rocm"], ids=["plain", "zero3-torchrun"])
@@ -98,7 +107,10 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, deepspeed
         }
     )
     until(
-        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point", 240
+        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"],
+        "a metric point",
+        240,
+        explain=lambda: server.explain(created["id"]),
     )
     assert server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"), timeout=120)
@@ -149,7 +161,10 @@ def test_server_killed_mid_run_loses_nothing(server_factory, assets):
     server = server_factory()
     created = server.submit({"name": "survivor", "config": demo_config(assets, max_steps=60), "gpus": 0})
     until(
-        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"], "a metric point", 240
+        lambda: server.api.get(f"/api/jobs/{created['id']}/metrics").json()["points"],
+        "a metric point",
+        240,
+        explain=lambda: server.explain(created["id"]),
     )
     server.kill()
     wait_buffered(created["run_dir"])  # the runner keeps training and buffers while the server is away

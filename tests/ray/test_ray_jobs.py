@@ -112,6 +112,7 @@ def first_point(server, job: dict, after: int = 0) -> list[dict]:
         lambda: len(pts := server.all(job["id"], "metrics")) > after and pts,
         f"metric points of job {job['id']} beyond {after}",
         timeout=300,
+        explain=lambda: server.explain(job["id"]),
     )
 
 

@@ -104,7 +104,23 @@ class Server:
             job = self.api.get(f"/api/jobs/{job_id}").json()
             return job if job["status"] in statuses else None
 
-        return until(reached, f"job {job_id} {'/'.join(statuses)}", timeout=timeout, interval=0.3)
+        return until(
+            reached,
+            f"job {job_id} {'/'.join(statuses)}",
+            timeout=timeout,
+            interval=0.3,
+            explain=lambda: self.explain(job_id),
+        )
+
+    def explain(self, job_id: int, lines: int = 30) -> str:
+        """Where a job stands, for a timeout's message: its status, why it waits, its last log lines."""
+        job = self.api.get(f"/api/jobs/{job_id}").json()
+        logs = self.all(job_id, "logs")
+        tail = "\n".join(f"  | {g['text']}" for g in logs[-lines:])
+        return (
+            f"job {job_id}: status {job['status']}, waiting_for {job.get('waiting_for')!r}, "
+            f"error {job.get('error')!r}, progress {job.get('progress')}\nlast log lines:\n{tail}"
+        )
 
     def all(self, job_id: int, what: str) -> list[dict]:
         """Every page of a job's metrics or logs, following the cursor."""

@@ -18,13 +18,26 @@ CLOCKS = frozenset({"monotonic", "perf_counter", "monotonic_ns", "perf_counter_n
 DEADLINE = 120.0
 
 
-def until(check: Callable[[], T], what: str, timeout: float = DEADLINE, interval: float = 0.1) -> T:
-    """`check()`'s first truthy value; AssertionError naming `what` if none came before the deadline."""
+def until(
+    check: Callable[[], T],
+    what: str,
+    timeout: float = DEADLINE,
+    interval: float = 0.1,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """`check()`'s first truthy value; AssertionError naming `what` if none came before the deadline,
+    with `explain()`'s account of where things stood (a job's status and last log lines, say)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"no {what} after {timeout:g} s")
+            said = ""
+            if explain is not None:
+                try:
+                    said = "\n" + explain()
+                except Exception as e:  # the account must not hide the timeout itself
+                    said = f"\n(no account: {e!r})"
+            raise AssertionError(f"no {what} after {timeout:g} s{said}")
         time.sleep(interval)

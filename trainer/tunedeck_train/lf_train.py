@@ -13,14 +13,18 @@ This file imports nothing of tunedeck: the trainer's Python need not have it ins
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
+import time
 
 EXTRA_LOG = "tunedeck_log.jsonl"
+# A build lock this old, in a folder where no process works, was left by a build that was killed.
+STALE_BUILD_LOCK_S = 60.0
 # Keys trainer_log.jsonl carries already (under its own names) or that are not numbers to chart.
 LOGGED = {"loss", "eval_loss", "learning_rate", "epoch", "total_flos"}
 
@@ -118,6 +122,65 @@ def _torchrun(yaml_path: str) -> int:
     return subprocess.run(argv, env=env).returncode
 
 
+def _working_folders() -> set[str] | None:
+    """The working folders of the processes this user can see; None where /proc cannot tell."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    folders = set()
+    for pid in pids:
+        try:
+            folders.add(os.path.realpath(os.readlink(f"/proc/{pid}/cwd")))
+        except OSError:
+            continue  # gone, or another user's
+    return folders
+
+
+def clear_stale_build_locks(root: str | None = None) -> list[str]:
+    """Removes the build locks a killed build left; returns the paths removed.
+
+    torch builds a C++ extension (DeepSpeed's JIT ops: the CPU comm op of every DeepSpeed run on the
+    CPU, cpu_adam for offload, ...) under a lock that is a plain file, `<build folder>/lock`. A build
+    killed midway (a job cancelled or killed while it compiled) leaves the file, and every later
+    build of that op waits on it forever: the next DeepSpeed job hangs before its first step. The
+    builder runs ninja and the compilers in the build folder, so a lock is stale when it is older
+    than STALE_BUILD_LOCK_S and no process works in that folder."""
+    if root is None:
+        root = os.environ.get("TORCH_EXTENSIONS_DIR")
+        if not root:
+            from torch.utils.cpp_extension import get_default_build_root
+
+            root = get_default_build_root()
+    # <root>/<name>/lock under TORCH_EXTENSIONS_DIR; <root>/py311_cpu/<name>/lock by default.
+    locks = glob.glob(os.path.join(root, "*", "lock")) + glob.glob(os.path.join(root, "*", "*", "lock"))
+    if not locks:
+        return []
+    working = _working_folders()
+    if working is None:
+        return []
+    removed = []
+    for lock in locks:
+        try:
+            age = time.time() - os.stat(lock).st_mtime
+        except OSError:
+            continue
+        if age < STALE_BUILD_LOCK_S or os.path.realpath(os.path.dirname(lock)) in working:
+            continue
+        try:
+            os.remove(lock)
+        except OSError:
+            continue
+        removed.append(lock)
+        print(
+            f"tunedeck: removed {lock}, a build lock {age:.0f} s old with no build running in its "
+            "folder (a build was killed there); the op builds again",
+            file=sys.stderr,
+            flush=True,
+        )
+    return removed
+
+
 def _without_ray() -> None:
     """LLaMA-Factory (and transformers) import Ray whenever it is installed, to offer USE_RAY. tunedeck
     places jobs itself (torchrun across nodes, even on a Ray cluster), so outside USE_RAY the trainer
@@ -134,6 +197,7 @@ def main() -> int:
         return 2
     _without_ray()
     if "LOCAL_RANK" not in os.environ:  # not a torchrun worker: decide like LLaMA-Factory's launcher
+        clear_stale_build_locks()
         from llamafactory.extras.misc import get_device_count
 
         if (
