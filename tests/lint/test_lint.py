@@ -333,3 +333,34 @@ def test_value_ranges_cover_every_numeric_key_and_keep_the_defaults():
             assert lint.lint_lf_keys({key: span.low + 1 if span.low_open else span.low}) == [], key
     assert lint.lint_lf_keys({"learning_rate": "5e-5", "max_steps": "-1", "num_train_epochs": 3.0}) == []
     assert "finite" in lint.lint_lf_keys({"learning_rate": "Infinity"})[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"finetuning_type": "lora", "learning_rate": 1e8}, "far above"),
+        ({"learning_rate": "1e8"}, "far above"),  # LoRA is LLaMA-Factory's default; YAML's 1e8 is a string
+        ({"finetuning_type": "full", "learning_rate": 5e-3}, "far above"),  # fine for LoRA, not for full
+        ({"finetuning_type": "full", "learning_rate": 1e-10}, "far below"),
+        ({"finetuning_type": "lora", "learning_rate": 0}, "trains nothing"),
+    ],
+)
+def test_a_learning_rate_far_outside_its_finetuning_types_range_is_a_warning(config, said):
+    (f,) = codes(lint.lint(config))["LF020"]
+    assert f["severity"] == "warning" and f["path"] == "config.learning_rate"
+    assert said in f["message"] and "usually" in f["message"], f
+    assert "within" in f["fix"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"finetuning_type": "lora", "learning_rate": 1e-4},  # the seed's own
+        {"finetuning_type": "lora", "learning_rate": 5e-3},  # the CPU demo's, for a tiny model
+        {"finetuning_type": "lora", "learning_rate": 5e-6},  # LLaMA-Factory's LoRA DPO example
+        {"finetuning_type": "full", "learning_rate": 1e-5},
+        {"finetuning_type": "freeze"},  # transformers' default, 5e-5
+    ],
+)
+def test_usual_learning_rates_are_not_flagged(config):
+    assert "LF020" not in codes(lint.lint(config))

@@ -15,6 +15,7 @@ stable (the UI and scripts may key on them), paths name the key (`config.fp16`,
 | LF007 | info    | Megatron-Core (USE_MCA=1) YAML: its mcore_adapter keys are not checked      |
 | LF008 | info    | not a LLaMA-Factory train YAML (accelerate / v1 / token config): skipped    |
 | LF016 | error   | template that this LLaMA-Factory does not define                            |
+| LF020 | warning | learning_rate 0, or far outside its finetuning type's usual range (USUAL_LR) |
 | DS001 | error   | key DeepSpeed does not know under zero_optimization (it refuses the file)   |
 | DS002 | warning | unknown key whose value is "auto": DeepSpeed drops it silently              |
 | DS003 | error   | both spellings of an aliased / renamed key                                  |
@@ -232,10 +233,61 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
     return out
 
 
+class Usual(NamedTuple):
+    """The learning rates a finetuning type is trained with, from LLaMA-Factory's examples and the
+    methods' papers; a value FAR times beyond either end trains into noise or not at all."""
+
+    low: float
+    high: float
+    what: str
+
+
+USUAL_LR = {
+    "lora": Usual(1e-5, 1e-3, "LoRA fine-tunes"),
+    "oft": Usual(1e-5, 1e-3, "OFT fine-tunes"),
+    "freeze": Usual(1e-6, 1e-4, "freeze (partial) fine-tunes"),
+    "full": Usual(1e-6, 1e-4, "full fine-tunes"),
+}
+FAR_ABOVE, FAR_BELOW = 10.0, 100.0
+
+
+def lint_learning_rate(config: dict[str, Any]) -> list[Finding]:
+    """A learning rate far outside its finetuning type's usual range: a warning, as such a run does not
+    fail, it trains into noise (loss flat at the uniform guess, zero gradients) or stands still."""
+    usual = USUAL_LR.get(str(lf_value(config, "finetuning_type") or "lora"))
+    try:
+        lr = float(lf_value(config, "learning_rate"))
+    except (TypeError, ValueError):
+        return []  # not a number: LF003 says so
+    if usual is None or not math.isfinite(lr) or lr < 0:
+        return []  # an unknown type: no usual range; NaN, inf and negatives: the range check's errors
+    span = f"usually {usual.low:.0e} to {usual.high:.0e} for {usual.what}"
+    if lr == 0:
+        problem = f"is 0: the weights never change and the run trains nothing ({span})"
+    elif lr > usual.high * FAR_ABOVE:
+        problem = (
+            f"is {lr:.3g}, far above what is {span}: the loss jumps to the uniform guess "
+            "(ln of the vocabulary) and the gradients vanish, yet the run ends 'succeeded'"
+        )
+    elif lr < usual.low / FAR_BELOW:
+        problem = f"is {lr:.3g}, far below what is {span}: the run would barely move from the base model"
+    else:
+        return []
+    return [
+        finding(
+            code="LF020",
+            severity="warning",
+            path="config.learning_rate",
+            message=f"learning_rate {problem}",
+            fix=f"set learning_rate within {usual.low:.0e} to {usual.high:.0e}",
+        )
+    ]
+
+
 def lint_lf_semantics(
     config: dict[str, Any], *, model_config: dict[str, Any] | None, output_dir: Path | None
 ) -> list[Finding]:
-    out = []
+    out = lint_learning_rate(config)
     if truthy(config.get("fp16")) and truthy(config.get("bf16")):
         out.append(
             finding(
