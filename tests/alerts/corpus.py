@@ -368,6 +368,54 @@ def hardware_corpus(seeds=range(5), n: int = 600) -> list[Trace]:
     return [tr for s in seeds for tr in hardware(np.random.default_rng(20_000 + s), s, n)]
 
 
+def gradients(rng: np.random.Generator, seed: int) -> list[Trace]:
+    """Short runs judged on their gradients (tunedeck_log.jsonl's grad_norm, line for line). The demo
+    model at learning_rate 1e8, 8 steps logged each: grad_norm 0.67, 0.61, then 0.0 at every step, the
+    loss at 6.1225 = ln 456 from step 3 on; 8 points, too few for loss_stuck. Hard negatives: a
+    healthy short run's small gradients, and two zeros in a row that the run recovers from."""
+    vocab = int(rng.choice([456, 32000, 151646]))
+    n = int(rng.integers(6, 12))
+    wrecked = int(rng.integers(1, 3))  # logged points before the weights are gone
+
+    def run(name: str, grad, loss, labels: set[str], **cfg) -> Trace:
+        pts = [
+            Point(t=T0 + 8.0 * k, step=k, loss=float(loss(k)), grad_norm=float(grad(k)))
+            for k in range(1, n + 1)
+        ]
+        series = Series(points=pts, config=_config(**cfg), running=False, vocab_size=vocab)
+        return Trace(f"{name}-{seed}", series, labels)
+
+    chance = math.log(vocab)
+    return [
+        run(
+            "no-gradient-lr1e8",
+            lambda k: 0.6 if k <= wrecked else 0.0,
+            lambda k: 1.01 * chance if k <= wrecked else chance,
+            {"no_gradient"},
+            learning_rate=1e8,
+        ),
+        run(
+            "no-gradient-frozen",  # nothing trainable: zero from the first step, the loss where it began
+            lambda k: 0.0,
+            lambda k: 0.5 * chance,
+            {"no_gradient"},
+        ),
+        run("small-gradients", lambda k: float(rng.uniform(1e-4, 1e-3)), lambda k: 2.5 - 0.05 * k, set()),
+        run(
+            "two-zeros-then-back",
+            lambda k: 0.0 if k in (2, 3) else float(rng.uniform(0.2, 0.8)),
+            lambda k: 2.5 - 0.05 * k,
+            set(),
+        ),
+    ]
+
+
+def gradient_corpus(seeds=range(5)) -> list[Trace]:
+    """The gradient traces, apart: grad_norm is not in trainer_log.jsonl, which the run-folder paths
+    (write_run, imports) carry."""
+    return [tr for s in seeds for tr in gradients(np.random.default_rng(30_000 + s), s)]
+
+
 def write_run(trace: Trace, folder: Path) -> Path:
     """A trace as a LLaMA-Factory-like run folder plus a memory CSV."""
     s = trace.series

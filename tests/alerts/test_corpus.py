@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from tests.alerts.corpus import corpus, generate, hardware_corpus
+from tests.alerts.corpus import corpus, generate, gradient_corpus, hardware_corpus
 from tunedeck.alerts import KINDS, analyze
 
 SEEDS = range(8)
@@ -25,7 +25,7 @@ def scores(traces) -> dict[str, tuple[float, float]]:
 
 
 def test_every_kind_fires_where_labelled_and_nowhere_else():
-    traces = corpus(SEEDS) + hardware_corpus(SEEDS)
+    traces = corpus(SEEDS) + hardware_corpus(SEEDS) + gradient_corpus(SEEDS)
     for tr in traces:
         fired = {f.kind for f in analyze(tr.series)}
         assert fired == tr.labels, tr.name

@@ -25,6 +25,7 @@ KINDS = (
     "loss_divergence",
     "loss_oscillation",
     "loss_stuck",
+    "no_gradient",
     "loss_overfit",
     "vram_plateau",
     *HARDWARE_KINDS,
@@ -32,9 +33,10 @@ KINDS = (
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 # The kinds that make a run's weights suspect, whatever its exit status: a NaN or diverged loss
-# trained on garbage gradients, a loss stuck at its starting height learned nothing. Memory and
+# trained on garbage gradients, a loss stuck at its starting height learned nothing, and neither did
+# a run whose gradients are exactly zero. Memory and
 # progress alerts (near-OOM, spikes, a stall the run recovered from) say nothing about the result.
-PROBLEM_KINDS = ("loss_nan", "loss_divergence", "loss_stuck")
+PROBLEM_KINDS = ("loss_nan", "loss_divergence", "loss_stuck", "no_gradient")
 
 
 def at_least(severity: str, floor: str) -> bool:

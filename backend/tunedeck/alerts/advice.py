@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tunedeck.alerts.series import Series
 
@@ -219,22 +219,71 @@ def plateau_headroom(s: Series, free: str) -> Tip:
     )
 
 
+class Usual(NamedTuple):
+    """The learning rates a finetuning type is trained with (LLaMA-Factory's examples, the methods'
+    papers) and the one its examples use; FAR_ABOVE times the top or FAR_BELOW below the bottom is
+    not a choice but a slip (lint LF020 says so before the run, `unstick` and `no_gradient` after)."""
+
+    low: float
+    high: float
+    typical: float
+    what: str
+
+
+USUAL_LR = {
+    "lora": Usual(1e-5, 1e-3, 1e-4, "LoRA fine-tunes"),
+    "oft": Usual(1e-5, 1e-3, 1e-4, "OFT fine-tunes"),
+    "freeze": Usual(1e-6, 1e-4, 1e-5, "freeze (partial) fine-tunes"),
+    "full": Usual(1e-6, 1e-4, 1e-5, "full fine-tunes"),
+}
+FAR_ABOVE, FAR_BELOW = 10.0, 100.0
+
+
+def usual_lr(config: dict[str, Any]) -> Usual | None:
+    """The usual range of the config's finetuning type (LLaMA-Factory's default: lora)."""
+    return USUAL_LR.get(str(config.get("finetuning_type") or "lora"))
+
+
+def wrecking_lr(s: Series) -> Tip | None:
+    """A learning rate far above the usual range: the first updates wreck the weights."""
+    lr, usual = _num(s.config.get("learning_rate")), usual_lr(s.config)
+    if not lr or usual is None or lr <= usual.high * FAR_ABOVE:
+        return None
+    return Tip(
+        f"learning_rate is {lr:g}, far above the {usual.low:.0e} to {usual.high:.0e} {usual.what} use: the "
+        "first updates wrecked the weights and the model now predicts the same thing whatever the input; "
+        f"set it to {usual.typical:g} (the run starts over from the base model; the loss should then fall "
+        "within the first hundred steps)",
+        {"learning_rate": usual.typical},
+    )
+
+
 def unstick(s: Series) -> Tip:
     """A loss flat at its starting height: the updates broke the model, or nothing trains."""
-    lr = _num(s.config.get("learning_rate"))
-    if lr and lr > 1e-3:
-        return Tip(
-            f"learning_rate is {lr:g}, far above the 1e-5 to 5e-4 LoRA fine-tunes use: the first updates "
-            "wrecked the weights and the model now predicts the same thing whatever the input; set it to "
-            "1e-4 (the run starts over from the base model; the loss should then fall within the first "
-            "hundred steps)",
-            {"learning_rate": 1e-4},
-        )
+    if wrecking := wrecking_lr(s):
+        return wrecking
     low = learning_rate(s, 10)
     return Tip(
         f"{low.text}; if the loss never moved at all, check that something trains: labels not all masked "
         "(template, cutoff_len) and trainable parameters present (finetuning_type, lora_target)",
         low.change,
+    )
+
+
+def revive(s: Series) -> Tip:
+    """Gradients that are exactly zero: the weights no longer change."""
+    if wrecking := wrecking_lr(s):
+        return wrecking
+    if _num(s.config.get("learning_rate")) == 0:
+        usual = usual_lr(s.config)
+        return Tip(
+            "learning_rate is 0: nothing trains"
+            + (f"; {usual.what} use {usual.low:.0e} to {usual.high:.0e}" if usual else ""),
+            {"learning_rate": usual.typical} if usual else None,
+        )
+    return Tip(
+        "check that something trains: trainable parameters present (finetuning_type, lora_target, "
+        "freeze_trainable_layers) and labels not all masked (template, cutoff_len, train_on_prompt)"
     )
 
 

@@ -19,6 +19,7 @@ class Point:
     loss: float | None = None
     eval_loss: float | None = None
     throughput: float | None = None  # tokens/s (the hardware detectors judge a drop of it)
+    grad_norm: float | None = None  # tunedeck_log.jsonl's, of the same logging event
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Series:
     config: dict[str, Any] = field(default_factory=dict)  # the train.yaml keys
     ds: dict[str, Any] | None = None  # ds_config.json
     gpu_names: dict[int, str] = field(default_factory=dict)
+    vocab_size: int | None = None  # the model's (config.json), where the server could read it
     devices: list[int] = field(default_factory=list)  # node indices of the job's GPUs, in local order
     running: bool = False
     now: float | None = None  # evaluation time; None: the end of the series

@@ -45,6 +45,11 @@ SETTLE = 8  # intervals seen before each new one is judged on arrival
 # and writes the whole model), an evaluation twice the longest one seen (EVAL_BARS bars before any).
 SAVE_BARS = 5
 EVAL_BARS = 5
+# Gradients that are exactly zero: a trained network's never are (a LoRA's B starts at zero, its A's
+# gradient does not), so a few logged points of them in a row are evidence enough, on a short run too:
+# the weights no longer change (a learning rate that wrecked them, or nothing trainable).
+NO_GRAD_POINTS = 3
+CHANCE_SHARE = 0.01  # a loss within 1 % of ln(vocabulary) is the uniform guess
 # A stuck loss: a flat line where the run began, or a frozen one after it came down. Flat is a spread of
 # at most STUCK_SPREAD of its level over STUCK_POINTS logged points in a row: a model that learns moves its
 # loss by more than that from one mini-batch to the next (several %, ~1 % even averaged over 50 steps),
@@ -165,9 +170,20 @@ class Training:
         self.eval_recent: deque[float] = deque(maxlen=32)
         self.eval_last: tuple[float, int | None, float, float] | None = None
         self.overfit = Occurrences()
+        self.zero_grads = Occurrences()  # points whose grad_norm was exactly 0
+        self.zero_run: list | None = None  # the trailing run of them: [first step, points, last loss]
 
     def feed_point(self, p: Point) -> None:
         self.last = p
+        if p.grad_norm is not None and math.isfinite(p.grad_norm):
+            if p.grad_norm == 0.0:
+                if self.zero_run is None:
+                    self.zero_run = [p.step, 0, None]
+                self.zero_run[1] += 1
+                self.zero_run[2] = p.loss if p.loss is not None else self.zero_run[2]
+                self.zero_grads.add(p.t)
+            else:
+                self.zero_run = None
         bad_loss = p.loss is not None and not math.isfinite(p.loss)
         if bad_loss or (p.eval_loss is not None and not math.isfinite(p.eval_loss)):
             if not self.bad.n:
@@ -330,6 +346,7 @@ class Training:
             *self._divergence(s, running),
             *self._oscillation(s, running),
             *self._stuck(s, running),
+            *self._no_gradient(s, running),
             *self._overfit(s, running),
             *self._oom(s, steps, running, host_memory),
             *self._alloc_flush(s, steps, lim, now, running),
@@ -456,6 +473,37 @@ class Training:
                 running and self.stuck_now,
                 self.stuck.n,
                 self.stuck.first,
+                tip.change,
+            )
+        ]
+
+    def _no_gradient(self, s: Series, running: bool) -> list[Finding]:
+        if self.zero_run is None or self.zero_run[1] < NO_GRAD_POINTS:
+            return []
+        step0, n, loss = self.zero_run
+        msg = f"grad_norm 0.0 at every logged step since step {step0} ({n} points): the weights no longer change"
+        if (
+            loss is not None
+            and s.vocab_size
+            and abs(loss - math.log(s.vocab_size)) <= CHANCE_SHARE * math.log(s.vocab_size)
+        ):
+            msg += (
+                f", and the loss stands at {loss:.4g} = ln({s.vocab_size}), a uniform guess over the "
+                "model's vocabulary: the model outputs noise"
+            )
+        tip = advice.revive(s)
+        return [
+            Finding(
+                "no_gradient",
+                "critical",
+                None,
+                self.zero_grads.times(),
+                step0,
+                msg,
+                tip.text,
+                running,
+                self.zero_grads.n,
+                self.zero_grads.first,
                 tip.change,
             )
         ]

@@ -15,7 +15,7 @@ stable (the UI and scripts may key on them), paths name the key (`config.fp16`,
 | LF007 | info    | Megatron-Core (USE_MCA=1) YAML: its mcore_adapter keys are not checked      |
 | LF008 | info    | not a LLaMA-Factory train YAML (accelerate / v1 / token config): skipped    |
 | LF016 | error   | template that this LLaMA-Factory does not define                            |
-| LF020 | warning | learning_rate 0, or far outside its finetuning type's usual range (USUAL_LR) |
+| LF020 | warning | learning_rate 0, or far outside its finetuning type's usual range           |
 | DS001 | error   | key DeepSpeed does not know under zero_optimization (it refuses the file)   |
 | DS002 | warning | unknown key whose value is "auto": DeepSpeed drops it silently              |
 | DS003 | error   | both spellings of an aliased / renamed key                                  |
@@ -46,6 +46,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tunedeck.alerts.advice import FAR_ABOVE, FAR_BELOW, USUAL_LR
 from tunedeck.checks import hubcache
 from tunedeck.checks.findings import SEVERITIES, Finding, finding
 from tunedeck.checks.presets import presets
@@ -233,28 +234,10 @@ def lint_lf_keys(config: dict[str, Any], *, mca: bool = False) -> list[Finding]:
     return out
 
 
-class Usual(NamedTuple):
-    """The learning rates a finetuning type is trained with, from LLaMA-Factory's examples and the
-    methods' papers; a value FAR times beyond either end trains into noise or not at all."""
-
-    low: float
-    high: float
-    what: str
-
-
-USUAL_LR = {
-    "lora": Usual(1e-5, 1e-3, "LoRA fine-tunes"),
-    "oft": Usual(1e-5, 1e-3, "OFT fine-tunes"),
-    "freeze": Usual(1e-6, 1e-4, "freeze (partial) fine-tunes"),
-    "full": Usual(1e-6, 1e-4, "full fine-tunes"),
-}
-FAR_ABOVE, FAR_BELOW = 10.0, 100.0
-
-
 def lint_learning_rate(config: dict[str, Any]) -> list[Finding]:
     """A learning rate far outside its finetuning type's usual range: a warning, as such a run does not
     fail, it trains into noise (loss flat at the uniform guess, zero gradients) or stands still."""
-    usual = USUAL_LR.get(str(lf_value(config, "finetuning_type") or "lora"))
+    usual = USUAL_LR.get(str(lf_value(config, "finetuning_type") or "lora"))  # alerts.advice: the ranges
     try:
         lr = float(lf_value(config, "learning_rate"))
     except (TypeError, ValueError):

@@ -210,6 +210,11 @@ def _model_config(model: Any, settings: Settings, read: Reader) -> dict[str, Any
     return data if isinstance(data, dict) else None
 
 
+def model_config(model: Any, settings: Settings) -> dict[str, Any] | None:
+    """The model's config.json, read as a submit reads it (for the alert engine: the vocabulary)."""
+    return _model_config(model, settings, Reader())
+
+
 def _estimate(
     config: dict[str, Any],
     ds: dict[str, Any] | None,

@@ -41,7 +41,7 @@ class AlertEngine(Worker):
         self.on_closed: list[Callable[[set[int]], None]] = []
         self.interval_s = settings.alert_interval_s
         self.limits = limits_of(settings)
-        self.tracker = Tracker(engine, self.limits)  # used by this engine's thread only
+        self.tracker = Tracker(engine, self.limits, settings)  # used by this engine's thread only
         self._dirty: set[int] = set()
         # When each job was last judged, and last judged with new samples or points; never reads as minus
         # infinity, so a job not yet judged is due at its first pass (without a state nothing else can

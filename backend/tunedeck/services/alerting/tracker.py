@@ -19,6 +19,7 @@ from sqlmodel import Session, select
 
 from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.alerts.hardware import COLUMNS as HARDWARE
+from tunedeck.checks.submission import model_config
 from tunedeck.config import Settings
 from tunedeck.services.alerting.reconcile import reconcile
 from tunedeck.services.charts.pyramid import Fresh
@@ -74,9 +75,24 @@ def _loss(
     )
 
 
-def meta_of(job: Job) -> Series:
+def vocab_size(config: dict[str, Any], settings: Settings | None) -> int | None:
+    """The model's vocabulary, from its config.json as the submit read it (inside the allowed roots,
+    or the HF cache; a multimodal model's text_config holds it). None without settings (no roots)."""
+    if settings is None:
+        return None
+    mc = model_config(config.get("model_name_or_path"), settings) or {}
+    v = mc.get("vocab_size") or (mc.get("text_config") or {}).get("vocab_size")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 1 else None
+
+
+def meta_of(job: Job, settings: Settings | None = None) -> Series:
     cfg, ds = job_config(job)
-    return Series(config=cfg, ds=ds, devices=[int(d) for d in job.devices.split(",")] if job.devices else [])
+    return Series(
+        config=cfg,
+        ds=ds,
+        devices=[int(d) for d in job.devices.split(",")] if job.devices else [],
+        vocab_size=vocab_size(cfg, settings),
+    )
 
 
 def _memory_rows(q: Select) -> Select:
@@ -105,6 +121,7 @@ def _metric_rows(q: Select) -> Select:
         METRICS.c.eval_loss,
         METRICS.c.nonfinite,
         METRICS.c.throughput,
+        METRICS.c.grad_norm,
     )
 
 
@@ -171,8 +188,9 @@ class Tracker:
     the first time it is evaluated (after a server start, or when it was dropped); from then on each
     pass reads only the rows stored since the last one, by id over all jobs, and feeds them."""
 
-    def __init__(self, engine: Engine, limits: Limits):
+    def __init__(self, engine: Engine, limits: Limits, settings: Settings | None = None):
         self.engine, self.limits = engine, limits
+        self.settings = settings  # where a job's model config may be read (meta_of); None: not read
         # The engine's thread judges; the ingest writer's thread feeds what it just stored (`take`).
         self.lock = threading.RLock()
         self.jobs: dict[int, _Followed] = {}
@@ -406,7 +424,7 @@ class Tracker:
             del self.jobs[job_id]
             return
         st.line, st.fresh = rows[-1][2], True
-        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6]), r[8]) for r in rows)
+        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6]), r[8], r[9]) for r in rows)
 
     def _logs(self, job_id: int, rows: list) -> None:
         st = self.jobs.get(job_id)
@@ -422,7 +440,7 @@ class Tracker:
         """A job's state from all of its stored series."""
         with self.engine.connect() as conn:
             top = self._top(conn)
-            st = self.jobs[job.id] = _Followed(Run(meta_of(job), self.limits), top)
+            st = self.jobs[job.id] = _Followed(Run(meta_of(job, self.settings), self.limits), top)
 
             def of(name: str) -> Select:
                 t = TABLES[name]
