@@ -17,6 +17,13 @@ from tunedeck.store.tables import Alert, Job
 
 log = logging.getLogger("tunedeck.alerts")
 SPIKES = ("vram_spike", "vram_periodic_spikes")  # alerted as they rise, withdrawn when the rise stays up
+# Kinds whose open finding follows the newest sample while nothing it says changes but its end and its
+# duration (the healthy plateau: "stayed within 0.4 GiB for 912 s"). Its row is written again when
+# REFRESH_S of the series' time have passed since its last write, or anything else changed, or it
+# ends, not on every pass: rewritten each pass, the plateaus of a cluster's GPUs were a quarter of
+# the server's CPU (bench/cluster_shape.py), and each rewrite reached every open page as a change.
+TRACKING = ("vram_plateau",)
+REFRESH_S = 30.0
 
 
 def reconcile(
@@ -73,6 +80,15 @@ def reconcile(
                 job_id=job_id, kind=f.kind, node=f.node, gpu=f.gpu, first_t=first, count=count, **fields
             )
             new.append(row)
+        elif (
+            f.kind in TRACKING
+            and row.open
+            and is_open
+            and f.t - row.last_t < REFRESH_S
+            and (row.severity, row.step is None, row.suggestion, row.change)
+            == (f.severity, f.step is None, f.suggestion, fields["change"])
+        ):
+            continue  # as it was, but for its end: written at the next refresh
         elif row.open or f.t > row.last_t or (is_open and f.t == row.last_t):
             # (The last: an episode whose finding went away and came back, as a spike alerted on its
             # rise does when it turns out wider than MAX_SPIKE samples and then comes back down.)
