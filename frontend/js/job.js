@@ -3,7 +3,7 @@
 import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
 import { config, defaultSmoothing, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
-import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { $, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { showResults } from "./job-results.js";
 
 const indicator = nav("");
@@ -617,13 +617,23 @@ async function loadFiles() {
 // ------------------------------------------------------------------ summary
 function last(s) { return s && s.y.length ? [s.step[s.y.length - 1], s.y[s.y.length - 1]] : null; }
 
+// The newest logged loss, inf or NaN too (the team page's "last loss" is the newest line's, whatever it
+// held): [step, text, whether it was a number].
+function lastLoss() {
+  const s = state.metrics.loss, l = last(s);
+  const bad = s && s.bad.step.length ? s.bad.step.length - 1 : -1;
+  if (bad >= 0 && (!l || s.bad.step[bad] >= l[0])) return [s.bad.step[bad], nonfiniteText(s.bad.value[bad]), false];
+  return l && [l[0], num(l[1]), true];
+}
+
 function summary() {
   const j = state.job;
   if (!j) return;
   const rows = [];
-  const add = (key, value) => rows.push(h("span", { class: "muted", text: key }), h("span", { class: "num", "data-key": key, text: value }));
-  const l = last(state.metrics.loss);
-  add("last loss", l ? `${num(l[1])} at step ${l[0]}` : "–");
+  const add = (key, value, bad = false) => rows.push(h("span", { class: "muted", text: key }),
+    h("span", { class: bad ? "num nonfinite" : "num", "data-key": key, text: value, title: bad ? "the loss is not a finite number" : null }));
+  const l = lastLoss();
+  add("last loss", l ? `${l[1]} at step ${l[0]}` : "–", l && !l[2]);
   const ev = state.metrics.eval_loss;
   if (ev && ev.y.length) {
     let b = 0;
