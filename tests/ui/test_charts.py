@@ -535,3 +535,13 @@ def test_default_smoothing_follows_the_run_length(deck, page):
     page.locator("#smooth").fill("0.5")
     page.wait_for_function("document.getElementById('loss-chart').data[1].name === 'loss (smoothed 0.50)'")
     assert page.errors == [] and page.console_errors == []
+    # Compare: the shortest chosen run's default (one slider for all).
+    for short, w in (("eight points", 0), ("rich", weights["rich"])):
+        open_page(page, f"{deck.url}/compare?jobs={ids[short]},{ids['long run']}", "wide")
+        assert float(page.locator("#smooth").input_value()) == w
+        (y,) = plot(
+            page, "loss-chart", f"gd.data.filter(t => t.name.startsWith('#{ids[short]} ')).map(t => t.y)"
+        )[:1]
+        raw = [round(2.5 * 0.93**s + 0.01 * (s % 3), 4) for s in range(1, 9 if w == 0 else 31)]
+        assert y == pytest.approx(ema(raw, w) if w else raw, rel=1e-9)
+    assert page.errors == [] and page.console_errors == []
