@@ -507,7 +507,10 @@ class NodeGpu(BaseModel):
 class Node(BaseModel):
     name: str
     backend: str
-    reason: str | None = PField(description="why GPU backends are absent")
+    reason: str | None = PField(description="why GPU backends are absent (the libraries' own words)")
+    summary: str | None = PField(
+        None, description="why this node shows no GPUs, in a sentence (the page's; null: see `reason`)"
+    )
     gpus: list[NodeGpu]
     id: str | None = PField(None, description="the Ray node id (executor `ray`); null on the local executor")
     address: str | None = PField(None, description="the node's IP (executor `ray`)")

@@ -49,11 +49,17 @@ async function ask(question) {
   state.answers.push(out.textContent);
 }
 
+// What the chat is waiting for: a slot while it is queued (and why, as the queue says), the model after.
+function waiting(j) {
+  if (j.status !== "queued") return "loading the model…";
+  const place = j.queue_position ? `, #${j.queue_position} in line` : "";
+  return `queued${place}: waiting for a slot${j.waiting_for ? ` (${j.waiting_for})` : ""}`;
+}
+
 async function waitReady(job) {
-  $("#state").textContent = "loading the model…";
-  for (;;) {
-    const j = await get(`/api/jobs/${jobId}`);
+  for (let j = job; ; j = await get(`/api/jobs/${jobId}`)) {
     $("#status").replaceChildren(statusBadge(j.status));
+    $("#state").textContent = waiting(j);
     if (["succeeded", "failed", "cancelled"].includes(j.status)) {
       $("#state").textContent = `the chat server has stopped${j.error ? `: ${j.error}` : ""}`;
       return false;

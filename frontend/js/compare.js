@@ -1,7 +1,7 @@
 // Overlay a metric and the memory curves of chosen jobs, and list where their configs differ.
 /* global Plotly */
 import { describe, get, optional, post } from "./api.js";
-import { config, ema, empty, GiB, layout, mode, plain, range } from "./charts.js";
+import { config, defaultSmoothing, ema, empty, GiB, layout, mode, plain, range } from "./charts.js";
 import { $, h, nav } from "./fmt.js";
 
 nav("/compare");
@@ -16,6 +16,7 @@ const X_TITLES = { step: "step", time: "seconds since the first point", tokens: 
 const X_HOVER = { step: "", time: ".4~g", tokens: ".4~s" };
 const X_LABEL = { step: "step %{x}", time: "%{x:.4~g} s", tokens: "%{x:.4~s} tokens" }; // x in hover, with its unit
 const label = (m) => LABELS[m] || m;
+let smoothChosen = false; // the user moved the slider: the default no longer follows the chosen runs
 
 async function data(id) {
   if (!cache.has(id)) {
@@ -73,6 +74,9 @@ function metricOptions(all) {
 
 function drawMetric(all) {
   const metric = $("#metric").value, axis = $("#xaxis").value, logy = $("#logy").checked;
+  // The shortest chosen run's default: a short run is not smoothed into a shape it never had.
+  const points = all.map(([, d]) => (d.series.loss ? d.series.loss.y.length : 0)).filter(Boolean);
+  if (!smoothChosen && points.length) $("#smooth").value = defaultSmoothing(Math.min(...points));
   const w = Number($("#smooth").value);
   const title = metric === "loss" ? "loss" : label(metric);
   $("#metric-title").textContent = title[0].toUpperCase() + title.slice(1);
@@ -187,6 +191,7 @@ async function start() {
   for (const j of page.jobs) names.set(j.id, j.name);
   $("#pick").replaceChildren(...page.jobs.map((j) => h("label", {}, h("input", { type: "checkbox", value: j.id, checked: chosen.has(j.id),
     onchange: (ev) => { if (ev.target.checked) chosen.add(j.id); else chosen.delete(j.id); draw(); } }), ` #${j.id} ${j.name} `, h("span", { class: "muted", text: j.status }))));
+  $("#smooth").addEventListener("input", () => { smoothChosen = true; });
   for (const id of ["#logy", "#smooth", "#metric", "#xaxis"]) $(id).addEventListener("change", draw);
   await draw();
   window.tunedeckReady = true;

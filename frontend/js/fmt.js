@@ -38,6 +38,9 @@ export function num(x, digits = 4) {
   return Math.abs(x) >= 1000 ? x.toFixed(0) : Number(x.toPrecision(digits)).toString();
 }
 
+// An inf or NaN value as every page names it (strict JSON carries it as a word: "nan", "inf", "-inf").
+export function nonfiniteText(word) { return word === "nan" ? "NaN" : word; }
+
 export function when(iso) {
   if (!iso) return "–";
   const d = new Date(/Z|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z");

@@ -32,7 +32,7 @@ async function predictionsPage(jobId, box) {
     h("thead", {}, h("tr", {}, h("th", { text: "#" }), h("th", { text: "prompt" }), h("th", { text: "label" }), h("th", { text: "prediction" }))),
     h("tbody", {}, page.rows.map((r) => h("tr", {}, h("td", { class: "num", text: String(r.index + 1) }),
       h("td", {}, h("pre", { text: r.prompt })), h("td", {}, h("pre", { text: r.label })), h("td", {}, h("pre", { text: r.prediction }))))));
-  box.replaceChildren(h("h2", { text: "Predictions" }), pager, table);
+  box.replaceChildren(h("h2", { text: "Predictions" }), pager, h("div", { class: "scroll-x" }, table));
 }
 
 function exportBlock(e) {

@@ -2,8 +2,8 @@
 /* global Plotly */
 import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
-import { config, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
-import { $, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { config, defaultSmoothing, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
+import { $, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { showResults } from "./job-results.js";
 
 const indicator = nav("");
@@ -21,6 +21,7 @@ const state = {
   seriesNames: [],
   metricsLast: 0, // newest metric id held (history or stream)
   lossZoom: null,
+  smoothChosen: false, // the user moved the smoothing slider: the default no longer follows the run
   mem: new Map(), // device key ("node/gpu", devKey) -> {t: [], y: [], name}
   memTotal: new Map(), // device key -> total bytes
   memLast: 0,
@@ -242,6 +243,8 @@ const GRAD = { name: "grad_norm", color: "#a1306b" };
 function drawMetrics() {
   revision++;
   const loss = series("loss"), evl = series("eval_loss"), lr = series("lr"), tp = series("throughput");
+  // From the run's length at each full draw (not a zoomed window's), until the user picks one.
+  if (!state.smoothChosen && !state.lossZoom) showSmoothing(defaultSmoothing(loss.y.length));
   const w = Number($("#smooth").value);
   const logy = $("#logy").checked;
   const markersY = (xs) => xs.map((x) => {
@@ -265,8 +268,8 @@ function drawMetrics() {
     drawn["loss-chart"] = { loss: loss.y.length, evl: evl.y.length, bad: bad.length, smooth, range: yrange, logy,
       lastStep: loss.step[loss.step.length - 1] ?? -Infinity };
     Plotly.react("loss-chart", [
-      { name: "loss", x: loss.step.slice(), y: loss.y.slice(), mode: mode(loss.y), line: { color: "rgba(47,111,237,0.25)", width: 1 },
-        marker: { color: "rgba(47,111,237,0.5)", size: 6 }, hovertemplate: hover },
+      { name: "loss", x: loss.step.slice(), y: loss.y.slice(), mode: mode(loss.y), line: { color: "rgba(47,111,237,0.5)", width: 1.25 },
+        marker: { color: "rgba(47,111,237,0.6)", size: 6 }, hovertemplate: hover },
       { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step.slice(), y: smoothed, mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
         marker: { color: "#2f6fed", size: 7 }, hovertemplate: hover },
       { name: "eval loss", x: evl.step.slice(), y: evl.y.slice(), mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
@@ -347,7 +350,11 @@ function appendMetrics() {
 }
 const liveMetrics = framed(appendMetrics);
 
-$("#smooth").addEventListener("input", () => { $("#smooth-v").textContent = Number($("#smooth").value).toFixed(2); drawMetrics(); });
+function showSmoothing(w) {
+  $("#smooth").value = w;
+  $("#smooth-v").textContent = Number($("#smooth").value).toFixed(2);
+}
+$("#smooth").addEventListener("input", () => { state.smoothChosen = true; showSmoothing($("#smooth").value); drawMetrics(); });
 $("#logy").addEventListener("change", drawMetrics);
 
 // ------------------------------------------------------------------ memory chart
@@ -610,13 +617,23 @@ async function loadFiles() {
 // ------------------------------------------------------------------ summary
 function last(s) { return s && s.y.length ? [s.step[s.y.length - 1], s.y[s.y.length - 1]] : null; }
 
+// The newest logged loss, inf or NaN too (the team page's "last loss" is the newest line's, whatever it
+// held): [step, text, whether it was a number].
+function lastLoss() {
+  const s = state.metrics.loss, l = last(s);
+  const bad = s && s.bad.step.length ? s.bad.step.length - 1 : -1;
+  if (bad >= 0 && (!l || s.bad.step[bad] >= l[0])) return [s.bad.step[bad], nonfiniteText(s.bad.value[bad]), false];
+  return l && [l[0], num(l[1]), true];
+}
+
 function summary() {
   const j = state.job;
   if (!j) return;
   const rows = [];
-  const add = (key, value) => rows.push(h("span", { class: "muted", text: key }), h("span", { class: "num", "data-key": key, text: value }));
-  const l = last(state.metrics.loss);
-  add("last loss", l ? `${num(l[1])} at step ${l[0]}` : "–");
+  const add = (key, value, bad = false) => rows.push(h("span", { class: "muted", text: key }),
+    h("span", { class: bad ? "num nonfinite" : "num", "data-key": key, text: value, title: bad ? "the loss is not a finite number" : null }));
+  const l = lastLoss();
+  add("last loss", l ? `${l[1]} at step ${l[0]}` : "–", l && !l[2]);
   const ev = state.metrics.eval_loss;
   if (ev && ev.y.length) {
     let b = 0;

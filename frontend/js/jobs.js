@@ -1,6 +1,6 @@
 // The team page: every job, live from the team stream (which sends every job's current row first).
 import { live } from "./api.js";
-import { $, alertSummaryBadge, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { $, alertSummaryBadge, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
 
 const indicator = nav("/");
 const jobs = new Map();
@@ -20,7 +20,7 @@ function vram(j) {
 function lossCell(j) {
   // An inf or NaN loss arrives as null, named in `nonfinite` (strict JSON has neither).
   const bad = j.nonfinite && j.nonfinite.last_loss;
-  if (bad) return h("td", { class: "num nonfinite", title: "the loss is not a finite number", text: bad === "nan" ? "NaN" : bad });
+  if (bad) return h("td", { class: "num nonfinite", title: "the loss is not a finite number", text: nonfiniteText(bad) });
   return h("td", { class: "num", text: num(j.last_loss) });
 }
 

@@ -53,13 +53,14 @@ function gpuRow(g) {
 // One card per node; on a Ray cluster each names its Ray node id, and a node Ray lost is marked dead.
 function nodeCard(n) {
   const dead = n.alive === false;
-  const none = dead ? "Not read: the node is gone." : n.backend === "cpu" ? "No GPUs on this node: jobs run on the CPU." : "No GPU readings from this node.";
+  // A plain sentence where the server has one: the GPU libraries' exceptions stay in the API (`reason`).
+  const none = dead ? "Not read: the node is gone." : n.summary || (n.backend === "cpu" ? "No GPUs on this node: jobs run on the CPU." : "No GPU readings from this node.");
   return h("div", { class: `card${dead ? " dead" : ""}`, "data-node": n.id || n.name, "data-alive": dead ? "0" : "1" },
     h("h2", {}, `${n.name} `, n.id ? h("code", { class: "muted", text: n.id.slice(0, 8), title: n.id }) : "", " ",
       dead ? "" : h("span", { class: "badge", text: n.backend }), n.head ? h("span", { class: "badge", text: "head" }) : "",
       dead ? h("span", { class: "badge sev-critical", text: "dead" }) : "",
       n.gpu_slots ? h("span", { class: "muted", text: ` ${n.gpu_slots} GPU slot(s) in Ray` }) : ""),
-    n.reason ? h("div", { class: "notice", text: n.reason }) : null,
+    n.reason && !n.summary ? h("div", { class: "notice", text: n.reason }) : null,
     n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "power", "temperature", "ECC (corr / uncorr)", "throttled", "mode", "processes", "job"].map((t) => h("th", { text: t })))),
       h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: none }));
 }

@@ -46,6 +46,10 @@ def assert_succeeded_in_full(server, job: dict) -> None:
     assert all(p["throughput"] and p["total_tokens"] for p in points if p["loss"] is not None)
     out = Path(job["output_dir"])
     assert (out / "adapter_model.safetensors").exists()
+    # The CPU job's host memory: the live tree's in every sample, no 0 B one after the trainer exited
+    # (the downsampling keeps each bucket's minimum: a drop would show).
+    samples = server.api.get(f"/api/jobs/{job['id']}/memory", params={"limit": 20000}).json()["samples"]
+    assert samples and all(m["used_bytes"] > 0 for m in samples), samples[-3:]
 
     # What ran is what the API shows; tunedeck chose the output folder.
     config = server.api.get(f"/api/jobs/{job['id']}/config").json()

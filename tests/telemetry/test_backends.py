@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from tests.utils.servers import ROOT
+from tests.utils.wait import until
 from tunedeck.telemetry import open_backend, select
 from tunedeck.telemetry.base import Reading, norm_bus_id
 from tunedeck.telemetry.cpu import CpuBackend
@@ -184,3 +185,21 @@ def test_open_backend_without_gpus_is_cpu():
     backend, reason = open_backend(gpus=False, root_pid=os.getpid())
     assert backend.name == "cpu" and reason
     assert backend.read()[0].used_bytes > 0
+
+
+def test_cpu_backend_reads_nothing_once_the_tree_has_exited():
+    # A finished trainer is no memory at all, not a last sample of 0 B (a drop that reads as a crash):
+    # neither while it is a zombie nor once it is reaped.
+    root = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        backend = CpuBackend(root.pid)
+        (r,) = backend.read()
+        assert r.used_bytes > 0 and list(r.pids) == [root.pid]
+        root.stdin.close()
+        until(lambda: psutil.Process(root.pid).status() == psutil.STATUS_ZOMBIE, "the child to exit")
+        assert backend.read() == []
+    finally:
+        root.kill()
+        root.wait()
+    assert backend.read() == []
+    assert CpuBackend(root.pid).read() == []  # a tree found empty from the start

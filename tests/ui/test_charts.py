@@ -282,7 +282,7 @@ def test_job_page_charts(deck, page):
     text = hover_text(page, "tp-chart", 0, 7)
     assert "tokens/s" in text and all(n <= 4 for n in significant(text)), text
     text = hover_text(page, "loss-chart", 1, 4)
-    assert "loss (smoothed 0.60)" in text and all(n <= 4 for n in significant(text)), text
+    assert "loss (smoothed 0.33)" in text and all(n <= 4 for n in significant(text)), text
 
     # The summary of the run's end, and peak memory per GPU.
     summary = page.locator("#summary").inner_text()
@@ -501,3 +501,47 @@ def test_live_points_are_appended_in_order_and_smoothed(deck, assets, page):
     # Each streamed loss point is noted once, when it was drawn.
     assert sorted(s for s, _ in page.evaluate("window.tunedeck.arrivals")) == steps
     assert not page.errors and not page.console_errors
+
+
+def test_default_smoothing_follows_the_run_length(deck, page):
+    # An 8-point run is not smoothed (0.6 made a wrecked one read as a descent); a long one is; and the
+    # raw line under the smoothed one stays readable.
+    ids = dict(deck.ids)
+    for name, steps in (("eight points", 8), ("long run", 200)):
+        r = deck.api.post(
+            "/api/runs/import", files={"trainer_log": trainer_log(steps).encode()}, data={"name": name}
+        )
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["id"]
+    weights = {}
+    for name, screen in (
+        ("eight points", "wide"),
+        ("eight points", "phone"),
+        ("rich", "wide"),
+        ("long run", "wide"),
+    ):
+        open_page(page, f"{deck.url}/jobs/{ids[name]}", screen)
+        raw, smoothed = plot(page, "loss-chart", "gd.data.slice(0, 2)")
+        w = float(page.locator("#smooth").input_value())
+        assert page.locator("#smooth-v").inner_text() == f"{w:.2f}"
+        assert smoothed["name"] == f"loss (smoothed {w:.2f})"
+        assert smoothed["y"] == pytest.approx(ema(raw["y"], w) if w else raw["y"], rel=1e-9)
+        alpha = float(re.fullmatch(r"rgba\(.*,\s*([\d.]+)\)", raw["line"]["color"]).group(1))
+        assert alpha >= 0.5, raw["line"]
+        weights[name] = w
+    assert weights["eight points"] == 0
+    assert 0 < weights["rich"] < weights["long run"]
+    # A weight the user picks stays, and the line follows it.
+    page.locator("#smooth").fill("0.5")
+    page.wait_for_function("document.getElementById('loss-chart').data[1].name === 'loss (smoothed 0.50)'")
+    assert page.errors == [] and page.console_errors == []
+    # Compare: the shortest chosen run's default (one slider for all).
+    for short, w in (("eight points", 0), ("rich", weights["rich"])):
+        open_page(page, f"{deck.url}/compare?jobs={ids[short]},{ids['long run']}", "wide")
+        assert float(page.locator("#smooth").input_value()) == w
+        (y,) = plot(
+            page, "loss-chart", f"gd.data.filter(t => t.name.startsWith('#{ids[short]} ')).map(t => t.y)"
+        )[:1]
+        raw = [round(2.5 * 0.93**s + 0.01 * (s % 3), 4) for s in range(1, 9 if w == 0 else 31)]
+        assert y == pytest.approx(ema(raw, w) if w else raw, rel=1e-9)
+    assert page.errors == [] and page.console_errors == []

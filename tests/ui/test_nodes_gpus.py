@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.telemetry.test_backends import FAKES
 from tests.telemetry.test_generations import GCD0, GCD1, MI300X
 from tests.ui.conftest import shot
 from tests.utils.servers import ROOT
+from tunedeck.telemetry import NO_LIBRARY, NONE_FOUND
 
 
 def test_the_nodes_page_says_who_is_on_each_gpu_and_how_it_runs(server_factory, strict_page, tmp_path):
@@ -37,3 +40,32 @@ def test_the_nodes_page_says_who_is_on_each_gpu_and_how_it_runs(server_factory, 
     assert gcd1.locator(".power").inner_text() == "shared with GPU 1"  # never summed, never dropped
     assert "edge 45°C" in gcd0.locator(".temps").inner_text()
     assert errors == []
+
+
+@pytest.mark.parametrize("devices", [None, []], ids=["no-library", "no-gpus"])
+def test_a_node_without_gpus_says_so_in_a_sentence(server_factory, strict_page, tmp_path, devices):
+    # A CPU host: the libraries' exceptions (pyrsmi's ROCMLError, pynvml's) are its normal state, not
+    # an error to show; the API keeps them for scripts.
+    env = {"TUNEDECK_NODES_CACHE_S": "0"}
+    if devices is not None:  # the stand-in pynvml: the library loads and reports no device
+        trace = tmp_path / "trace.json"
+        trace.write_text(json.dumps({"devices": devices}))
+        env |= {"PYTHONPATH": os.pathsep.join([str(FAKES / "nvml"), str(ROOT / "backend")])}
+        env |= {"TUNEDECK_FAKE_SMI_TRACE": str(trace)}
+    server = server_factory(**env)
+    (node,) = server.api.get("/api/nodes").json()
+    assert node["backend"] == "cpu" and "pyrsmi" in node["reason"]
+    want = NO_LIBRARY if devices is None else NONE_FOUND
+    assert node["summary"] == want
+    page = strict_page
+    for width in (1440, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(server.url + "/nodes")
+        card = page.locator("#nodes .card")
+        card.wait_for(timeout=60_000)
+        text = card.inner_text()
+        assert want in text, text
+        for word in ("pyrsmi", "pynvml", "Error", "rocm", "libamd_smi", "Traceback"):
+            assert word not in text, (word, text)
+        assert page.locator("#nodes .notice").count() == 0
+    shot(page, f"nodes-no-gpus-{'library' if devices is None else 'devices'}-phone")

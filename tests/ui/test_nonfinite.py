@@ -1,5 +1,6 @@
 """A run whose loss became Infinity, among others: the team page shows every row and says "inf",
-and its job page draws the loss with the inf/NaN points marked, without a script error."""
+and its job page draws the loss with the inf/NaN points marked, without a script error, and says the
+same last loss as the team page (not the last finite one)."""
 
 from __future__ import annotations
 
@@ -42,5 +43,12 @@ def test_team_page_shows_every_row_when_a_loss_is_infinite(server_factory, page)
     page.wait_for_function("window.tunedeck.metrics.loss.bad.step.length === 2", timeout=120_000)
     assert page.evaluate("window.tunedeck.metrics.loss.bad.value") == ["nan", "inf"]
     assert page.evaluate("window.tunedeck.metrics.loss.y") == [2.5]
+    last = page.locator('#summary [data-key="last loss"]')
+    assert last.inner_text() == "inf at step 3" and "nonfinite" in last.get_attribute("class")
+    # A run whose loss is a number again after a NaN: its last loss is that number on both pages.
+    page.goto(f"{server.url}/jobs/{ids[0]}")
+    page.wait_for_function("window.tunedeckReady === true", timeout=120_000)
+    last = page.locator('#summary [data-key="last loss"]')
+    assert last.inner_text() == "1.5 at step 3" and "nonfinite" not in last.get_attribute("class")
     shot(page, "job-page-infinite-loss")
     assert page.errors == []

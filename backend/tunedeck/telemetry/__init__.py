@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from tunedeck.telemetry.base import BackendAbsent, Reading
+from tunedeck.telemetry.base import NO_DEVICES, BackendAbsent, Reading
 from tunedeck.telemetry.cpu import CpuBackend
 from tunedeck.telemetry.nvidia import NvidiaBackend
 from tunedeck.telemetry.rocm import RocmBackend
 
-__all__ = ["BackendAbsent", "Reading", "detect_gpus", "open_backend", "select"]
+__all__ = ["BackendAbsent", "Reading", "absence", "detect_gpus", "open_backend", "select"]
+# Why a node shows no GPUs, for a page: on a CPU host the libraries' exceptions are the normal state.
+NO_LIBRARY = "No GPU library on this node (neither AMD SMI nor NVIDIA's NVML loads): jobs run on the CPU."
+NONE_FOUND = "The GPU library found no GPUs on this node: jobs run on the CPU."
 
 
 def open_backend(*, gpus: bool = True, root_pid: int | None = None):
@@ -28,6 +31,13 @@ def open_backend(*, gpus: bool = True, root_pid: int | None = None):
     cpu = CpuBackend(root_pid)
     cpu.open()
     return cpu, "; ".join(reasons)
+
+
+def absence(reason: str | None) -> str | None:
+    """`reason` (open_backend's: each library's own exception, for logs and scripts) as a sentence."""
+    if not reason:
+        return None
+    return NONE_FOUND if NO_DEVICES in reason else NO_LIBRARY
 
 
 def detect_gpus() -> tuple[str, str | None, list[Reading]]:

@@ -10,6 +10,14 @@ class BackendAbsent(Exception):
     """The library is missing or cannot reach a device; the message says why."""
 
 
+# How a library that loaded says it sees no device (telemetry.absence tells it from a missing library).
+NO_DEVICES = "GPU found"
+
+
+def no_devices(library: str, vendor: str) -> BackendAbsent:
+    return BackendAbsent(f"{library}: no {vendor} {NO_DEVICES}")
+
+
 @dataclass
 class Reading:
     index: int  # device index on the node (SMI order); -1 = host memory

@@ -61,12 +61,16 @@ class CpuBackend:
         for p in self._tree():
             try:
                 with p.oneshot():
+                    if p.status() == psutil.STATUS_ZOMBIE:  # exited, not reaped yet: reads as 0 B
+                        continue
                     r = p.memory_info().rss
                     util += p.cpu_percent(interval=None)
             except psutil.Error:
                 continue
             rss += r
             pids[p.pid] = r
+        if not pids:  # the trainer has exited: no reading, not a 0 B sample (at the end of the
+            return []  # memory chart, that drop reads as a crash)
         return [
             Reading(
                 index=-1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from tunedeck.telemetry.base import BackendAbsent, Reading, norm_bus_id, num
+from tunedeck.telemetry.base import BackendAbsent, Reading, no_devices, norm_bus_id, num
 
 
 def _text(v: Any) -> str:
@@ -55,7 +55,7 @@ class NvidiaBackend:
             raise BackendAbsent(f"pynvml: {type(e).__name__}: {e}") from None
         if not self._handles:
             self.close()
-            raise BackendAbsent("pynvml: no NVIDIA GPU found")
+            raise no_devices("pynvml", "NVIDIA")
 
     def close(self) -> None:
         if self._nv is not None:

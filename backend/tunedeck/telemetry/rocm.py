@@ -13,7 +13,7 @@ import contextlib
 import importlib
 from typing import Any
 
-from tunedeck.telemetry.base import BackendAbsent, Reading, norm_bus_id, num
+from tunedeck.telemetry.base import BackendAbsent, Reading, no_devices, norm_bus_id, num
 
 
 def _amdsmi() -> Any | None:
@@ -83,7 +83,7 @@ class RocmBackend:
         n = rocml.smi_get_device_count()
         if not isinstance(n, int) or n <= 0:
             self.close()
-            raise BackendAbsent("pyrsmi: no AMD GPU found")
+            raise no_devices("pyrsmi", "AMD")
         self._amd = _amdsmi()
         if self._amd is not None:
             try:  # pyrsmi already initialised it; we only borrow its handles

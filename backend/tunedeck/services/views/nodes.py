@@ -13,7 +13,7 @@ from sqlmodel import Session, select
 from tunedeck.checks import preflight
 from tunedeck.config import Settings
 from tunedeck.store.tables import Job, JobStatus
-from tunedeck.telemetry import detect_gpus
+from tunedeck.telemetry import absence, detect_gpus
 from tunedeck.telemetry.base import Reading, node_fields
 
 
@@ -88,7 +88,8 @@ class NodeInventory:
             for p in gpu["processes"]:
                 p["job_id"] = job_of(p["pid"], trainers)
             gpus.append(gpu)
-        return [{"name": platform.node() or "localhost", "backend": name, "reason": reason, "gpus": gpus}]
+        host = platform.node() or "localhost"
+        return [{"name": host, "backend": name, "reason": reason, "summary": absence(reason), "gpus": gpus}]
 
 
 def node_preflight(settings: Settings) -> dict[str, Any] | None:
