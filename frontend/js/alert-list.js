@@ -13,7 +13,7 @@ function value(v) {
 
 function rerun(jobId, change) {
   const note = h("span", { class: "muted rerun-note" });
-  const button = h("button", { class: "secondary rerun", type: "button", "data-change": JSON.stringify(change),
+  const button = h("button", { class: "secondary rerun needs-submit", type: "button", "data-change": JSON.stringify(change),
     title: "a new job: this job's config with the change above" }, "Run again with this change");
   button.addEventListener("click", async () => {
     button.disabled = true;

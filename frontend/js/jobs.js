@@ -1,11 +1,16 @@
 // The team page: every job, live from the team stream (which sends every job's current row first).
 import { live } from "./api.js";
 import { $, alertSummaryBadge, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { onMe } from "./identity.js";
+import { actions } from "./team-actions.js";
 
 const indicator = nav("/");
 const jobs = new Map();
 const filter = $("#filter");
 filter.value = new URLSearchParams(location.search).get("status") || "";
+const mine = $("#mine");
+mine.checked = new URLSearchParams(location.search).get("mine") === "1";
+let me = null; // who is asking (GET /api/me): which rows offer Stop, and whose "my jobs" are
 
 function gpus(j) {
   if (!j.gpus) return "CPU";
@@ -43,7 +48,8 @@ function row(j) {
     lossCell(j),
     h("td", { class: "num", text: vram(j) }),
     h("td", { class: "alerts" }, alertSummaryBadge(j)),
-    h("td", { class: "muted", text: when(j.created_at) }));
+    h("td", { class: "muted", text: when(j.created_at) }),
+    h("td", { class: "actions" }, ...actions(j, me, $("#refusals"))));
 }
 
 let pending = false;
@@ -53,7 +59,8 @@ function render() {
   requestAnimationFrame(() => {
     pending = false;
     const want = filter.value;
-    const rows = [...jobs.values()].filter((j) => !want || j.status === want).sort((a, b) => b.id - a.id);
+    const own = mine.checked && me && me.name;
+    const rows = [...jobs.values()].filter((j) => (!want || j.status === want) && (!own || j.owner === me.name)).sort((a, b) => b.id - a.id);
     $("#jobs tbody").replaceChildren(...rows.map(row));
     $("#empty").style.display = rows.length ? "none" : "";
     $("#count").textContent = `${rows.length} of ${jobs.size}`;
@@ -66,6 +73,16 @@ filter.addEventListener("change", () => {
   history.replaceState(null, "", u);
   render();
 });
+
+mine.addEventListener("change", () => {
+  const u = new URL(location.href);
+  if (mine.checked) u.searchParams.set("mine", "1"); else u.searchParams.delete("mine");
+  history.replaceState(null, "", u);
+  render();
+});
+
+// "My jobs" only for a caller with a name: in open mode jobs have no owner to filter by.
+onMe((m) => { me = m; $("#mine-label").hidden = !m.name; render(); });
 
 live({}, { jobs: (rows) => { for (const j of rows) jobs.set(j.id, j); render(); } }, indicator);
 render();
