@@ -62,7 +62,8 @@ function render() {
     const own = mine.checked && me && me.name;
     const rows = [...jobs.values()].filter((j) => (!want || j.status === want) && (!own || j.owner === me.name)).sort((a, b) => b.id - a.id);
     $("#jobs tbody").replaceChildren(...rows.map(row));
-    $("#empty").style.display = rows.length ? "none" : "";
+    $("#empty").style.display = rows.length || jobs.size ? "none" : "";
+    $("#unmatched").hidden = rows.length > 0 || jobs.size === 0;
     $("#count").textContent = `${rows.length} of ${jobs.size}`;
   });
 }
