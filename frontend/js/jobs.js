@@ -1,8 +1,10 @@
-// The team page: every job, live from the team stream (which sends every job's current row first).
+// The team page: the jobs its filters find (team-list.js), live from the team stream (which sends every
+// job's current row first, then each change).
 import { live } from "./api.js";
 import { $, alertSummaryBadge, bytes, duration, h, nav, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { onMe } from "./identity.js";
 import { actions } from "./team-actions.js";
+import { choices, Listing } from "./team-list.js";
 
 const indicator = nav("/");
 const jobs = new Map();
@@ -58,13 +60,14 @@ function render() {
   pending = true;
   requestAnimationFrame(() => {
     pending = false;
-    const want = filter.value;
-    const own = mine.checked && me && me.name;
-    const rows = [...jobs.values()].filter((j) => (!want || j.status === want) && (!own || j.owner === me.name)).sort((a, b) => b.id - a.id);
+    const rows = listing.rows(jobs);
     $("#jobs tbody").replaceChildren(...rows.map(row));
-    $("#empty").style.display = rows.length || jobs.size ? "none" : "";
-    $("#unmatched").hidden = rows.length > 0 || jobs.size === 0;
+    const none = listing.ids !== null && !rows.length;
+    const filtered = none && (location.search.length > 1 || jobs.size > 0);
+    $("#empty").style.display = none && !filtered ? "" : "none";
+    $("#unmatched").hidden = !filtered;
     $("#count").textContent = `${rows.length} of ${jobs.size}`;
+    listing.pager(rows.length);
   });
 }
 
@@ -72,18 +75,31 @@ filter.addEventListener("change", () => {
   const u = new URL(location.href);
   if (filter.value) u.searchParams.set("status", filter.value); else u.searchParams.delete("status");
   history.replaceState(null, "", u);
-  render();
+  listing.refilter();
 });
 
 mine.addEventListener("change", () => {
   const u = new URL(location.href);
   if (mine.checked) u.searchParams.set("mine", "1"); else u.searchParams.delete("mine");
   history.replaceState(null, "", u);
-  render();
+  listing.refilter();
 });
 
 // "My jobs" only for a caller with a name: in open mode jobs have no owner to filter by.
-onMe((m) => { me = m; $("#mine-label").hidden = !m.name; render(); });
+onMe((m) => {
+  me = m;
+  listing.me = m;
+  $("#mine-label").hidden = !m.name;
+  if (mine.checked) listing.load(); // my jobs are the server's to find, by my name
+  render();
+});
 
-live({}, { jobs: (rows) => { for (const j of rows) jobs.set(j.id, j); render(); } }, indicator);
+const listing = new Listing(render);
+listing.load();
+live({}, { jobs: (rows) => {
+  for (const j of rows) jobs.set(j.id, j);
+  listing.streamed(rows);
+  choices(jobs);
+  render();
+} }, indicator);
 render();
