@@ -21,7 +21,7 @@ export class Listing {
     this.fetched = new Map(); // the server's rows, for a job the stream has not sent yet
     this.next = null; // cursor of the older page
     this.newer = []; // cursors of the pages before this one ("" the first)
-    this.statuses = new Map(); // job id -> the status it was listed with
+    this.known = new Map(); // job id -> the status the stream last sent
     this.me = null;
     this.asked = 0;
     this.timer = null;
@@ -92,15 +92,15 @@ export class Listing {
     $("#list-error").replaceChildren();
     this.ids = page.jobs.map((j) => j.id);
     this.fetched = new Map(page.jobs.map((j) => [j.id, j]));
-    this.statuses = new Map(page.jobs.map((j) => [j.id, j.status]));
     this.next = page.next;
     this.changed();
   }
 
-  // Streamed rows: a job new to the page, or one whose status moved, may enter or leave it.
+  // Streamed rows: a new job, or one whose status moved, may enter or leave the page; progress alone
+  // (most rows the stream sends) changes nothing of which rows belong.
   streamed(rows) {
-    if (this.ids === null) return;
-    const moved = rows.some((j) => this.statuses.get(j.id) !== j.status);
+    const moved = rows.some((j) => this.known.get(j.id) !== j.status);
+    for (const j of rows) this.known.set(j.id, j.status);
     if (moved && !this.timer) this.timer = setTimeout(() => { this.timer = null; this.load(); }, 500);
   }
 
