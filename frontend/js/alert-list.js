@@ -1,6 +1,7 @@
 // A job's alerts: evidence, advice with what it changes, and the advised change as a new job in one click.
 import { describe, post } from "./api.js";
 import { h } from "./fmt.js";
+import { refuse } from "./refusal.js";
 
 // A CPU job's series (-1) is the host's memory, never "GPU -1".
 export function deviceLabel(gpu) {
@@ -22,7 +23,9 @@ function rerun(jobId, change) {
       const job = await post(`/api/jobs/${jobId}/clone`, { overrides: change });
       location.assign(`/jobs/${job.id}`);
     } catch (e) {
-      note.textContent = ` ${describe(e)}`;
+      // The alert list is drawn again as alerts change: a refusal outlives it in the page's own box.
+      const box = document.getElementById("refusals");
+      if (box) { note.textContent = ""; refuse(box, "Run again failed", e); } else note.textContent = ` ${describe(e)}`;
       button.disabled = false;
     }
   });

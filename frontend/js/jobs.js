@@ -42,7 +42,7 @@ function row(j) {
   return h("tr", { "data-job": j.id, "data-status": j.status },
     h("td", { class: "num", text: j.id }),
     h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name }), j.kind && j.kind !== "train" ? h("span", { class: "muted", text: ` · ${j.kind}` }) : null),
-    h("td", { text: j.owner || "–" }),
+    h("td", { text: j.owner || "–", title: j.owner ? null : "made without a token: whoever may write here may act on it" }),
     h("td", {}, verdictBadge(j), ...waiting(j)),
     h("td", { text: gpus(j) }),
     h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),

@@ -48,6 +48,10 @@ def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
     assert page.locator("[data-stop]").count() == 0
     assert page.evaluate("sessionStorage.getItem('tunedeck.token')") == wall
     shot(page, "jobs-page-with-token")
+    page.goto(f"{server.url}/new")  # the form lints and previews for a viewer, and offers no Submit
+    page.locator("#no-submit").wait_for(timeout=30_000)
+    assert page.locator("#submit").is_hidden() and page.locator("#check").is_visible()
+    assert page.locator("#signin").count() == 0 and opened == []
 
 
 def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
