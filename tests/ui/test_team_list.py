@@ -118,3 +118,27 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
     assert r.status_code == 201, r.text
     rows_become(page, [r.json()["id"]])
     assert page.errors == []
+
+
+def test_compare_picks_from_a_search_and_keeps_old_chosen_jobs_listed(many, page):
+    """Compare listed every job as a checkbox: now the chosen ones first, then what a search finds."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{many.url}/compare?jobs=1")  # job 1 is older than the newest fifty
+    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
+    picks = page.locator("#pick [data-pick]")
+    ids = picks.evaluate_all("ls => ls.map(l => +l.dataset.pick)")
+    assert ids[0] == 1 and len(ids) == 51, ids  # the chosen one, then a page of the newest
+    assert "search to narrow" in page.inner_text("#pick-n")
+    page.fill("#pick-q", "needle")
+    page.wait_for_function(
+        "JSON.stringify([...document.querySelectorAll('#pick [data-pick]')].map(l => +l.dataset.pick))"
+        " === '[1,34]'",
+        timeout=30_000,
+    )
+    page.locator('[data-pick="34"] input').check()
+    page.wait_for_function("location.search.includes('jobs=1%2C34') || location.search.includes('jobs=1,34')")
+    page.locator("#diff", has_text="The configs are the same.").wait_for(timeout=30_000)  # two chosen now
+    assert page.locator('[data-pick="1"] input').is_checked() and page.errors == []
+    wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert wide[0] <= wide[1], wide
+    shot(page, "compare-picker-search")
