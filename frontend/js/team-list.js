@@ -78,6 +78,7 @@ export class Listing {
   }
 
   async load() {
+    if ($("#mine").checked && !this.me) return; // my jobs need my name: jobs.js loads again once it is known
     const asked = ++this.asked;
     $("#owner").disabled = !!($("#mine").checked && this.me && this.me.name);
     let page;
