@@ -394,6 +394,23 @@ class Health(BaseModel):
     )
 
 
+class ActsOn(BaseModel):
+    """Which jobs the caller may act on (cancel, tag, delete, chat with), by whose they are."""
+
+    own: bool = PField(description="jobs the caller's token made")
+    unowned: bool = PField(description="jobs made without a token")
+    others: bool = PField(description="jobs another token made")
+
+
+class Me(BaseModel):
+    name: str | None = PField(description="the token's name; null without a token")
+    role: Literal["viewer", "submitter", "admin"] | None = None
+    open_read: bool = PField(description="reading needs no token here")
+    open_write: bool = PField(description="writing needs no token here (open mode)")
+    may_submit: bool = PField(description="may launch jobs (submit, clone, resume)")
+    acts_on: ActsOn
+
+
 class Nonfinite(BaseModel):
     """Where a metric was inf or NaN (its curve skips them), thinned to `max_points`."""
 

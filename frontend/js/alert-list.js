@@ -1,6 +1,7 @@
 // A job's alerts: evidence, advice with what it changes, and the advised change as a new job in one click.
 import { describe, post } from "./api.js";
 import { h } from "./fmt.js";
+import { refuse } from "./refusal.js";
 
 // A CPU job's series (-1) is the host's memory, never "GPU -1".
 export function deviceLabel(gpu) {
@@ -13,7 +14,7 @@ function value(v) {
 
 function rerun(jobId, change) {
   const note = h("span", { class: "muted rerun-note" });
-  const button = h("button", { class: "secondary rerun", type: "button", "data-change": JSON.stringify(change),
+  const button = h("button", { class: "secondary rerun needs-submit", type: "button", "data-change": JSON.stringify(change),
     title: "a new job: this job's config with the change above" }, "Run again with this change");
   button.addEventListener("click", async () => {
     button.disabled = true;
@@ -22,7 +23,9 @@ function rerun(jobId, change) {
       const job = await post(`/api/jobs/${jobId}/clone`, { overrides: change });
       location.assign(`/jobs/${job.id}`);
     } catch (e) {
-      note.textContent = ` ${describe(e)}`;
+      // The alert list is drawn again as alerts change: a refusal outlives it in the page's own box.
+      const box = document.getElementById("refusals");
+      if (box) { note.textContent = ""; refuse(box, "Run again failed", e); } else note.textContent = ` ${describe(e)}`;
       button.disabled = false;
     }
   });

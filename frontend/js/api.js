@@ -1,4 +1,7 @@
 // Fetch helpers shared by every page: JSON in and out, an optional bearer token, readable errors.
+import { signIn, token } from "./signin.js";
+
+export { token };
 
 export class ApiError extends Error {
   constructor(status, detail) {
@@ -8,22 +11,14 @@ export class ApiError extends Error {
   }
 }
 
-// A server with closed reads or writes wants a bearer token: asked once, kept for this browser session.
-export function token() { return sessionStorage.getItem("tunedeck.token") || ""; }
-
-function askToken(status) {
-  const t = window.prompt(status === 403
-    ? "Your token may not do this. Paste another tunedeck token:"
-    : "This tunedeck server needs a token (`tunedeck token create`). Paste it:");
-  if (t && t.trim()) sessionStorage.setItem("tunedeck.token", t.trim());
-  return !!(t && t.trim());
-}
+const REFUSED = "The server refused this token (invalid or revoked). Sign in with another.";
 
 async function send(url, init = {}) {
   const used = token();
   let r = await fetch(url, { ...init, headers: headers(init.headers) });
-  // Several requests of one page may fail together: only the first asks, the rest use its answer.
-  if ((r.status === 401 || r.status === 403) && (token() !== used || askToken(r.status))) {
+  // A server with closed reads or writes wants a bearer token: the page asks for one (several requests
+  // that fail together share the one dialog). A 403 is a refusal the page shows, not a question.
+  if (r.status === 401 && (token() !== used || await signIn(used ? REFUSED : undefined))) {
     r = await fetch(url, { ...init, headers: headers(init.headers) });
   }
   return handle(r);

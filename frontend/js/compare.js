@@ -2,6 +2,7 @@
 /* global Plotly */
 import { describe, get, optional, post } from "./api.js";
 import { config, defaultSmoothing, ema, empty, GiB, layout, mode, plain, range } from "./charts.js";
+import { picker } from "./compare-pick.js";
 import { $, h, nav } from "./fmt.js";
 
 nav("/compare");
@@ -187,10 +188,7 @@ function diff(all) {
 }
 
 async function start() {
-  const page = await get("/api/jobs", { limit: 200 });
-  for (const j of page.jobs) names.set(j.id, j.name);
-  $("#pick").replaceChildren(...page.jobs.map((j) => h("label", {}, h("input", { type: "checkbox", value: j.id, checked: chosen.has(j.id),
-    onchange: (ev) => { if (ev.target.checked) chosen.add(j.id); else chosen.delete(j.id); draw(); } }), ` #${j.id} ${j.name} `, h("span", { class: "muted", text: j.status }))));
+  await picker({ chosen, names, changed: draw });
   $("#smooth").addEventListener("input", () => { smoothChosen = true; });
   for (const id of ["#logy", "#smooth", "#metric", "#xaxis"]) $(id).addEventListener("change", draw);
   await draw();

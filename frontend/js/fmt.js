@@ -80,7 +80,9 @@ export function nav(here) {
   const links = [["/", "Jobs"], ["/new", "New job"], ["/compare", "Compare"], ["/nodes", "Nodes"]];
   const top = h("header", { class: "top" }, h("span", { class: "brand", text: "tunedeck" }),
     ...links.map(([href, label]) => h("a", { href, class: href === here ? "here" : null, text: label })),
-    h("span", { class: "live", id: "live" }));
+    h("span", { class: "live", id: "live" }), h("span", { class: "who", id: "who" }));
   document.body.prepend(top);
+  // Loaded apart: this module stays free of requests (identity.js asks the server who is asking).
+  import("./identity.js").then((m) => m.showWho(top.querySelector("#who")));
   return top.querySelector("#live");
 }

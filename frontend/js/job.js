@@ -4,7 +4,9 @@ import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, get, live, optional, post } from "./api.js";
 import { config, defaultSmoothing, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { mayAct, onMe } from "./identity.js";
 import { showResults } from "./job-results.js";
+import { refuse } from "./refusal.js";
 
 const indicator = nav("");
 const jobId = Number(location.pathname.split("/").filter(Boolean).pop());
@@ -55,10 +57,8 @@ function showJob(j) {
   $("#started").textContent = when(j.started_at);
   $("#finished").textContent = when(j.finished_at);
   summary();
-  const stop = $("#stop");
   const ended = ["succeeded", "failed", "cancelled"].includes(j.status);
-  stop.disabled = ended || stop.dataset.sent === "1";
-  if (ended) stop.textContent = j.status === "cancelled" ? "Stopped" : "Stop";
+  showActions(j, ended);
   const waits = j.status === "queued" && j.waiting_for;
   $("#waiting").replaceChildren(...(waits ? [h("div", { class: "notice", text: `Queued, #${j.queue_position} in line: ${j.waiting_for}` })] : []));
   // `error` also carries the cause of a stop or a clean exit: red only for failures.
@@ -73,6 +73,15 @@ function showJob(j) {
   scheduleAlerts();
 }
 
+// Stop only for whom the server lets stop this job (its owner, an admin, anyone in open mode); hidden
+// until the page knows who is asking.
+function showActions(j, ended) {
+  const stop = $("#stop");
+  stop.hidden = !mayAct(state.me, j.owner);
+  stop.disabled = ended || stop.dataset.sent === "1";
+  if (ended) stop.textContent = j.status === "cancelled" ? "Stopped" : "Stop";
+}
+
 $("#stop").addEventListener("click", async () => {
   const stop = $("#stop");
   const j = state.job || { id: jobId, name: "" };
@@ -83,7 +92,7 @@ $("#stop").addEventListener("click", async () => {
   try {
     showJob(await post(`/api/jobs/${jobId}/cancel`));
   } catch (e) {
-    $("#error").replaceChildren(h("div", { class: "error", text: `Stop failed: ${describe(e)}` }));
+    refuse($("#refusals"), "Stop failed", e);
     stop.dataset.sent = "";
     stop.disabled = false;
     stop.textContent = "Stop";
@@ -98,7 +107,7 @@ $("#report").addEventListener("click", async () => {
     a.click();
     a.remove();
   } catch (e) {
-    $("#error").replaceChildren(h("div", { class: "error", text: `Report failed: ${describe(e)}` }));
+    refuse($("#refusals"), "Report failed", e);
   }
 });
 
@@ -674,6 +683,10 @@ async function start() {
   const estimate = optional(`/api/jobs/${jobId}/estimate`).catch(() => null);
   const basics = Promise.all([get("/api/stream/cursor"), get("/api/health")]);
   const job = get(`/api/jobs/${jobId}`);
+  onMe((me) => {
+    state.me = me;
+    if (state.job) showActions(state.job, ["succeeded", "failed", "cancelled"].includes(state.job.status));
+  });
   try {
     showJob(await job);
   } catch (e) {

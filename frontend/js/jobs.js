@@ -1,11 +1,18 @@
-// The team page: every job, live from the team stream (which sends every job's current row first).
+// The team page: the jobs its filters find (team-list.js), live from the team stream (which sends every
+// job's current row first, then each change).
 import { live } from "./api.js";
 import { $, alertSummaryBadge, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { onMe } from "./identity.js";
+import { actions } from "./team-actions.js";
+import { choices, Listing } from "./team-list.js";
 
 const indicator = nav("/");
 const jobs = new Map();
 const filter = $("#filter");
 filter.value = new URLSearchParams(location.search).get("status") || "";
+const mine = $("#mine");
+mine.checked = new URLSearchParams(location.search).get("mine") === "1";
+let me = null; // who is asking (GET /api/me): which rows offer Stop, and whose "my jobs" are
 
 function gpus(j) {
   if (!j.gpus) return "CPU";
@@ -35,7 +42,7 @@ function row(j) {
   return h("tr", { "data-job": j.id, "data-status": j.status },
     h("td", { class: "num", text: j.id }),
     h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name }), j.kind && j.kind !== "train" ? h("span", { class: "muted", text: ` · ${j.kind}` }) : null),
-    h("td", { text: j.owner || "–" }),
+    h("td", { text: j.owner || "–", title: j.owner ? null : "made without a token: whoever may write here may act on it" }),
     h("td", {}, verdictBadge(j), ...waiting(j)),
     h("td", { text: gpus(j) }),
     h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),
@@ -43,7 +50,8 @@ function row(j) {
     lossCell(j),
     h("td", { class: "num", text: vram(j) }),
     h("td", { class: "alerts" }, alertSummaryBadge(j)),
-    h("td", { class: "muted", text: when(j.created_at) }));
+    h("td", { class: "muted", text: when(j.created_at) }),
+    h("td", { class: "actions" }, ...actions(j, me, $("#refusals"))));
 }
 
 let pending = false;
@@ -52,11 +60,14 @@ function render() {
   pending = true;
   requestAnimationFrame(() => {
     pending = false;
-    const want = filter.value;
-    const rows = [...jobs.values()].filter((j) => !want || j.status === want).sort((a, b) => b.id - a.id);
+    const rows = listing.rows(jobs);
     $("#jobs tbody").replaceChildren(...rows.map(row));
-    $("#empty").style.display = rows.length ? "none" : "";
+    const none = listing.ids !== null && !rows.length;
+    const filtered = none && (location.search.length > 1 || jobs.size > 0);
+    $("#empty").style.display = none && !filtered ? "" : "none";
+    $("#unmatched").hidden = !filtered;
     $("#count").textContent = `${rows.length} of ${jobs.size}`;
+    listing.pager(rows.length);
   });
 }
 
@@ -64,8 +75,31 @@ filter.addEventListener("change", () => {
   const u = new URL(location.href);
   if (filter.value) u.searchParams.set("status", filter.value); else u.searchParams.delete("status");
   history.replaceState(null, "", u);
+  listing.refilter();
+});
+
+mine.addEventListener("change", () => {
+  const u = new URL(location.href);
+  if (mine.checked) u.searchParams.set("mine", "1"); else u.searchParams.delete("mine");
+  history.replaceState(null, "", u);
+  listing.refilter();
+});
+
+// "My jobs" only for a caller with a name: in open mode jobs have no owner to filter by.
+onMe((m) => {
+  me = m;
+  listing.me = m;
+  $("#mine-label").hidden = !m.name;
+  if (mine.checked) listing.load(); // my jobs are the server's to find, by my name
   render();
 });
 
-live({}, { jobs: (rows) => { for (const j of rows) jobs.set(j.id, j); render(); } }, indicator);
+const listing = new Listing(render);
+listing.load();
+live({}, { jobs: (rows) => {
+  for (const j of rows) jobs.set(j.id, j);
+  listing.streamed(rows);
+  choices(jobs);
+  render();
+} }, indicator);
 render();

@@ -222,6 +222,15 @@ def test_the_guard_by_route_method_and_role(engine):
         who(request("POST", "/api/jobs/7/telemetry", authorization="Bearer runner"), closed, engine) is None
     )
     assert refused(request("GET", "/api/health/x"), closed, engine)[0] == 401
+    # Who is asking answers a stranger (the page must learn to sign in), still checks a token sent, and
+    # opens nothing beside it.
+    assert who(request("GET", "/api/me"), closed, engine) is None
+    assert who(request("GET", "/api/me", authorization=bearer_of["viewer"]), closed, engine) == Principal(
+        "guard-viewer", Role.viewer
+    )
+    assert refused(request("GET", "/api/me", authorization="Bearer tdk_forged"), closed, engine)[0] == 401
+    assert refused(request("GET", "/api/me/x"), closed, engine)[0] == 401
+    assert refused(request("POST", "/api/me"), closed, engine)[0] == 401
     # Writes: no token 401, a viewer 403, a submitter or an admin passes.
     assert refused(request("POST", "/api/jobs"), closed, engine)[0] == 401
     status, msg = refused(request("POST", "/api/jobs", authorization=bearer_of["viewer"]), closed, engine)

@@ -233,6 +233,34 @@ def test_the_readme_table_of_who_may_do_what(apps, assets):
     assert wrong == []
 
 
+def test_who_am_i_says_what_the_table_says_each_caller_may_do(apps, assets):
+    """`GET /api/me` is what the pages offer actions by: each column's answer agrees with its cells."""
+    loopback, team = apps
+    tokens = {
+        n: create_token(team.engine, f"me-{n}", r)
+        for n, r in (("v", "viewer"), ("s", "submitter"), ("a", "admin"))
+    }
+    columns = [(loopback, {}, None, None), (team, {}, None, None)] + [
+        (team, {"Authorization": f"Bearer {t}"}, f"me-{n}", r)
+        for (n, t), r in zip(tokens.items(), ("viewer", "submitter", "admin"), strict=True)
+    ]
+    table = readme_table()
+    for column, (app, headers, name, role) in enumerate(columns):
+        r = app.api.get("/api/me", headers=headers)
+        assert r.status_code == 200, r.text  # a stranger on a team server too: the page must learn to sign in
+        me = r.json()
+        assert (me["name"], me["role"]) == (name, role)
+        assert (me["open_read"], me["open_write"]) == ((True, True) if app is loopback else (False, False))
+        assert me["may_submit"] == (table["submit, clone, resume"][column] == "yes"), (column, me)
+        own = me["acts_on"]["own" if name else "unowned"]
+        assert own == (table["cancel, tag, delete own jobs"][column] == "yes"), (column, me)
+        assert me["acts_on"]["others"] == (table["cancel, tag, delete others' jobs"][column] == "yes"), (
+            column,
+            me,
+        )
+    assert team.api.get("/api/me", headers={"Authorization": "Bearer tdk_forged"}).status_code == 401
+
+
 def test_a_stranger_on_a_team_server_gets_nothing_but_health(apps, assets):
     """The reported hole: `/archive?what=output` answered 200 with no token on the README's team set-up."""
     _, team = apps

@@ -1,10 +1,22 @@
-"""A server with closed reads: the page asks for a token once and keeps it for the session."""
+"""A server with closed reads: the page asks for a token once, in a sign-in dialog of its own (never
+window.prompt), and keeps it for the session."""
 
 from __future__ import annotations
 
 from tests.security.test_auth import token
 from tests.ui.conftest import shot
 from tests.utils.servers import demo_config
+
+
+def sign_in(page, tok: str) -> str:
+    """Answers the page's sign-in dialog with `tok`; returns the reason it gave for asking."""
+    dialog = page.locator("dialog#signin")
+    dialog.wait_for(timeout=30_000)
+    why = page.locator("#signin-why").inner_text()
+    page.fill("#signin-token", tok)
+    page.click("#signin-ok")
+    dialog.wait_for(state="detached", timeout=30_000)
+    return why
 
 
 def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
@@ -19,21 +31,27 @@ def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
         headers={"Authorization": f"Bearer {admin}"},
     )
     assert r.status_code == 201
-    asked: list[str] = []
-
-    def answer(dialog):  # noqa: ANN001
-        asked.append(dialog.message)
-        dialog.accept(wall)
-
-    page.on("dialog", answer)
+    opened: list[str] = []
+    page.on("dialog", lambda d: (opened.append(d.type), d.dismiss()))
     page.goto(f"{server.url}/jobs/1")  # a page that sends several requests at once asks only once
+    signed = sign_in(page, wall)
+    assert "needs a token" in signed
     page.wait_for_selector('#status [data-status="queued"]', timeout=30_000)
+    page.locator("#me", has_text="wall · viewer").wait_for(timeout=30_000)
+    assert page.locator("#signin").count() == 0
+    assert page.locator("#stop").is_hidden()  # a viewer stops nothing: not offered
     page.goto(f"{server.url}/")
     page.locator('tr[data-job="1"]').wait_for(timeout=30_000)
-    assert len(asked) == 1 and "token" in asked[0]
-    assert len(asked) == 1
+    assert page.locator("#signin").count() == 0 and opened == []
+    page.locator("#me", has_text="wall · viewer").wait_for(timeout=30_000)
+    page.locator("a.button[href='/new']").wait_for(state="hidden", timeout=30_000)  # a viewer submits nothing
+    assert page.locator("[data-stop]").count() == 0
     assert page.evaluate("sessionStorage.getItem('tunedeck.token')") == wall
     shot(page, "jobs-page-with-token")
+    page.goto(f"{server.url}/new")  # the form lints and previews for a viewer, and offers no Submit
+    page.locator("#no-submit").wait_for(timeout=30_000)
+    assert page.locator("#submit").is_hidden() and page.locator("#check").is_visible()
+    assert page.locator("#signin").count() == 0 and opened == []
 
 
 def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
@@ -68,15 +86,11 @@ def test_a_viewer_compares_jobs_with_one_prompt(server_factory, assets, page, tm
             headers=admin,
         )
         assert r.status_code == 201, r.text
-    asked: list[str] = []
-
-    def answer(dialog) -> None:
-        asked.append(dialog.message)
-        dialog.accept(wall)
-
-    page.on("dialog", answer)
+    opened: list[str] = []
+    page.on("dialog", lambda d: (opened.append(d.type), d.dismiss()))
     page.goto(f"{server.url}/compare?jobs=1,2")
+    sign_in(page, wall)
     page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
     assert "learning_rate" in page.locator("#diff").inner_text()
-    assert len(asked) == 1 and page.errors == []
+    assert page.locator("#signin").count() == 0 and opened == [] and page.errors == []
     shot(page, "compare-as-viewer")

@@ -35,6 +35,10 @@ EXEMPT = re.compile(r"^/api/(health$|jobs/\d+/telemetry$)")
 READ_POSTS = re.compile(r"^/api/(lint|estimate|ui/parse-yaml|ui/preview)$")
 # The only route that takes `?access_token=` (the access log redacts it: tunedeck.api.guard).
 STREAM = "/api/stream"
+# Who is asking answers anyone (a page must learn that it has to sign in); a token sent is still checked.
+WHO = "/api/me"
+# A name no token can have (create_token refuses it): "a job another token made", for `acts_on`.
+SOMEONE_ELSE = ""
 
 
 class Role(str, enum.Enum):
@@ -182,7 +186,11 @@ async def principal_for(request: Request, settings: Settings, engine: Engine) ->
         return principal
     reading = request.method in ("GET", "HEAD", "OPTIONS") or bool(READ_POSTS.match(path))
     if reading:
-        if principal is None and not reads_open(settings, exposed=bool(request.scope.get(EXPOSED))):
+        if (
+            principal is None
+            and path != WHO
+            and not reads_open(settings, exposed=bool(request.scope.get(EXPOSED)))
+        ):
             why = "TUNEDECK_OPEN_READ=false" if settings.open_read_given else "off loopback"
             raise AuthError(401, f"a token is required to read ({why})")
     elif not settings.open_write:
@@ -235,3 +243,18 @@ def may_act(principal: Principal | None, owners: Iterable[str | None], settings:
 
 def may_cancel(principal: Principal | None, owner: str | None, settings: Settings) -> bool:
     return may_act(principal, (owner,), settings)
+
+
+def acts_on(principal: Principal | None, settings: Settings) -> dict[str, bool]:
+    """Which jobs `principal` may act on, by whose they are: `may_act` itself asked of each kind, so a
+    page offers exactly what the server would allow."""
+    return {
+        "own": principal is not None and may_act(principal, (principal.name,), settings),
+        "unowned": may_act(principal, (None,), settings),
+        "others": may_act(principal, (SOMEONE_ELSE,), settings),
+    }
+
+
+def may_submit(principal: Principal | None, settings: Settings) -> bool:
+    """Whether `principal` may launch jobs: the guard's rule for writes (`principal_for`)."""
+    return settings.open_write or (principal is not None and principal.role.rank >= Role.submitter.rank)

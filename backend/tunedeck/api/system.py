@@ -1,4 +1,4 @@
-"""Health and presets."""
+"""Health, who is asking, and presets."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ from fastapi import APIRouter, HTTPException, Request
 from sqlalchemy import text
 
 from tunedeck import __version__
+from tunedeck.api import auth
 from tunedeck.api.answers import errors
+from tunedeck.api.deps import SettingsDep
+from tunedeck.api.guard import EXPOSED
 from tunedeck.checks.presets import presets
-from tunedeck.schemas import Health, Preset, PresetText
+from tunedeck.schemas import Health, Me, Preset, PresetText
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["system"])
@@ -29,6 +32,20 @@ def health(request: Request, session: SessionDep) -> dict:
         "gpus": state.node_gpus,
         "cpu_slots": state.settings.cpu_slots,
         "near_oom_share": state.settings.alert_near_oom_share,
+    }
+
+
+@router.get("/me", response_model=Me)
+def who_am_i(request: Request, settings: SettingsDep) -> dict:
+    """Who is asking (the token's name and role; none in open mode) and what they may do: answers anyone."""
+    principal = getattr(request.state, "principal", None)
+    return {
+        "name": principal.name if principal else None,
+        "role": principal.role.value if principal else None,
+        "open_read": auth.reads_open(settings, exposed=bool(request.scope.get(EXPOSED))),
+        "open_write": settings.open_write,
+        "may_submit": auth.may_submit(principal, settings),
+        "acts_on": auth.acts_on(principal, settings),
     }
 
 
