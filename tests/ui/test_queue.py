@@ -53,3 +53,9 @@ def test_queue_place_and_reason_follow_the_queue(server_factory, assets, page):
     assert seen.get(timeout=60) == 2
     assert server.api.post(f"/api/jobs/{second}/cancel").status_code == 200
     assert seen.get(timeout=60) == 1
+
+    # Its owner raises its priority: the team page shows it in the row.
+    assert server.api.patch(f"/api/jobs/{third}", json={"priority": 5}).json()["priority"] == 5
+    page.locator(f'tr[data-job="{third}"] .waiting').filter(
+        has_text="#1 · priority 5 · launches paused"
+    ).wait_for(timeout=30_000)
