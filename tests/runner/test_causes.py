@@ -1,9 +1,11 @@
 """The cause a runner reports, read from real captured trainer output (tests/runner/outputs): torchrun
-with two ranks (one raises after the process group is up, one is killed, one raises before it), and
-LLaMA-Factory given a multimodal template for a text-only model."""
+with two ranks (one raises after the process group is up, one is killed, one raises before it),
+LLaMA-Factory given a multimodal template for a text-only model, and LLaMA-Factory given a dataset
+whose file is missing (its log lines on stdout, the traceback on stderr)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,92 @@ def test_interleaved_ranks_are_read_apart():
         causes.by_rank[0].text.startswith("RuntimeError: [/__w/pytorch")
         and causes.by_rank[0].func == "barrier"
     )
+
+
+MISSING = (
+    "ValueError: File /srv/team/ws/data/gone.json not found. "
+    "(at llamafactory/data/loader.py:82, in _load_single_dataset)"
+)
+
+
+def stream_of(line: str) -> str:
+    """Where the captured line was written: LLaMA-Factory's logger writes to stdout (`[INFO|<date>]`),
+    transformers' logger and Python's tracebacks to stderr."""
+    return "stdout" if re.match(r"^\[(INFO|WARNING)\|\d{4}-", line) else "stderr"
+
+
+def raced(lines: list[str], moved: str, after: str) -> list[str]:
+    """The output as the runner's two reader threads may deliver it: the `moved` line (printed just
+    before the traceback, on the other stream) read after the line `after` instead."""
+    out = [x for x in lines if x != moved]
+    at = next(i for i, x in enumerate(out) if x.strip().startswith(after))
+    return [*out[: at + 1], moved, *out[at + 1 :]]
+
+
+def test_the_missing_data_file_in_the_order_it_was_written():
+    lines = output("lf_dataset_file_missing.txt")
+    assert failure_cause(lines, 1) == MISSING
+    causes = Causes()
+    for line in lines:
+        causes.feed(line, stream_of(line))
+    assert causes.cause(1) == MISSING
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "Traceback (most recent call last):",  # before any frame: taken for the exception, once
+        'File "/work/main/.venv/lib/python3.11/site-packages/llamafactory/data/loader.py", line 181',
+        "ValueError: File",  # after the exception: it must not end the traceback's reading early
+    ],
+)
+def test_a_log_line_read_inside_the_traceback_is_never_the_cause(after):
+    """The run this sample is from reported "[INFO|...] llamafactory.data.loader:144 >> Loading dataset
+    gone.json..." as its error once: LLaMA-Factory's last log line, read in the middle of the traceback."""
+    lines = output("lf_dataset_file_missing.txt")
+    (loading,) = [x for x in lines if "Loading dataset gone.json" in x]
+    assert loading.startswith("[INFO|")
+    assert failure_cause(raced(lines, loading, after), 1) == MISSING
+    warning = "[WARNING|2026-12-02 15:18:26] llamafactory.data.loader:90 >> Dataset gone.json is empty."
+    assert failure_cause(raced([*lines, warning], warning, after), 1) == MISSING
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "[INFO|hub.py:364] 2026-12-02 15:18:26,012 >> Offline mode: forcing local_files_only=True",
+        "[2026-12-02 15:18:26,012] [WARNING] [stage3.py:2171:step] 1 pytorch allocator cache flushes since last step",
+        "W1202 07:27:32.729000 24986 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process "
+        "25009 closing signal SIGTERM",
+        "WARNING:root:Error: the tokenizer has no pad token",
+    ],
+)
+def test_a_log_record_between_chained_tracebacks_keeps_the_chain_whole(record):
+    """Rank 1's FileNotFoundError is what its ValueError was raised while handling: a log record read
+    between them must not end the chain there (the FileNotFoundError would become the cause)."""
+    lines = output("torchrun_rank1_raises.txt")
+    lines = raced([*lines, f"[rank1]: {record}"], f"[rank1]: {record}", "[rank1]: FileNotFoundError")
+    assert failure_cause(lines, 1).startswith("ValueError: Cannot open /data/team/dataset_info.json"), lines
+
+
+def test_printed_output_on_stdout_is_read_apart_from_the_traceback_on_stderr():
+    """The Trainer prints its metrics (`{'loss': ...}`) to stdout, no log record: read on its own
+    stream, it is no line of the traceback on stderr, wherever it lands."""
+    lines = output("lf_dataset_file_missing.txt")
+    printed = "{'loss': 5.9912, 'grad_norm': 1.204, 'learning_rate': 5e-05, 'epoch': 0.4}"
+    causes = Causes()
+    for line in raced([*lines, printed], printed, "Traceback (most recent call last):"):
+        causes.feed(line, "stdout" if line == printed else stream_of(line))
+    assert causes.cause(1) == MISSING
+    # Read as one stream, the same order is ambiguous: the printed line ends the traceback's frames.
+    assert (
+        failure_cause(raced([*lines, printed], printed, "Traceback (most recent call last):"), 1) != MISSING
+    )
+
+
+def test_an_out_of_memory_error_record_counts_and_a_warning_does_not():
+    lines = output("lf_dataset_file_missing.txt")
+    warned = "[WARNING|2026-12-02 15:18:26] llamafactory.train.trainer:88 >> retrying: CUDA out of memory"
+    assert failure_cause([warned, *lines], 1) == MISSING
+    failed = "E1202 07:27:32.844000 24986 torch/csrc/x.cpp:12] HIP out of memory. Tried to allocate 2.00 GiB"
+    assert failure_cause([failed, *lines], 1).startswith("out of memory: ")

@@ -7,6 +7,11 @@ tracebacks ("During handling of the above exception...") end with the exception 
 that is the one a traceback says it died of. Wrappers (torchrun's, a launcher's CalledProcessError)
 are kept as context, never as the cause.
 
+A log record (LLaMA-Factory's `[INFO|...]`, transformers', DeepSpeed's, torch's `W1202 ...]`) is never
+the cause, and never part of a traceback: LLaMA-Factory logs to stdout and Python prints tracebacks to
+stderr, the runner reads the two in separate threads, so its last "Loading dataset ..." line may arrive
+in the middle of the traceback it precedes. Each traceback is read on its own stream and rank.
+
 `Causes` reads the output a line at a time and keeps O(ranks) state, so the runner feeds it every line
 of a long run and reports `cause(exit_code)` as the job's `error`.
 """
@@ -35,6 +40,18 @@ ROOT_CAUSE = "Root Cause (first observed failure):"
 ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 ROOT_HOST = re.compile(r"^\s*host\s*:\s*(\S+)")
+# A log record, at any level: the logging formats of LLaMA-Factory and transformers (`[INFO|...`),
+# DeepSpeed (`[2026-12-02 15:17:01,123] [WARNING] [...]`), torch's glog (`W1202 07:27:24.371000 24986
+# torch/...:874] `) and Python's defaults (`WARNING:root:`, `2026-12-02 15:17:01,123 - INFO - ...`).
+LEVEL = r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+LOG_RECORD = re.compile(
+    rf"^\[{LEVEL}\|"
+    rf"|^\[\d{{4}}-\d\d-\d\d [\d:.,]+\]\s*\[{LEVEL}\]"
+    r"|^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]\s]+:\d+\]"
+    rf"|^{LEVEL}:[\w.]*:"
+    rf"|^\d{{4}}-\d\d-\d\d[ T][\d:.,]+\s+(?:-\s+)?(?:[\w.]+\s+-\s+)?{LEVEL}\b"
+)
+SEVERE = frozenset({"ERROR", "CRITICAL", "FATAL", "E", "F"})  # levels whose out-of-memory line counts
 MAX_TEXT = 1000  # characters of an exception line kept (the cause is at most 2000: protocol.RunnerState)
 SITE = re.compile(r"^.*/(?:site|dist)-packages/")
 
@@ -90,7 +107,7 @@ class Causes:
     """Reads output lines (`feed`) and says what the run died of (`cause`)."""
 
     def __init__(self) -> None:
-        self._streams: dict[int | None, _Stream] = {}
+        self._streams: dict[tuple[str | None, int | None], _Stream] = {}  # by (stream, rank)
         self.first: Raised | None = None  # the first real exception any rank raised
         self.by_rank: dict[int, Raised] = {}  # each prefixed rank's first real exception
         self.wrapper: Raised | None = None
@@ -99,10 +116,18 @@ class Causes:
         self.root: _Root | None = None
         self._in_root = False
 
-    def feed(self, line: str) -> None:
+    def feed(self, line: str, stream: str | None = None) -> None:
+        """One line of the output; `stream` ("stdout", "stderr") where the reader knows it."""
         m = RANK_PREFIX.match(line)
         rank, text = (int(m.group(1)), line[m.end() :]) if m else (None, line)
-        s = self._streams.setdefault(rank, _Stream())
+        if record := LOG_RECORD.match(text.lstrip()):
+            # Never the cause (an error record may still say the run ran out of memory), nor a line
+            # of the traceback it may have landed inside.
+            level = next(g for g in record.groups() if g)
+            if self.oom is None and level in SEVERE and OOM.search(text):
+                self.oom = text.strip()
+            return
+        s = self._streams.setdefault((stream, rank), _Stream())
         if self.oom is None and OOM.search(text):
             self.oom = text.strip()
         if text.strip() == TRACEBACK:

@@ -148,7 +148,7 @@ class Runner:
             while self._lines:
                 stream, t, text = self._lines.popleft()
                 if stream != "runner":
-                    self._causes.feed(text)
+                    self._causes.feed(text, stream)
                 if self.rank:
                     text = f"[rank {self.rank}] {text}"
                 logs.append({"line": self._log_line, "t": t, "stream": stream, "text": text[:65536]})
