@@ -37,6 +37,9 @@ from typing import Any
 import httpx
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.utils.datasets import add_dataset  # noqa: E402
+
 
 def pct(values: list[float], q: float) -> float:
     if not values:
@@ -314,6 +317,7 @@ async def main() -> None:
                 except httpx.HTTPError:
                     await asyncio.sleep(0.1)
             (ws / "models" / "m").mkdir(parents=True)
+            add_dataset(ws / "data")  # the "d" the jobs name: a submit refuses a dataset it cannot find
             jobs = []
             for i in range(args.runners):
                 r = await client.post(

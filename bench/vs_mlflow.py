@@ -39,7 +39,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import play_runner  # noqa: E402
+from load import add_dataset, play_runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / "bench" / ".venv-mlflow"
@@ -148,6 +148,7 @@ class Tunedeck:
         self.start_s = wait_up(self.url, self.proc, "/api/health")
         self.api = httpx.Client(base_url=self.url, timeout=120, headers={"X-Tunedeck": "1"})
         (ws / "models" / "m").mkdir(parents=True)
+        add_dataset(ws / "data")  # the "d" the jobs name: a submit refuses a dataset it cannot find
 
     def job(self, name: str) -> tuple[int, dict]:
         r = self.api.post(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import yaml
 
 from tests.utils.servers import demo_config, job_processes
@@ -129,3 +131,38 @@ def test_cli_verbs_against_a_real_server(server_factory, assets, tmp_path):
     assert "SIGABRT" in sent[0]
     assert job_processes(job["run_dir"]) == []
     assert cli("cancel", "999", env=alice).returncode == 1
+
+
+def test_demo_on_port_0_names_the_port_it_bound(tmp_path, assets):
+    """`tunedeck demo` with TUNEDECK_PORT=0: the system picks the port, and every URL printed names it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "demo").symlink_to(assets / "demo", target_is_directory=True)  # built: the demo reuses it
+    env = {
+        **os.environ,
+        "TUNEDECK_WORKSPACE": str(ws),
+        "TUNEDECK_ALLOWED_ROOTS": json.dumps([str(assets)]),
+        "TUNEDECK_PORT": "0",
+        "TUNEDECK_LAUNCH_PAUSED": "true",  # the demo job is submitted, not run
+    }
+    out = tmp_path / "demo.out"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tunedeck.cli.main", "demo"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        found = until(lambda: re.search(r"dashboard: (\S+)", out.read_text()), "the dashboard line", 240)
+        url = found.group(1)
+        port = int(url.rsplit(":", 1)[1])
+        assert url == f"http://127.0.0.1:{port}" and port != 0, out.read_text()
+        text = out.read_text()
+        assert f"serving on {url} (bound to 127.0.0.1:{port})" in text, text
+        jobs = httpx.get(f"{url}/api/jobs", timeout=30).json()["jobs"]
+        assert [j["name"] for j in jobs] == ["demo"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -12,10 +12,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from tests.utils.factories import create_token
 from tests.utils.servers import demo_config
 from tests.utils.standin import release, training_env
 from tests.utils.wait import until
+from tunedeck.cli.main import app as cli_app
 from tunedeck.planning.queueplan import STARTING, Capacity, plan
 from tunedeck.store.tables import Job, JobStatus
 
@@ -145,6 +149,68 @@ def test_devices_priority_and_env_are_checked_at_submit(app_factory, assets):
     assert app.api.get(f"/api/jobs/{made['id']}/config").json()["env"] == env
     listed = app.api.get("/api/jobs").json()["jobs"]
     assert [(j["queue_position"], j["waiting_for"]) for j in listed] == [(1, "launches paused")]
+
+
+def test_a_queued_jobs_priority_changes_by_its_owner_or_an_admin(app_factory, assets):
+    app = app_factory(TUNEDECK_OPEN_WRITE="false")
+    alice, bob, admin = (
+        {"Authorization": f"Bearer {create_token(app.engine, n, r)}"}
+        for n, r in (("alice", "submitter"), ("bob", "submitter"), ("root", "admin"))
+    )
+    base = {"config": demo_config(assets)}
+
+    def submit(name: str, who: dict) -> int:
+        r = app.api.post("/api/jobs", json={**base, "name": name}, headers=who)
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def line() -> list[int]:
+        jobs = app.api.get("/api/jobs", headers=alice).json()["jobs"]
+        return [j["id"] for j in sorted(jobs, key=lambda j: j["queue_position"] or 99)]
+
+    a, b, c = submit("a", alice), submit("b", alice), submit("c", bob)
+    assert line() == [a, b, c]
+    r = app.api.patch(f"/api/jobs/{a}", json={"priority": 9}, headers=bob)
+    assert r.status_code == 403 and "only its owner (alice)" in r.json()["detail"], r.text
+    r = app.api.patch(f"/api/jobs/{b}", json={"priority": 5}, headers=alice)
+    assert r.status_code == 200, r.text
+    assert (r.json()["priority"], r.json()["queue_position"]) == (5, 1)
+    assert line() == [b, a, c]  # the order the scheduler starts them in
+    r = app.api.patch(f"/api/jobs/{c}", json={"priority": 7}, headers=admin)
+    assert r.status_code == 200 and line() == [c, b, a]
+    assert app.api.get(f"/api/jobs/{c}", headers=bob).json()["priority"] == 7
+    r = app.api.patch(f"/api/jobs/{a}", json={"priority": 11}, headers=alice)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "priority"], r.text
+    assert app.api.post(f"/api/jobs/{a}/cancel", headers=alice).json()["status"] == "cancelled"
+    r = app.api.patch(f"/api/jobs/{a}", json={"priority": 3, "notes": "x"}, headers=alice)
+    assert r.status_code == 409 and "only a queued job's priority" in r.json()["detail"], r.text
+    got = app.api.get(f"/api/jobs/{a}", headers=alice).json()
+    assert (got["priority"], got["notes"]) == (0, None)  # nothing of a refused change is kept
+    assert app.api.patch(f"/api/jobs/{a}", json={"notes": "x"}, headers=alice).status_code == 200
+
+
+def test_the_cli_submits_priority_devices_and_env_and_shows_them(server_factory, assets, tmp_path):
+    server = server_factory(TUNEDECK_GPU_SLOTS="2", TUNEDECK_LAUNCH_PAUSED="true")
+    job_yaml = tmp_path / "pinned.yaml"
+    job_yaml.write_text(yaml.safe_dump(demo_config(assets)))
+
+    def cli(*args: str):
+        return CliRunner().invoke(cli_app, [*args, "--server", server.url], catch_exceptions=False)
+
+    r = cli("submit", str(job_yaml), "--priority", "4", "--devices", "1", "--env", "NCCL_DEBUG=INFO")
+    assert r.exit_code == 0, r.output
+    job_id = int(r.stdout.split()[2])
+    job = server.api.get(f"/api/jobs/{job_id}").json()
+    assert (job["priority"], job["pinned"], job["gpus"]) == (4, [1], 1), job
+    assert server.api.get(f"/api/jobs/{job_id}/config").json()["env"] == {"NCCL_DEBUG": "INFO"}
+    r = cli("jobs")
+    assert "gpus=1  priority=4  devices=1  pinned  (#1 in line: launches paused)" in r.stdout, r.stdout
+    r = cli("priority", str(job_id), "6")
+    assert r.exit_code == 0 and "priority=6" in r.stdout, r.output
+    r = cli("submit", str(job_yaml), "--env", "NCCL_DEBUG")
+    assert r.exit_code == 2 and "KEY=VALUE" in r.output, r.output
+    r = cli("submit", str(job_yaml), "--devices", "5")
+    assert r.exit_code == 1 and "devices: GPU 5 not on this node" in r.output, r.output
 
 
 # --------------------------------------------------------------------------- live, stand-in GPUs

@@ -25,6 +25,8 @@ def prepare(spec: JobSpec, *, settings: Settings, node_gpus: int) -> Submission:
 @pytest.fixture
 def settings(tmp_path):
     (tmp_path / "ws" / "models" / "m").mkdir(parents=True)
+    (tmp_path / "ws" / "data").mkdir()  # where the specs' dataset "d" is defined (LF015 otherwise)
+    (tmp_path / "ws" / "data" / "dataset_info.json").write_text('{"d": {"file_name": "d.json"}}')
     return Settings(workspace=tmp_path / "ws")
 
 

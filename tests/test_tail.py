@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tunedeck.runner.main import failure_cause
-from tunedeck.runner.tail import JsonlTail, LineSplitter, clean
+from tunedeck.contract.output import clean
+from tunedeck.runner.causes import failure_cause
+from tunedeck.runner.tail import JsonlTail, LineSplitter
 
 
 def test_jsonl_tail_reads_each_whole_line_once(tmp_path):

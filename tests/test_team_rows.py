@@ -15,6 +15,7 @@ from sqlalchemy import event, text
 
 from tests.utils.factories import create_job
 from tests.utils.servers import demo_config
+from tests.utils.wait import until
 from tunedeck.services.live import feed
 from tunedeck.store.db import make_engine
 
@@ -108,6 +109,14 @@ def test_a_team_row_costs_the_same_after_a_long_run_and_survives_a_restart(app_f
         post(app, longest, seq, first=seq * 500, n=500, spike_at=123)
 
     read = steps(app)
+
+    # The alert engine judges each job in its own thread, after ingest: wait for both long runs' spikes
+    # to be judged (a badge that never comes, or never agrees, fails here).
+    def judged() -> bool:
+        badge = read(long)[0]["alerts"]
+        return bool(badge["open"]) and badge == read(longest)[0]["alerts"]
+
+    until(judged, "both long runs' alerts, alike")
     (row_s, _), (row_l, cost_l), (row_x, cost_x) = read(short), read(long), read(longest)
     for row in (row_s, row_l, row_x):
         assert row["peak_vram_bytes"] == 70 * GiB and row["total_vram_bytes"] == 80 * GiB

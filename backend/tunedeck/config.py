@@ -28,7 +28,9 @@ class Settings(BaseSettings):
         None, description="SQLite file of the server; default `<workspace>/tunedeck.db`."
     )
     host: str = Field("127.0.0.1", description="Address `tunedeck serve` binds to.")
-    port: int = Field(8420, description="Port `tunedeck serve` binds to.")
+    port: int = Field(
+        8420, description="Port `tunedeck serve` binds to; 0: a free one, named in every URL printed."
+    )
     server_url: str | None = Field(
         None,
         description="URL runners and the CLI use to reach the server; default `http://<host>:<port>`.",

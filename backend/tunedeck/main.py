@@ -26,6 +26,8 @@ from tunedeck.api import (
     ui,
 )
 from tunedeck.api import chat as chat_api
+from tunedeck.api import compare as compare_api
+from tunedeck.api import datasets as datasets_api
 from tunedeck.api import lifecycle as lifecycle_api
 from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
@@ -179,6 +181,8 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         nodes_api,
         runs_api,
         results_api,
+        compare_api,
+        datasets_api,
         chat_api,
         prometheus,
     ):

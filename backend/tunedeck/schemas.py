@@ -202,6 +202,9 @@ class JobOut(JobBase):
         "diverged or stayed stuck (alerts.problems)"
     )
     priority: int = 0
+    pinned: list[int] | None = PField(
+        None, description="the GPU ids its spec pins (`devices`): it starts only on them"
+    )
     queue_position: int | None = PField(None, description="a queued job's place in line: 1 starts next")
     waiting_for: str | None = PField(None, description="why a queued job has not started, in words")
 
@@ -215,7 +218,8 @@ class JobOut(JobBase):
             "stopped": stop_message(job),
             "alerts": alerts,
             "verdict": "succeeded_with_problems" if troubled else job.status.value,
-            "priority": asked(job).priority,
+            "priority": (want := asked(job)).priority,
+            "pinned": list(want.devices) if want.devices else None,
         }
         return cls.model_validate(job, from_attributes=True, update=computed)
 
@@ -269,6 +273,45 @@ class LogOut(LogBase):
 class LogPage(BaseModel):
     lines: list[LogOut]
     next: int | None
+
+
+class DatasetOut(BaseModel):
+    name: str = PField(description="the name a job's `dataset` gives")
+    dataset_dir: str = PField(description="the folder whose dataset_info.json defines it")
+    formatting: str = PField(description="alpaca or sharegpt, as its entry says")
+    file: str | None
+    size_bytes: int | None
+    rows: int | None = PField(description="rows of a .json or .jsonl file (null: not counted)")
+    problem: str | None = PField(description="why its file is not measured, where it is not")
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetOut]
+
+
+class CompareLast(BaseModel):
+    """Where a job ended: each column's last logged value (null: never logged)."""
+
+    step: int | None
+    loss: float | None
+    eval_loss: float | None = PField(description="the last evaluation's loss (eval lines log no loss)")
+    grad_norm: float | None
+    throughput: float | None = PField(description="tokens/s")
+
+
+class CompareJob(BaseModel):
+    id: int
+    name: str
+    status: JobStatus
+    last: CompareLast
+
+
+class CompareOut(BaseModel):
+    jobs: list[CompareJob] = PField(description="in the order asked")
+    differ: dict[str, dict[str, Any]] = PField(
+        description="train.yaml keys whose values differ (output_dir aside): key, then job id, then the "
+        "whole value (null: the job does not set it)"
+    )
 
 
 class JobConfigOut(BaseModel):

@@ -60,7 +60,8 @@ function showJob(j) {
   const ended = ["succeeded", "failed", "cancelled"].includes(j.status);
   showActions(j, ended);
   const waits = j.status === "queued" && j.waiting_for;
-  $("#waiting").replaceChildren(...(waits ? [h("div", { class: "notice", text: `Queued, #${j.queue_position} in line: ${j.waiting_for}` })] : []));
+  const priority = j.priority ? ` (priority ${j.priority})` : "";
+  $("#waiting").replaceChildren(...(waits ? [h("div", { class: "notice", text: `Queued, #${j.queue_position} in line${priority}: ${j.waiting_for}` })] : []));
   // `error` also carries the cause of a stop or a clean exit: red only for failures.
   $("#error").replaceChildren(
     ...(j.stopped ? [h("div", { class: "notice", id: "stopped", text: j.stopped })] : []),

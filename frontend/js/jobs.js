@@ -33,7 +33,8 @@ function lossCell(j) {
 
 function waiting(j) {
   if (j.status !== "queued" || !j.waiting_for) return [];
-  return [h("div", { class: "muted waiting", text: `#${j.queue_position} · ${j.waiting_for}` })];
+  const priority = j.priority ? ` · priority ${j.priority}` : "";
+  return [h("div", { class: "muted waiting", text: `#${j.queue_position}${priority} · ${j.waiting_for}` })];
 }
 
 function row(j) {

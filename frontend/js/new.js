@@ -25,6 +25,10 @@ $("#g-job").append(
   h("div", { class: "field", "data-field": "nodes" }, h("label", { for: "f-nodes", text: "Nodes (GPUs on each; Ray)" }), h("input", { id: "f-nodes", name: "nodes", type: "number", min: "1", step: "1", value: "1" })),
   h("div", { class: "field", "data-field": "kind" }, h("label", { for: "f-kind", text: "kind" }),
     h("select", { id: "f-kind", name: "kind" }, ...["train", "eval", "predict", "export", "chat"].map((k) => h("option", { value: k, text: k })))),
+  // The queue's own fields (the REST API's priority, devices and env): blank is the server's default.
+  h("div", { class: "field", "data-field": "priority" }, h("label", { for: "f-priority", text: "priority (0–10, higher starts first)" }), h("input", { id: "f-priority", name: "priority", type: "number", min: "0", max: "10", step: "1", placeholder: "0" })),
+  h("div", { class: "field", "data-field": "devices" }, h("label", { for: "f-devices", text: "pinned GPUs (ids, e.g. 0,1)" }), h("input", { id: "f-devices", name: "devices", type: "text", placeholder: "any free ones" })),
+  h("div", { class: "field", "data-field": "env" }, h("label", { for: "f-env", text: "environment (NAME=value a line)" }), h("textarea", { id: "f-env", name: "env", rows: "2", placeholder: "NCCL_DEBUG=INFO" })),
 );
 for (const [title, fields] of GROUPS) {
   $("#groups").append(h("fieldset", {}, h("legend", { text: title }), h("div", { class: "fields" }, ...fields.map(([k, kind, hint]) => input(k, kind, hint)))));
@@ -81,7 +85,38 @@ async function collect() {
   else if (mode.startsWith("path:")) deepspeed = mode.slice(5);
   const gpus = $("#f-gpus").value.trim();
   const nodes = $("#f-nodes").value.trim();
-  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus), nodes: nodes === "" ? 1 : Number(nodes) };
+  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus), nodes: nodes === "" ? 1 : Number(nodes), ...queueFields() };
+}
+
+// Priority, pinned GPUs and environment, as the spec takes them; only what is filled in. A value the
+// form cannot read is an error at its field; what it reads, the server judges (ranges, the allow-list).
+function queueFields() {
+  const out = {};
+  const errors = [];
+  const priority = $("#f-priority").value.trim();
+  if (priority !== "") out.priority = Number.isInteger(Number(priority)) ? Number(priority) : priority;
+  const devices = $("#f-devices").value.trim();
+  if (devices !== "") {
+    const ids = devices.split(/[\s,]+/).filter(Boolean);
+    if (ids.every((d) => /^\d+$/.test(d))) out.devices = ids.map(Number);
+    else errors.push({ loc: ["devices"], msg: `GPU ids are whole numbers separated by commas, not ${JSON.stringify(devices)}` });
+  }
+  const env = {};
+  for (const [i, line] of $("#f-env").value.split("\n").entries()) {
+    if (!line.trim()) continue;
+    const at = line.indexOf("=");
+    if (at <= 0) errors.push({ loc: ["env"], msg: `line ${i + 1}: NAME=value, not ${JSON.stringify(line.trim())}` });
+    else env[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  if (errors.length) throw new FieldErrors(errors);
+  if (Object.keys(env).length) out.env = env;
+  return out;
+}
+
+function fillQueueFields(job, env) {
+  $("#f-priority").value = job.priority ? String(job.priority) : "";
+  $("#f-devices").value = (job.pinned || []).join(",");
+  $("#f-env").value = Object.entries(env || {}).map(([k, v]) => `${k}=${v}`).join("\n");
 }
 
 // ------------------------------------------------------------------ errors at their fields
@@ -100,7 +135,7 @@ function fieldFor(loc) {
     return document.querySelector(`[data-field="config.${CSS.escape(String(path[1]))}"]`) || document.querySelector('[data-field="extra"]');
   }
   if (path[0] === "deepspeed") return document.querySelector('[data-field="deepspeed"]');
-  if (["gpus", "nodes", "name", "kind", "extra"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
+  if (["gpus", "nodes", "name", "kind", "extra", "priority", "devices", "env"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
   return null;
 }
 
@@ -322,6 +357,7 @@ async function loadJob(id) {
     delete parsed.config.deepspeed;
     fill(parsed.config, cfg.ds_config ? JSON.parse(cfg.ds_config) : null);
     $("#f-name").value = job.name;
+    fillQueueFields(job, cfg.env);
     $("#banner").replaceChildren(h("div", { class: "notice", text: `Starting from job ${job.id} (${job.name}).` }));
   });
 }

@@ -59,11 +59,14 @@ def test_analyze_text_and_errors(runs, tmp_path):
 def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     server = app_factory()
     tr, folder = next(x for x in runs if x[0].name.startswith("ramp-oom"))
+    # The whole output as a trainer writes it: ordinary lines, a progress bar redrawn in place, the error.
+    output = "Loading model 100_% done\n\nTokenizing:  10%|#\rTokenizing: 100%|##########\r\n"
+    output += (folder / "output" / "train.log").read_text()
     files = {
         "trainer_log": (folder / "output" / "trainer_log.jsonl").read_bytes(),
         "memory": (folder / "memory.csv").read_bytes(),
         "config": (folder / "train.yaml").read_bytes(),
-        "log": (folder / "output" / "train.log").read_bytes(),
+        "log": output.encode(),
     }
     r = server.api.post("/api/runs/import", files=files, data={"name": "cli run"})
     assert r.status_code == 201, r.text
@@ -82,6 +85,17 @@ def test_import_stores_a_finished_job_with_charts_and_alerts(app_factory, runs):
     )
     alerts = server.api.get(f"/api/jobs/{job['id']}/alerts").json()
     assert {a["kind"] for a in alerts} == tr.labels and not any(a["open"] for a in alerts)
+    # Its output is served as a launched job's is, every line, and searched.
+    logs = f"/api/jobs/{job['id']}/logs"
+    lines = [g["text"] for g in server.all(job["id"], "logs")]
+    assert lines[:2] == ["Loading model 100_% done", "Tokenizing: 100%|##########"], lines[:3]
+    assert lines[2:] == [x for x in (folder / "output" / "train.log").read_text().splitlines() if x]
+    found = server.api.get(logs, params={"q": "OUTOFMEMORYERROR"}).json()["lines"]
+    assert found and all("OutOfMemoryError" in g["text"] for g in found)
+    assert [g["text"] for g in server.api.get(logs, params={"q": "0_%"}).json()["lines"]] == [lines[0]]
+    assert server.api.get(logs, params={"q": "%"}).json()["lines"][0]["text"] == lines[0]
+    r = server.api.get(logs, params={"grep": "x"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "grep"], r.text
     r = server.api.post("/api/runs/import", files={"trainer_log": b"{not json\n"})
     assert r.status_code == 422 and "line 1" in r.json()["detail"][0]["msg"]
 

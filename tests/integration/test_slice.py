@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,9 @@ def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, torch_ext
 
 
 def test_bad_dataset_fails_with_cause(server_factory, assets):
-    """A dataset lint cannot judge (its entry is there, its file is not) fails at run time, with the cause."""
+    """Failures lint cannot judge fail at run time, each with the exception that ended the run and
+    where it was raised: a dataset whose entry is there and its file is not, and a multimodal template
+    for a text-only model (a template of the model's family, so lint lets it by)."""
     server = server_factory()
     data = server.workspace / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -131,10 +134,23 @@ def test_bad_dataset_fails_with_cause(server_factory, assets):
     created = server.submit(
         {"name": "bad data", "config": demo_config(assets, dataset="gone", dataset_dir=str(data)), "gpus": 0}
     )
+    template = server.submit(
+        {"name": "bad template", "config": demo_config(assets, template="qwen2_vl", max_steps=2), "gpus": 0}
+    )
     job = server.wait(created["id"], ("succeeded", "failed", "cancelled"))
-    assert job["status"] == "failed"
-    assert "gone.json not found" in job["error"], job["error"]
-    assert job["exit_code"] == 1
+    assert job["status"] == "failed" and job["exit_code"] == 1
+    assert re.fullmatch(
+        rf"ValueError: File {re.escape(str(data))}/gone\.json not found\. "
+        r"\(at llamafactory/data/loader\.py:\d+, in _load_single_dataset\)",
+        job["error"],
+    ), job["error"]
+    job = server.wait(template["id"], ("succeeded", "failed", "cancelled"))
+    assert job["status"] == "failed" and job["exit_code"] == 1
+    assert re.fullmatch(
+        r"ValueError: Processor was not found, please check and update your model file\. "
+        r"\(at llamafactory/data/mm_plugin\.py:\d+, in _validate_input\)",
+        job["error"],
+    ), job["error"]
 
 
 def test_refused_before_launch(app_factory, assets, tmp_path):

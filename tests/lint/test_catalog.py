@@ -132,3 +132,74 @@ def test_paths_no_os_call_takes_are_a_422_at_the_parameter(server):
     assert ("query", "model") in by_loc(
         server.api.get("/api/ui/model-templates", params={"model": "m" * 3000})
     )
+
+
+def test_a_dataset_with_no_dataset_info_is_refused_naming_what_exists(app_factory, assets):
+    """The seed guide's `dataset: identity` on a fresh install: no dataset_info.json anywhere it looks.
+    Refused at submit (it used to be a warning, and the run died ~80 s in), naming what exists."""
+    app = app_factory()
+    data = assets / "demo" / "data"
+    config = demo_config(assets, dataset="identity")
+    config.pop("dataset_dir")  # LLaMA-Factory's default: the workspace's data folder, not there
+    d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]
+    assert d["code"] == "LF015" and "'identity' cannot be found" in d["msg"], d
+    assert f"demo_identity, demo_identity_small (in {data})" in d["msg"], d  # what the server has
+    ws_info = app.workspace / "data" / "dataset_info.json"
+    fix = d["msg"].split(" — fix: ")[1]
+    assert f"add 'identity' to {ws_info}" in fix and '"file_name": "identity.json"' in fix, d
+    # A name another folder defines: the fix is that folder.
+    config["dataset"] = "demo_identity"
+    d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]
+    assert d["msg"].endswith(
+        f"fix: set `dataset_dir: {data}` (its dataset_info.json defines 'demo_identity')"
+    ), d
+    # A dataset_info.json that is not JSON fails the run as surely: refused too, saying why.
+    ws_info.parent.mkdir()
+    ws_info.write_text("{not json")
+    d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]
+    assert "is not valid JSON" in d["msg"], d
+    # The one the fix names is taken.
+    r = app.api.post("/api/jobs", json={"name": "seed", "config": {**config, "dataset_dir": str(data)}})
+    assert r.status_code == 201, r.text
+    assert app.api.get("/api/jobs").json()["jobs"][0]["name"] == "seed"
+
+
+def test_the_datasets_the_server_has_are_listed_with_size_and_rows(app_factory, assets, tmp_path):
+    app = app_factory()
+    data = app.workspace / "data"
+    data.mkdir(parents=True)
+    (tmp_path / "secret.json").write_text('[{"instruction": "secret"}]')
+    (data / "mine.jsonl").write_text(
+        '{"instruction": "a", "output": "b"}\n\n{"instruction": "c", "output": "d"}\n'
+    )
+    (data / "dataset_info.json").write_text(
+        json.dumps(
+            {
+                "mine": {"file_name": "mine.jsonl"},
+                "chat": {"hf_hub_url": "org/chat", "formatting": "sharegpt"},
+                "out": {"file_name": str(tmp_path / "secret.json")},
+            }
+        )
+    )
+    hidden = app.workspace / "runs" / "000001-x"  # a run folder's copy is no dataset of the server's
+    hidden.mkdir(parents=True)
+    (hidden / "dataset_info.json").write_text(json.dumps({"copy": {"file_name": "c.json"}}))
+    r = app.api.get("/api/datasets")
+    assert r.status_code == 200, r.text
+    got = {(d["dataset_dir"], d["name"]): d for d in r.json()["datasets"]}
+    demo = assets / "demo" / "data"
+    assert set(got) == {(str(data), n) for n in ("mine", "chat", "out")} | {
+        (str(demo), n) for n in ("demo_identity", "demo_identity_small")
+    }
+    identity = got[(str(demo), "demo_identity")]
+    assert identity["rows"] == len(json.loads((demo / "demo_identity.json").read_text())) == 64
+    assert identity["size_bytes"] == (demo / "demo_identity.json").stat().st_size
+    mine = got[(str(data), "mine")]
+    assert (mine["rows"], mine["formatting"], mine["problem"]) == (2, "alpaca", None)
+    assert (
+        got[(str(data), "chat")]["formatting"] == "sharegpt" and "hub" in got[(str(data), "chat")]["problem"]
+    )
+    out = got[(str(data), "out")]
+    assert "outside the allowed roots" in out["problem"] and out["rows"] is None and out["file"] is None
+    r = app.api.get("/api/datasets", params={"dir": "x"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "dir"], r.text

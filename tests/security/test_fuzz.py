@@ -58,6 +58,7 @@ STREAM = "GET /api/stream"
 DELETE = "DELETE /api/jobs/{job_id}"
 CLONE = "POST /api/jobs/{job_id}/clone"
 TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
+COMPARE = "GET /api/compare"
 # These need a trained model or a running chat server, which a paused fuzz server never has: they are
 # fuzzed for conformance here and answer 2xx in tests/integration/test_kinds.py.
 NEEDS_A_MODEL = {
@@ -469,6 +470,8 @@ def variants(op, seeds: Seeds, assets: Path) -> list[st.SearchStrategy]:
         out.append(op.as_strategy(path_parameters={"node": "local"}, query={"refresh": "false"}))
     if op.label == STREAM:
         out += [op.as_strategy(query={"job": j}) for j in seeds.jobs]
+    if op.label == COMPARE:  # ids in a text: generated ones seldom name two seeded jobs
+        out += [op.as_strategy(query={"jobs": f"{a},{b}"}) for a, b in zip(seeds.jobs, seeds.jobs[1:])]
     return out + valid_variants(op, assets)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.utils.datasets import add_dataset
 from tests.utils.servers import demo_config
 from tunedeck.checks import reach
 from tunedeck.checks.spec import SpecError
@@ -30,6 +31,7 @@ def ws(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     ws = tmp_path / "ws"
     (ws / "models" / "m").mkdir(parents=True)
+    add_dataset(ws / "data")  # the "d" every spec names
     return ws
 
 

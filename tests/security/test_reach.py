@@ -16,6 +16,7 @@ import psutil
 import pytest
 import yaml
 
+from tests.utils.datasets import add_dataset
 from tests.utils.servers import CONFIGS, demo_config
 from tests.utils.wait import until
 from tunedeck.checks import reach
@@ -66,6 +67,7 @@ def ws(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))  # an empty cache of our own
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
     (tmp_path / "ws" / "models" / "m").mkdir(parents=True)
+    add_dataset(tmp_path / "ws" / "data")  # the "d" every spec names
     (tmp_path / "outside").mkdir()
     return tmp_path / "ws"
 
@@ -150,6 +152,8 @@ def test_every_path_key_the_trainer_reads_is_confined(ws, tmp_path, key):
         errs = errors(lambda: prepare(spec(**{key: str(inside)}), settings=s, node_gpus=0))
         assert "does not exist" in errs[("config", key)]["msg"], errs
         inside.mkdir(parents=True)
+    if key == "dataset_dir":  # a dataset folder the spec's dataset is in
+        add_dataset(inside)
     if reach.lf_pickle_keys().get(key) == "checkpoint":  # one that does not exist yet cannot be checked
         inside.mkdir(parents=True)
     p = prepare(spec(**{key: str(ws / "in" / "." / key)}), settings=s, node_gpus=0)
@@ -539,6 +543,7 @@ def test_a_model_folder_too_big_to_scan_is_refused_unchecked(ws):
 def test_the_seed_yaml_is_accepted_when_its_model_has_no_code(ws, tmp_path):
     seed = spec_from_yaml((CONFIGS / "qwen2_lora_sft.yaml").read_text(), name="seed")
     assert seed.config["trust_remote_code"] is True
+    add_dataset(ws / "data", "identity")  # the seed guide's dataset, which it writes by hand
     errs = errors(lambda: prepare(seed, settings=settings(ws), node_gpus=0))  # not downloaded: cannot load
     assert errs[("config", "model_name_or_path")]["code"] == "LF013"
     snap = cached(
@@ -576,6 +581,7 @@ def test_submission_refuses_remote_code_at_the_field(server_factory, assets, tmp
     assert r.status_code == 422, r.text
     (d,) = [d for d in r.json()["detail"] if d["loc"] == ["config", "trust_remote_code"]]
     assert d["code"] == "LF010" and "TUNEDECK_ALLOW_REMOTE_CODE" in d["msg"]
+    add_dataset(server.workspace / "data", "identity")  # the seed guide's dataset, written by hand
     r = server.api.post(
         "/api/jobs/yaml",
         params={"name": "seed"},

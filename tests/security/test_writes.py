@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.utils.datasets import add_dataset
 from tests.utils.servers import demo_config
 from tunedeck.checks import reach, writes
 from tunedeck.checks.spec import SpecError
@@ -49,6 +50,7 @@ def ids(target: tuple[str, ...]) -> str:
 def ws(tmp_path) -> Path:
     ws = tmp_path / "ws"
     (ws / "models" / "m").mkdir(parents=True)
+    add_dataset(ws / "data")  # the "d" every spec names
     (ws / "tunedeck.db").write_bytes(b"SQLite format 3\0")
     (ws / "tunedeck.db-wal").write_bytes(b"")
     other = ws / "runs" / "000001-other" / "output"  # another user's job

@@ -119,6 +119,7 @@ def test_import_yaml_fills_fields(server_factory, assets, page, tmp_path):
     assert page.input_value("#ds-mode") == "path:examples/deepspeed/ds_z3_rocm.json"
     # The preview renders what would run; the ROCm ZeRO-3 preset stands in for the examples/ path.
     page.fill("#f-model_name_or_path", str(assets / "demo" / "model"))
+    page.fill("#f-dataset_dir", str(assets / "demo" / "data"))  # where demo_identity is defined
     page.fill("#f-gpus", "0")
     page.click("#preview")
     page.wait_for_function("document.querySelector('#preview-out').textContent.includes('learning_rate')")

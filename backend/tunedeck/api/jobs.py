@@ -130,7 +130,12 @@ def get_job(job_id: int, request: Request, session: SessionDep) -> JobOut:
     return job_out(session, job).placed(_queue(request, session) if job.status == JobStatus.queued else {})
 
 
-@router.get("/{job_id}/metrics", response_model=MetricPage, responses=NOT_FOUND)
+@router.get(
+    "/{job_id}/metrics",
+    response_model=MetricPage,
+    responses=NOT_FOUND,
+    dependencies=[only_query("after", "limit")],
+)
 def get_metrics(
     job_id: int,
     session: SessionDep,
@@ -143,16 +148,24 @@ def get_metrics(
     return MetricPage(points=[MetricOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
 
 
-@router.get("/{job_id}/logs", response_model=LogPage, responses=NOT_FOUND)
+@router.get(
+    "/{job_id}/logs",
+    response_model=LogPage,
+    responses=NOT_FOUND,
+    dependencies=[only_query("after", "limit", "q")],
+)
 def get_logs(
     job_id: int,
     session: SessionDep,
     settings: SettingsDep,
     after: Cursor = None,
     limit: Annotated[int | None, Query(ge=1)] = None,
+    q: Annotated[
+        str | None, Query(max_length=200, description="only lines holding this text (any case)")
+    ] = None,
 ) -> LogPage:
-    """Output lines (stdout, stderr, runner notes), cleaned of progress-bar control characters."""
-    rows, nxt = service.log_page(session, job_id=job_id, after=after, limit=_limit(settings, limit))
+    """Output lines (stdout, stderr, runner notes), cleaned of progress-bar control characters; `q` searches them."""
+    rows, nxt = service.log_page(session, job_id=job_id, after=after, limit=_limit(settings, limit), q=q)
     return LogPage(lines=[LogOut.model_validate(r, from_attributes=True) for r in rows], next=nxt)
 
 

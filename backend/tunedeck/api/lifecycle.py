@@ -17,6 +17,7 @@ from tunedeck.services.alerting.summary import job_out
 from tunedeck.services.jobs import checkpoints, lifecycle
 from tunedeck.services.jobs import records as service
 from tunedeck.store.db import SessionDep
+from tunedeck.store.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["lifecycle"])
 Tag = Annotated[str, PField(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$")]
@@ -63,6 +64,9 @@ class CloneIn(Strict):
 class JobPatch(Strict):
     tags: list[Tag] | None = PField(None, max_length=20, description="the job's whole tag list")
     notes: str | None = PField(None, max_length=10000)
+    priority: int | None = PField(
+        None, ge=0, le=10, description="a queued job's new priority (409 once it has started)"
+    )
 
 
 class Deleted(BaseModel):
@@ -128,14 +132,18 @@ def clone_job(
     )
 
 
-@router.patch("/{job_id}", response_model=JobOut, responses=errors(404))
+@router.patch("/{job_id}", response_model=JobOut, responses=errors(404, 409))
 def patch_job(
     job_id: int, body: JobPatch, request: Request, session: SessionDep, settings: SettingsDep
 ) -> JobOut:
-    """Set a job's tags and notes."""
+    """Set a job's tags and notes, and a queued job's priority (its owner or an admin)."""
     job = service.get_job(session, job_id)
     _owned(request, settings, job, "change")
-    return job_out(session, lifecycle.update(session, job, tags=body.tags, notes=body.notes))
+    job = lifecycle.update(session, job, tags=body.tags, notes=body.notes, priority=body.priority)
+    if body.priority is not None:
+        request.app.state.scheduler.wake()  # the next pass orders the queue by it
+    out = job_out(session, job)
+    return out.placed(request.app.state.scheduler.queue(session) if job.status == JobStatus.queued else {})
 
 
 @router.delete(

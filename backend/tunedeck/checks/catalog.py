@@ -10,7 +10,8 @@ read from the job's dataset folder at submission:
 | code  | sev     | what                                                                        |
 |-------|---------|-----------------------------------------------------------------------------|
 | LF014 | error   | dataset name not defined in the dataset_dir's dataset_info.json             |
-| LF015 | warning | the dataset_dir's dataset_info.json cannot be read (names not checked)      |
+| LF015 | error   | the dataset_dir has no readable dataset_info.json (the run would fail)      |
+| LF019 | warning | `tunedeck lint` of a file: no dataset_info.json here (names not checked)    |
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tunedeck.checks import hubcache, reach
+from tunedeck.checks import datasets, hubcache, reach
 from tunedeck.checks.findings import Finding, finding
 from tunedeck.checks.tables import fitting_templates, lf_table, template_table
 from tunedeck.config import Settings
@@ -113,9 +114,11 @@ def split_names(value: Any) -> list[str]:
     return [str(v).strip() for v in items if str(v).strip()]
 
 
-def lint_datasets(config: dict[str, Any], settings: Settings) -> list[Finding]:
+def lint_datasets(config: dict[str, Any], settings: Settings, *, server: bool = True) -> list[Finding]:
     """A dataset name that the dataset_dir's dataset_info.json does not define fails 6-12 s into the
-    run ("Undefined dataset X"): found here, at its key, with the known names closest to it."""
+    run ("Undefined dataset X"): found here, at its key, with the known names closest to it.
+    `server`: checked where the job will run (a missing dataset_info.json is an error, and the fix
+    names the datasets the server has); off for `tunedeck lint` of a file that may run elsewhere."""
     dataset_dir = config.get("dataset_dir")
     names = {k: split_names(config.get(k)) for k in DATASET_KEYS}
     if not any(names.values()) or (isinstance(dataset_dir, str) and dataset_dir.startswith(NOT_A_FOLDER)):
@@ -123,16 +126,35 @@ def lint_datasets(config: dict[str, Any], settings: Settings) -> list[Finding]:
     if dataset_dir is not None and not isinstance(dataset_dir, str):
         return []  # a type error, which the key lint reports
     try:
-        info = dataset_info(dataset_folder(dataset_dir, settings))
+        folder = dataset_folder(dataset_dir, settings)
+    except CatalogError:
+        return []  # outside the roots: the path check refuses it at dataset_dir
+    try:
+        info = dataset_info(folder)
     except CatalogError as e:
+        if not server:
+            return [
+                finding(
+                    code="LF019",
+                    severity="warning",
+                    path="config.dataset_dir",
+                    message=f"dataset names not checked: {e}; LLaMA-Factory fails the run if it cannot read it",
+                    fix=f"set `dataset_dir` to the folder holding {DATASET_INFO}",
+                )
+            ]
+        # LLaMA-Factory fails the run ~80 s in ("Cannot open .../dataset_info.json"): refused here, at
+        # each name, with what exists and how to add it.
         return [
             finding(
                 code="LF015",
-                severity="warning",
-                path="config.dataset_dir",
-                message=f"dataset names not checked: {e}; LLaMA-Factory fails the run if it cannot read it",
-                fix=f"set `dataset_dir` to the folder holding {DATASET_INFO}",
+                severity="error",
+                path=f"config.{key}",
+                message=f"dataset {name!r} cannot be found: {e}; the run would fail with 'Cannot open "
+                f"{folder / DATASET_INFO}'. Datasets this server has: {datasets.summary(settings)}",
+                fix=_how_to_add(name, folder, settings),
             )
+            for key, wanted in names.items()
+            for name in wanted
         ]
     known = sorted(info)
     out = []
@@ -142,6 +164,10 @@ def lint_datasets(config: dict[str, Any], settings: Settings) -> list[Finding]:
                 continue
             near = close_names(name, known)
             listed = ", ".join(near or known[:10]) or "none"
+            if known and (near or not server):
+                fix = f"use one of: {listed}"
+            else:  # nothing like it here: where it is defined, or how to add it
+                fix = _how_to_add(name, folder, settings) if server else f"add {name!r} to {DATASET_INFO}"
             out.append(
                 finding(
                     code="LF014",
@@ -150,10 +176,22 @@ def lint_datasets(config: dict[str, Any], settings: Settings) -> list[Finding]:
                     message=f"dataset {name!r} is not defined in {DATASET_INFO} of the dataset_dir "
                     f"({'closest' if near else 'it defines'}: {listed}); "
                     f"the run would fail with 'Undefined dataset {name}'",
-                    fix=f"use one of: {listed}" if known else f"add {name!r} to {DATASET_INFO}",
+                    fix=fix,
                 )
             )
     return out
+
+
+def _how_to_add(name: str, folder: Path, settings: Settings) -> str:
+    """The fix for a name the dataset_dir lacks: the folders that define it, or how to add it."""
+    if elsewhere := [p for p in datasets.where_defined(name, settings) if p != folder]:
+        return f"set `dataset_dir: {elsewhere[0]}` (its {DATASET_INFO} defines {name!r})"
+    return (
+        f"add {name!r} to {folder / DATASET_INFO} with the data file beside it, e.g. "
+        f'{{"{name}": {{"file_name": "{name}.json"}}}} for a JSON list of '
+        '{"instruction", "input", "output"} rows (alpaca; sharegpt: add "formatting": "sharegpt" and '
+        '"columns": {"messages": "conversations"}), or point `dataset_dir` at a folder that has it'
+    )
 
 
 def _open_data_file(folder: Path, entry: dict[str, Any], settings: Settings) -> Path:

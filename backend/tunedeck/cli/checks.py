@@ -66,7 +66,7 @@ def _datasets(file: Path) -> list[dict]:
         return []
     # This machine's own files, read by its user: any folder may hold the data, as for LLaMA-Factory.
     here = Settings(workspace=Path.cwd(), allowed_roots=[Path("/")])
-    return catalog.lint_datasets(config, here)
+    return catalog.lint_datasets(config, here, server=False)
 
 
 def estimate(

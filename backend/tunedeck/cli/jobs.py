@@ -291,38 +291,38 @@ def compare(
     as_json: JsonOpt = False,
     server: ServerOpt = None,
 ) -> None:
-    """Compare jobs: the config keys that differ, and where each ended (step, loss, tokens/s)."""
-    import yaml
-
-    configs, ends = {}, {}
-    for j in job_ids:
-        configs[j] = yaml.safe_load(call(server, "GET", f"/api/jobs/{j}/config")["train_yaml"]) or {}
-        points = [p for p in _pages(server, f"/api/jobs/{j}/metrics", "points") if p.get("loss") is not None]
-        last = points[-1] if points else {}
-        ends[j] = {k: last.get(k) for k in ("step", "loss", "eval_loss", "grad_norm", "throughput")}
-    keys = sorted({k for c in configs.values() for k in c} - {"output_dir"})
-    differ = {
-        k: {j: configs[j].get(k) for j in job_ids}
-        for k in keys
-        if len({json.dumps(configs[j].get(k)) for j in job_ids}) > 1
-    }
+    """Compare jobs: the config keys that differ (whole values), and where each ended (step, loss, eval loss, tokens/s)."""
+    found = call(server, "GET", "/api/compare", params={"jobs": ",".join(map(str, job_ids))})
     if as_json:
-        _dump(
-            {
-                "differ": {k: {str(j): v for j, v in d.items()} for k, d in differ.items()},
-                "last": {str(j): e for j, e in ends.items()},
-            }
-        )
+        _dump(found)
         return
-    head = "".join(f"{'job ' + str(j):>16}" for j in job_ids)
-    typer.echo(f"{'':<28}{head}")
-    for k, d in differ.items():
-        typer.echo(f"{k:<28}" + "".join(f"{str(d[j])[:15]:>16}" for j in job_ids))
+    for line in comparison(found):
+        typer.echo(line)
+
+
+def comparison(found: dict) -> list[str]:
+    """`GET /api/compare`'s answer as a table: a row per differing key, then each job's end.
+
+    Each column is as wide as its widest value: nothing is cut (two dataset folders that share a
+    long prefix still print differently)."""
+    ids = [str(j["id"]) for j in found["jobs"]]
+    rows = [(k, [_whole(d.get(j)) for j in ids]) for k, d in found["differ"].items()]
     for k in ("step", "loss", "eval_loss", "grad_norm", "throughput"):
-        typer.echo(
-            f"{'last ' + k:<28}"
-            + "".join(f"{'' if ends[j][k] is None else format(ends[j][k], '.6g'):>16}" for j in job_ids)
-        )
+        ends = [j["last"][k] for j in found["jobs"]]
+        rows.append((f"last {k}", ["" if v is None else format(v, ".6g") for v in ends]))
+    head = [f"job {j}" for j in ids]
+    label = max(len(k) for k, _ in rows)
+    widths = [max([len(head[i])] + [len(vs[i]) for _, vs in rows]) for i in range(len(ids))]
+    lines = [" " * label + "".join(f"  {h:>{w}}" for h, w in zip(head, widths))]
+    lines += [f"{k:<{label}}" + "".join(f"  {v:>{w}}" for v, w in zip(vs, widths)) for k, vs in rows]
+    return lines
+
+
+def _whole(value: Any) -> str:
+    """A config value as one line, nothing cut: a string as it is, anything else as JSON."""
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def register(app: typer.Typer) -> None:

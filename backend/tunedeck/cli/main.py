@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -26,7 +27,36 @@ _call = call  # the name the verbs below were written with
 def _line(job: dict) -> str:
     p = job.get("progress") or {}
     prog = f"{p['current_steps']}/{p['total_steps']}" if p.get("total_steps") else "-"
-    return f"{job['id']:>5}  {job['status']:<10} {prog:>11}  gpus={job['gpus']}  {job['name']}"
+    line = f"{job['id']:>5}  {job['status']:<10} {prog:>11}  gpus={job['gpus']}  priority={job.get('priority', 0)}"
+    if job.get("pinned"):
+        line += f"  devices={','.join(map(str, job['pinned']))}"
+    line += f"  {job['name']}"
+    if job.get("queue_position") is not None:  # a queued job: its place in line and what it waits for
+        line += f"  (#{job['queue_position']} in line: {job.get('waiting_for') or '-'})"
+    return line
+
+
+def _env_pairs(pairs: list[str] | None) -> dict[str, str]:
+    """--env KEY=VALUE options as a mapping (exit 2, naming it, for one without `=`)."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            typer.echo(f"error: --env {pair!r}: give KEY=VALUE", err=True)
+            raise typer.Exit(2)
+        env[key] = value
+    return env
+
+
+def _device_ids(text: str | None) -> list[int] | None:
+    """--devices 0,1 as GPU ids (exit 2 for anything but numbers)."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        typer.echo(f"error: --devices {text!r}: give GPU ids separated by commas (0,1)", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -41,7 +71,7 @@ def serve(
     if why := writes_are_safe(settings):
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(2)
-    _run_server(settings)
+    _run_server(*_listen(settings))
 
 
 class _QuietAccess:
@@ -51,7 +81,21 @@ class _QuietAccess:
         return not any(p in record.getMessage() for p in ("/telemetry ", "/api/stream"))
 
 
-def _run_server(settings: Settings) -> None:
+def _listen(settings: Settings) -> tuple[Settings, socket.socket]:
+    """The server's socket, bound before the app is built, and the settings naming the port bound:
+    with TUNEDECK_PORT=0 the system picks a free one, and every URL (the one printed, the one each
+    runner is given) must name that port, not 0."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    try:
+        sock = socket.create_server((settings.host, settings.port), family=family)
+    except OSError as e:
+        typer.echo(f"error: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}", err=True)
+        raise typer.Exit(2) from None
+    port = sock.getsockname()[1]
+    return (settings if port == settings.port else settings.model_copy(update={"port": port})), sock
+
+
+def _run_server(settings: Settings, sock: socket.socket) -> None:
     import gc
     import logging
 
@@ -72,7 +116,10 @@ def _run_server(settings: Settings) -> None:
         gc.freeze()
         gc.enable()
     logging.getLogger("uvicorn.access").addFilter(_QuietAccess())
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info")
+    # Given a socket, uvicorn names no address: this line does, with the port bound.
+    typer.echo(f"serving on {settings.url} (bound to {settings.host}:{settings.port})")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _settings(**overrides) -> Settings:
@@ -95,6 +142,14 @@ def submit(
     server: ServerOpt = None,
     kind: Annotated[str, typer.Option(help="train | eval | predict | export | chat")] = "train",
     nodes: Annotated[int, typer.Option(help="nodes the job spans, --gpus on each (ray executor)")] = 1,
+    priority: Annotated[int, typer.Option(help="0-10: higher starts first (equal: in submit order)")] = 0,
+    devices: Annotated[
+        Optional[str], typer.Option(help="exactly these GPU ids, e.g. 0,1 (the job waits for them)")
+    ] = None,
+    env: Annotated[
+        Optional[list[str]],
+        typer.Option("--env", help="KEY=VALUE for the trainer (NCCL_*, HSA_*, ...), repeatable"),
+    ] = None,
 ) -> None:
     """Submit a fine-tune (or an eval, predict, export or chat job) from a YAML file or a preset."""
     from tunedeck.checks.spec import load_yaml
@@ -123,6 +178,9 @@ def submit(
             "deepspeed": ds,
             "gpus": gpus,
             "nodes": nodes,
+            "priority": priority,
+            "env": _env_pairs(env),
+            **({"devices": ids} if (ids := _device_ids(devices)) is not None else {}),
         },
     )
     for w in job.get("warnings", []):
@@ -130,6 +188,17 @@ def submit(
     for f in job.get("findings", []):  # lint warnings and notes
         typer.echo(f"{f['severity']}: {f['code']} {f['path']}: {f['message']} (fix: {f['fix']})", err=True)
     typer.echo(f"submitted job {job['id']} ({job['status']})")
+
+
+@app.command()
+def priority(
+    job_id: int,
+    value: Annotated[int, typer.Argument(help="0-10: higher starts first")],
+    server: ServerOpt = None,
+) -> None:
+    """Change a queued job's priority (its owner or an admin)."""
+    job = _call(server, "PATCH", f"/api/jobs/{job_id}", json={"priority": value})
+    typer.echo(_line(job))
 
 
 @app.command()
@@ -170,12 +239,16 @@ def logs(
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per line (stream, time, text)")
     ] = False,
+    grep: Annotated[
+        str | None, typer.Option("--grep", help="only lines holding this text (any case)")
+    ] = None,
     server: ServerOpt = None,
 ) -> None:
     """Print a job's output; --follow keeps printing until the job ends."""
     after, ended = None, False
     while True:
-        page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params={"after": after} if after else {})
+        params = {k: v for k, v in {"after": after, "q": grep}.items() if v}
+        page = _call(server, "GET", f"/api/jobs/{job_id}/logs", params=params)
         for line in page["lines"]:
             typer.echo(json.dumps(line) if as_json else line["text"])
         after = page["next"]
@@ -228,31 +301,37 @@ def demo(
         return
     import httpx
 
+    def answers(url: str) -> bool:
+        try:
+            httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+            return True
+        except httpx.HTTPError:
+            return False
+
+    # A server already on the port gets the demo job; otherwise one starts here, on the port it
+    # binds (TUNEDECK_PORT=0: a free one), and every URL printed names that port.
+    running = settings.port != 0 and answers(settings.url)
+    sock = None
+    if not running:
+        settings, sock = _listen(settings)
     url = settings.url
-    try:
-        httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
-        running = True
-    except httpx.HTTPError:
-        running = False
 
     def submit_when_up() -> None:
         for _ in range(600):
-            try:
-                httpx.get(f"{url}/api/health", timeout=2).raise_for_status()
+            if answers(url):
                 break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+            time.sleep(0.2)
         try:
             submit(file=None, preset="demo_cpu", name="demo", gpus=None, deepspeed=None, server=url)
             typer.echo(f"dashboard: {url}   API docs: {url}/docs")
         except typer.Exit:
-            typer.echo("submitting the demo job failed", err=True)
+            typer.echo(f"submitting the demo job to {url} failed", err=True)
 
-    if running:
+    if sock is None:
         submit_when_up()
         return
     threading.Thread(target=submit_when_up, daemon=True).start()
-    _run_server(settings)
+    _run_server(settings, sock)
 
 
 token_app = typer.Typer(

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import resource
 import signal
 import subprocess
@@ -34,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck import procs
-from tunedeck.alerts.training import OOM  # one definition of an out-of-memory line
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import RunnerConfig, node_name
+from tunedeck.runner.causes import Causes
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.runner.watch import FileWatch
@@ -46,20 +45,6 @@ from tunedeck.telemetry.sampler import Sampler
 # Found, not imported: the runner, like the server, never loads the training packages.
 TRAIN_SCRIPT = procs.script("tunedeck_train.lf_train")
 RANK_LINE_BASE = 1 << 40  # rank r numbers its log lines and memory samples from r << 40: never rank 0's
-EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b:?.*")
-
-
-def failure_cause(lines: list[str], exit_code: int) -> str:
-    """A one-line cause from the tail of the output: OOM first, then the last exception line."""
-    for line in reversed(lines):
-        if OOM.search(line):
-            return f"out of memory: {line.strip()[:500]}"
-    if exit_code < 0:  # a signal ended it: any exception line above is older news
-        return f"killed by {signal.Signals(-exit_code).name}"
-    for line in reversed(lines):
-        if EXCEPTION.match(line.strip()):
-            return line.strip()[:500]
-    return f"exited with code {exit_code}"
 
 
 def _limit_as(limit: int | None):
@@ -110,7 +95,7 @@ class Runner:
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
         self._lock = threading.Lock()
         self._log_line = rank * RANK_LINE_BASE
-        self._recent: deque[str] = deque(maxlen=200)
+        self._causes = Causes()  # what the trainer died of, read from all its output
         # The human log, raw bytes; open for the run.
         self._raw = open(run_dir / self._file(runfiles.TRAIN_LOG), "ab")
         self.sampler: Sampler | None = None  # memory of the job's own devices
@@ -162,12 +147,12 @@ class Runner:
         with self._lock:
             while self._lines:
                 stream, t, text = self._lines.popleft()
+                if stream != "runner":
+                    self._causes.feed(text, stream)
                 if self.rank:
                     text = f"[rank {self.rank}] {text}"
                 logs.append({"line": self._log_line, "t": t, "stream": stream, "text": text[:65536]})
                 self._log_line += 1
-                if stream != "runner":
-                    self._recent.append(text)
         sent = bool(metrics or logs or memory)
         limit = self.cfg.batch_max
         while metrics or logs or memory:
@@ -247,7 +232,7 @@ class Runner:
         if left:
             self.note(f"killed {left} leftover process(es) of the job")
         code = trainer.returncode
-        cause = None if code == 0 and not self.cancelled else failure_cause(list(self._recent), code)
+        cause = None if code == 0 and not self.cancelled else self._causes.cause(code)
         if self.cancelled and self.cfg.command == "api" and code in (0, -signal.SIGTERM):
             cause = "chat server stopped (cancelled, or idle for TUNEDECK_CHAT_IDLE_S)"
         return self._finish(exit_code=code, cause=cause)

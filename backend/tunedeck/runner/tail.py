@@ -1,14 +1,12 @@
-"""Incremental readers: trainer_log.jsonl lines and cleaned stdout/stderr lines."""
+"""Incremental readers: trainer_log.jsonl lines and cleaned stdout/stderr lines (contract/output.py)."""
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import BinaryIO
 
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+from tunedeck.contract.output import clean
 
 
 class JsonlTail:
@@ -41,14 +39,6 @@ class JsonlTail:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-
-
-def clean(text: str) -> str:
-    """What a terminal would show of one output line: last carriage-return segment, no escapes."""
-    text = ANSI.sub("", text)
-    segments = [s for s in text.split("\r") if s.strip()]
-    text = segments[-1] if segments else ""
-    return CONTROL.sub("", text).rstrip()
 
 
 class LineSplitter:

@@ -30,6 +30,7 @@ from tunedeck.alerts.rundir import BadInput, build
 from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
+from tunedeck.contract.output import clean
 from tunedeck.services.alerting import reconcile as alert_service
 from tunedeck.services.alerting.tracker import limits_of
 from tunedeck.services.charts import pyramid
@@ -47,6 +48,8 @@ FILES = {
 }
 CHUNK = 1 << 20
 METRICS_PER_BATCH = 5_000  # trainer_log lines stored per batch: the rows one batch holds in memory
+LOG_LINES_PER_BATCH = 5_000  # output lines stored per insert
+MAX_LOG_LINE = 65_536  # characters of one output line kept, as a runner's batch may carry (protocol.LogIn)
 
 
 class BadUpload(BadInput):
@@ -216,7 +219,7 @@ def _store(
             run_dir = _place(staging, settings.runs_dir, f"{job.id:06d}-{slug(name)}")
             job.run_dir, job.output_dir = str(run_dir), str(runfiles.output_dir(run_dir))
             s.flush()
-            _store_series(conn, job.id, series, lines)
+            _store_series(conn, job.id, series, lines, log=run_dir / FILES["log"])
             new = alert_service.reconcile(
                 s, job.id, findings, finished=True
             )  # the run is over: stored closed
@@ -241,8 +244,8 @@ def _store(
     return job
 
 
-def _store_series(conn, job_id: int, series, lines: list[dict]) -> None:
-    """The run's samples, logs and points as its runners would have sent them, and its chart tiles."""
+def _store_series(conn, job_id: int, series, lines: list[dict], *, log: Path) -> None:
+    """The run's samples, output and points as its runners would have sent them, and its chart tiles."""
     by_node: dict[str, list] = {}  # one batch per node, as its runner would have sent
     for key, xs in series.memory.items():
         node, gpu = key if isinstance(key, tuple) else ("", key)
@@ -262,21 +265,44 @@ def _store_series(conn, job_id: int, series, lines: list[dict]) -> None:
         {
             "node": node,
             "seq": 0,
-            "logs": [
-                {"line": i, "t": t, "stream": "stdout", "text": text}
-                for i, (t, text) in enumerate(series.logs)
-            ],
             "memory": [
                 {"line": i, "t": t, "gpu": gpu, "used_bytes": used, "total_bytes": total}
                 for i, (gpu, t, used, total) in enumerate(samples)
             ],
         },
     )
+    if log.exists():
+        _store_log(conn, job_id, log, node=node, t=_end(series))
     for start in range(0, len(lines), METRICS_PER_BATCH):  # in order: each batch paces from the first point
         chunk = lines[start : start + METRICS_PER_BATCH]
         metrics = [{"line": start + i, "t": x["t"], "raw": x["raw"]} for i, x in enumerate(chunk)]
         apply_batch(conn, job_id, {"node": node, "seq": 0, "metrics": metrics})
     pyramid.catch_up(conn)  # its chart tiles, in the same transaction
+
+
+def _end(series) -> float:
+    """When the run ended, as near as its files say: its last point or memory sample (output lines
+    carry no time of their own)."""
+    times = [p.t for p in series.points[-1:]] + [xs[-1][0] for xs in series.memory.values() if xs]
+    return max(times, default=0.0)
+
+
+def _store_log(conn, job_id: int, path: Path, *, node: str, t: float) -> None:
+    """Every line of the run's output, cleaned as a runner cleans what it reads (progress-bar
+    redraws collapse, escapes go), numbered in order and stored LOG_LINES_PER_BATCH at a time."""
+    batch: list[dict] = []
+    n = 0
+    with open(path, encoding="utf-8", newline="\n") as f:  # a lone \r is a redraw, not a line
+        for raw in f:
+            if not (text := clean(raw)[:MAX_LOG_LINE]):
+                continue
+            batch.append({"line": n, "t": t, "stream": "stdout", "text": text})
+            n += 1
+            if len(batch) == LOG_LINES_PER_BATCH:
+                apply_batch(conn, job_id, {"node": node, "seq": 0, "logs": batch})
+                batch = []
+    if batch:
+        apply_batch(conn, job_id, {"node": node, "seq": 0, "logs": batch})
 
 
 def _out_of_memory(logs: list[tuple[float, str]]) -> str | None:

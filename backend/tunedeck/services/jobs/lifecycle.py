@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import delete, exists, func, or_
+from sqlalchemy import update as update_
 from sqlmodel import Session, col, select
 
 from tunedeck.checks.submission import Node, Submission, is_train_key
@@ -18,7 +19,7 @@ from tunedeck.problems import SpecError, detail
 from tunedeck.schemas import JobSpec
 from tunedeck.services.errors import Conflict
 from tunedeck.services.jobs import checkpoints
-from tunedeck.services.jobs.records import create_job
+from tunedeck.services.jobs.records import create_job, like
 from tunedeck.store.tables import Job, JobStatus
 
 
@@ -112,8 +113,24 @@ def clone(
     return _child(session, settings=settings, node=node, parent=parent, spec=new, owner=owner)
 
 
-def update(session: Session, job: Job, *, tags: list[str] | None, notes: str | None) -> Job:
-    """Set tags (the whole list) and notes; None leaves a field as it is."""
+def update(
+    session: Session, job: Job, *, tags: list[str] | None, notes: str | None, priority: int | None = None
+) -> Job:
+    """Set tags (the whole list), notes and a queued job's priority; None leaves a field as it is.
+    Conflict (and nothing changed) where a priority is given for a job that is no longer queued."""
+    if priority is not None:
+        # In the stored spec, where the scheduler reads it; guarded in SQL, so a job the scheduler
+        # starts meanwhile keeps the priority it started with.
+        changed = session.exec(
+            update_(Job)
+            .where(col(Job.id) == job.id, col(Job.status) == JobStatus.queued)
+            .values(spec=func.json_set(col(Job.spec), "$.priority", priority))
+        ).rowcount
+        if not changed:
+            session.rollback()
+            session.refresh(job)
+            raise Conflict(f"job {job.id} is {job.status.value}: only a queued job's priority can change")
+        session.refresh(job)
     if tags is not None:
         job.tags = json.dumps(list(dict.fromkeys(tags))) if tags else None
     if notes is not None:
@@ -167,7 +184,7 @@ def search(
     if after is not None:
         query = query.where(col(Job.id) < after)
     if q:
-        pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = like(q)
         query = query.where(
             or_(col(Job.name).ilike(pattern, escape="\\"), col(Job.notes).ilike(pattern, escape="\\"))
         )

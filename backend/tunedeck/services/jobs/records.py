@@ -54,9 +54,14 @@ def get_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def _page(session: Session, model, *, job_id: int, after: int | None, limit: int):
+def like(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, its wildcards taken literally (escape `\\`)."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _page(session: Session, model, *, job_id: int, after: int | None, limit: int, where=()):
     get_job(session, job_id)
-    q = select(model).where(model.job_id == job_id).order_by(col(model.id)).limit(limit)
+    q = select(model).where(model.job_id == job_id, *where).order_by(col(model.id)).limit(limit)
     if after is not None:
         q = q.where(col(model.id) > after)
     rows = list(session.exec(q))
@@ -68,8 +73,10 @@ def metric_page(session: Session, *, job_id: int, after: int | None, limit: int)
     return _page(session, MetricPoint, job_id=job_id, after=after, limit=limit)
 
 
-def log_page(session: Session, *, job_id: int, after: int | None, limit: int):
-    return _page(session, LogLine, job_id=job_id, after=after, limit=limit)
+def log_page(session: Session, *, job_id: int, after: int | None, limit: int, q: str | None = None):
+    """Output lines after a cursor; with `q`, only those holding it (any case)."""
+    where = (col(LogLine.text).ilike(like(q), escape="\\"),) if q else ()
+    return _page(session, LogLine, job_id=job_id, after=after, limit=limit, where=where)
 
 
 def request_cancel(session: Session, *, job_id: int, executor, state: JobState, by: str | None = None) -> Job:
