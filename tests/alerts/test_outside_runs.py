@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+from datetime import datetime, timezone
 from http.server import HTTPServer
 
 import pytest
@@ -135,3 +136,35 @@ def test_an_import_has_its_owner_and_tells_the_webhooks(server_factory, runs, tm
     ]
     sent = {g["kind"] for g in Receiver.got if g["event"] == "alert" and g["job_id"] == job["id"]}
     assert sent == tr.labels  # every alert of the run, as a live run's would be
+
+
+def test_an_import_is_dated_by_its_own_times_and_its_environment_is_unknown(app_factory, runs):
+    server = app_factory()
+    # Wall-clock times (the memory CSV's): the run starts and ends where they say.
+    tr, folder = next(x for x in runs if x[0].name.startswith("plateau"))
+    files = {
+        k: (folder / p).read_bytes()
+        for k, p in (("trainer_log", "output/trainer_log.jsonl"), ("memory", "memory.csv"))
+    }
+    job = server.api.post("/api/runs/import", files=files, data={"name": "dated"}).json()
+    times = [p.t for p in tr.series.points] + [t for xs in tr.series.memory.values() for t, _, _ in xs]
+    assert datetime.fromisoformat(job["started_at"]).timestamp() == pytest.approx(min(times), abs=1e-3)
+    assert datetime.fromisoformat(job["finished_at"]).timestamp() == pytest.approx(max(times), abs=1e-3)
+
+    # Only elapsed_time (LLaMA-Factory's own log, no memory CSV): its span kept, ending at its import.
+    lines = [
+        {"current_steps": k, "total_steps": 4, "loss": 2.0 - 0.1 * k, "elapsed_time": f"0:{2 * k:02d}:00"}
+        for k in range(1, 5)
+    ]
+    before = datetime.now(timezone.utc)
+    body = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    job = server.api.post("/api/runs/import", files={"trainer_log": body}, data={"name": "undated"}).json()
+    started, finished = (datetime.fromisoformat(job[k]) for k in ("started_at", "finished_at"))
+    assert before <= finished <= datetime.now(timezone.utc)
+    assert (finished - started).total_seconds() == pytest.approx(6 * 60, abs=1e-3)  # minute 2 to minute 8
+    points = server.all(job["id"], "metrics")
+    assert points[0]["t"] == pytest.approx(started.timestamp(), abs=1e-3)  # charts start then, not in 1970
+
+    report = server.api.get(f"/api/jobs/{job['id']}/report").text
+    assert "Unknown: this run was imported" in report
+    assert "No preflight of the training environment" not in report

@@ -27,7 +27,7 @@ class App:
     runner could reach an app that listens on no port.
     """
 
-    submit, wait, all = Server.submit, Server.wait, Server.all
+    submit, wait, all, explain = Server.submit, Server.wait, Server.all, Server.explain
 
     def __init__(self, workspace: Path, assets: Path, **env: str):
         self.workspace = workspace

@@ -33,7 +33,8 @@ ERRORS: Responses = {
 def job_report(job_id: int, session: SessionDep, settings: SettingsDep, node: NodeDep) -> HTMLResponse:
     """The job's run report as one self-contained HTML file (a download), readable offline."""
     job = get_job(session, job_id)
-    env = preflight.run(settings.train_python, ttl=settings.preflight_ttl_s)
+    # An import trained elsewhere: this server's preflight is not its environment (service.build).
+    env = None if job.import_key else preflight.run(settings.train_python, ttl=settings.preflight_ttl_s)
     page = service.build(
         session, job, settings=settings, node=node, preflight=env, plotly_js=service.PLOTLY_JS
     )

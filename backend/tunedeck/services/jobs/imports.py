@@ -16,8 +16,11 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from tunedeck.alerts import analyze
+from tunedeck.alerts import Series, analyze
 from tunedeck.alerts.rundir import BadInput, build
 from tunedeck.alerts.training import OOM
 from tunedeck.config import Settings
@@ -49,6 +52,7 @@ FILES = {
 CHUNK = 1 << 20
 METRICS_PER_BATCH = 5_000  # trainer_log lines stored per batch: the rows one batch holds in memory
 LOG_LINES_PER_BATCH = 5_000  # output lines stored per insert
+WALL_CLOCK = 1e9  # 2001-09-09 as a Unix time: a run's times below it count from its start, not a date
 MAX_LOG_LINE = 65_536  # characters of one output line kept, as a runner's batch may carry (protocol.LogIn)
 
 
@@ -199,6 +203,7 @@ def _store(
             config=config,
             log_text=read("log"),
         )
+    start, end = _dated(series, lines, time.time())
     findings = analyze(series, limits_of(settings))  # the same engine as live ingest
     run_dir: Path | None = None
     try:
@@ -228,13 +233,15 @@ def _store(
             ):  # the team hears of an imported run as of a live one: its alerts, then its end
                 notifier = state.notifier
                 after_commit(conn, lambda: notifier.alerts_opened(job, new))
-            move(conn, job.id, JobStatus.running)
+            move(conn, job.id, JobStatus.running, started_at=_utc(start))
             if oom := _out_of_memory(
                 series.logs
             ):  # a run that died of OOM did not succeed, whatever it logged before
-                move(conn, job.id, JobStatus.failed, error=f"out of memory: {oom[:500]}")
+                move(
+                    conn, job.id, JobStatus.failed, error=f"out of memory: {oom[:500]}", finished_at=_utc(end)
+                )
             else:
-                move(conn, job.id, JobStatus.succeeded, exit_code=0)
+                move(conn, job.id, JobStatus.succeeded, exit_code=0, finished_at=_utc(end))
             s.refresh(job)
             s.expunge(job)
     except BaseException:
@@ -242,6 +249,30 @@ def _store(
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     return job
+
+
+def _dated(series: Series, lines: list[dict], now: float) -> tuple[float, float]:
+    """The run's start and end, from its own times. Files that carry wall-clock times (a memory CSV,
+    trainer_log lines with `t`) date it; times that count from 0 (only trainer_log's elapsed_time) are
+    moved, every one alike, to end at `now`: the run is dated by its import then, its durations kept,
+    and its charts do not start on 1 January 1970."""
+    times = [p.t for p in series.points] + [t for xs in series.memory.values() for t, _, _ in xs]
+    if not times:
+        return now, now
+    start, end = min(times), max(times)
+    if end >= WALL_CLOCK:
+        return start, end
+    shift = now - end
+    series.points = [replace(p, t=p.t + shift) for p in series.points]
+    series.memory = {k: [(t + shift, u, total) for t, u, total in xs] for k, xs in series.memory.items()}
+    series.logs = [(t + shift, text) for t, text in series.logs]
+    for line in lines:
+        line["t"] += shift
+    return start + shift, now
+
+
+def _utc(t: float) -> datetime:
+    return datetime.fromtimestamp(t, timezone.utc)
 
 
 def _store_series(conn, job_id: int, series, lines: list[dict], *, log: Path) -> None:

@@ -137,6 +137,13 @@ def _alerts_html(alerts: list[Alert]) -> str:
     return "".join(items)
 
 
+# An imported run trained where tunedeck never was: this server's preflight would describe the wrong machine.
+IMPORTED_ENVIRONMENT = (
+    "<p>Unknown: this run was imported, and its files do not say where it trained (its node, "
+    "packages and devices). The preflight of this server would describe another machine.</p>"
+)
+
+
 def _environment_html(pf: dict[str, Any] | None) -> str:
     if not pf:
         return "<p>No preflight of the training environment was available.</p>"
@@ -225,7 +232,7 @@ def build(
         findings=_findings_html(findings, note),
         estimate=_estimate_html(job, estimates.measured_peak(session, job)),
         alerts=_alerts_html(alerts),
-        environment=_environment_html(preflight),
+        environment=IMPORTED_ENVIRONMENT if job.import_key else _environment_html(preflight),
         data=_json(_chart_data(session, job)),
         plotly=_plotly_js(str(plotly_js)),
     )
