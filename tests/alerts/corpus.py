@@ -410,10 +410,54 @@ def gradients(rng: np.random.Generator, seed: int) -> list[Trace]:
     ]
 
 
+def overflow(rng: np.random.Generator, seed: int) -> list[Trace]:
+    """fp16 runs under DeepSpeed's loss scaler: its skipped-step lines among the output. Each run
+    starts at 2^16 and halves the scale on the first few steps (the search, by design). Positives:
+    skips that keep coming after it (one in 5 to 10 steps), and a scale driven down to its floor.
+    Hard negatives: the search alone, and the search plus a rare skip (about one per scale_window)."""
+    n = 300
+    pts = [Point(t=T0 + 8.0 * k, step=k, loss=2.5 * math.exp(-k / 60) + 1.0) for k in range(1, n + 1)]
+    search = int(rng.integers(2, 7))
+
+    def lines(at_steps: list[int], floor: int = 1) -> list[tuple[float, str]]:
+        out, scale = [], 65536
+        for k in at_steps:
+            nxt = max(floor, scale // 2)
+            out.append(
+                (
+                    T0 + 8.0 * k + 3.0,
+                    f"[2026-11-30 10:00:{k % 60:02d},000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
+                    f"OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {scale}, reducing to {nxt}",
+                )
+            )
+            scale = nxt
+        return out
+
+    def run(name: str, at_steps: list[int], labels: set[str], floor: int = 1) -> Trace:
+        logs = lines(at_steps, floor)
+        series = Series(points=pts, logs=logs, config=_config(fp16=True), ds=DS, running=False)
+        return Trace(f"{name}-{seed}", series, labels)
+
+    every = int(rng.integers(5, 11))
+    first = list(range(1, search + 1))
+    return [
+        # (the scaler raises the scale again between skips: it hovers instead of falling to the floor)
+        run("overflow-keeps-skipping", first + list(range(40, n, every)), {"fp16_overflow"}, floor=512),
+        run("overflow-to-the-floor", list(range(1, 18)), {"fp16_overflow"}),  # 65536 halved 16 times: 1
+        run("overflow-search-only", first, set()),
+        run("overflow-rare", first + [int(rng.integers(100, 290))], set()),
+    ]
+
+
 def gradient_corpus(seeds=range(5)) -> list[Trace]:
-    """The gradient traces, apart: grad_norm is not in trainer_log.jsonl, which the run-folder paths
+    """The gradient and loss-scaler traces, apart: grad_norm is not in trainer_log.jsonl, which the run-folder paths
     (write_run, imports) carry."""
-    return [tr for s in seeds for tr in gradients(np.random.default_rng(30_000 + s), s)]
+    return [
+        tr
+        for s in seeds
+        for rng in [np.random.default_rng(30_000 + s)]
+        for tr in gradients(rng, s) + overflow(rng, s)
+    ]
 
 
 def write_run(trace: Trace, folder: Path) -> Path:

@@ -13,7 +13,7 @@ import yaml
 from sqlalchemy import func, select
 from sqlmodel import Session
 
-from tests.alerts.corpus import T0, TOTAL, corpus, generate
+from tests.alerts.corpus import T0, TOTAL, corpus, generate, gradient_corpus
 from tunedeck.alerts import Limits, Run, Series, analyze
 from tunedeck.services.alerting import tracker as alerts
 from tunedeck.services.ingest.writer import apply_batch
@@ -53,7 +53,7 @@ def chunked(s: Series, rng: random.Random) -> Run:
 @pytest.mark.parametrize("seed", range(6))
 def test_streaming_in_random_chunks_equals_the_whole_series(seed):
     rng = random.Random(seed)
-    for tr in generate(seed):
+    for tr in generate(seed) + gradient_corpus([seed]):
         whole = analyze(tr.series)
         assert {f.kind for f in whole} == tr.labels, tr.name
         assert key(chunked(tr.series, rng).findings(running=tr.series.running, now=tr.series.now)) == key(

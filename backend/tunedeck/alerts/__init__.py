@@ -26,6 +26,7 @@ KINDS = (
     "loss_oscillation",
     "loss_stuck",
     "no_gradient",
+    "fp16_overflow",
     "loss_overfit",
     "vram_plateau",
     *HARDWARE_KINDS,

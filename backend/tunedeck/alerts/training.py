@@ -27,6 +27,10 @@ OOM = re.compile(
 OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
 FLUSH = re.compile(r"(\d+) pytorch allocator cache flushes since last step")
 SAVE = re.compile(r"Saving model checkpoint to")  # the Trainer's line as each checkpoint save begins
+# DeepSpeed's fp16 loss scaler, on rank 0, for each optimizer step it skips (fp16/loss_scaler.py).
+OVERFLOW = re.compile(
+    r"\[deepspeed\] OVERFLOW! Rank \d+ Skipping step\.(?: Attempted loss scale: \d+, reducing to (\d+))?"
+)
 
 
 SMOOTH = 10  # points in the divergence's trailing mean: an fp16 loss flipping every step averages out
@@ -50,6 +54,14 @@ EVAL_BARS = 5
 # the weights no longer change (a learning rate that wrecked them, or nothing trainable).
 NO_GRAD_POINTS = 3
 CHANCE_SHARE = 0.01  # a loss within 1 % of ln(vocabulary) is the uniform guess
+# fp16 overflow: the loss scaler starts high (2^16, or 2^32 by default) and halves it on each overflow
+# until the gradients fit, skipping those first steps by design; past OVERFLOW_AFTER steps a skip is
+# a step the weights did not take. OVERFLOW_MIN skips and OVERFLOW_SHARE of the steps since are a
+# warning (a healthy run halves its scale about once in scale_window = 1000 steps), as is a scale
+# down at its floor (min_loss_scale) at any time: gradients overflow fp16 even unscaled.
+OVERFLOW_AFTER = 20
+OVERFLOW_MIN = 10
+OVERFLOW_SHARE = 0.02
 # A stuck loss: a flat line where the run began, or a frozen one after it came down. Flat is a spread of
 # at most STUCK_SPREAD of its level over STUCK_POINTS logged points in a row: a model that learns moves its
 # loss by more than that from one mini-batch to the next (several %, ~1 % even averaged over 50 steps),
@@ -170,6 +182,8 @@ class Training:
         self.eval_recent: deque[float] = deque(maxlen=32)
         self.eval_last: tuple[float, int | None, float, float] | None = None
         self.overfit = Occurrences()
+        self.overflows = Occurrences()  # DeepSpeed's skipped-step lines (fp16 overflow)
+        self.loss_scale: int | None = None  # the scale the last of them reduced to
         self.zero_grads = Occurrences()  # points whose grad_norm was exactly 0
         self.zero_run: list | None = None  # the trailing run of them: [first step, points, last loss]
 
@@ -209,6 +223,10 @@ class Training:
                 self.oom_gpu = int(m.group(1))
         if SAVE.search(line):
             self.saves.append(t)
+        if "OVERFLOW!" in line and (m := OVERFLOW.search(line)):
+            self.overflows.add(t)
+            if m.group(1):
+                self.loss_scale = int(m.group(1))
         m = FLUSH.search(line)
         if m:
             self.flush.add(t)
@@ -347,6 +365,7 @@ class Training:
             *self._oscillation(s, running),
             *self._stuck(s, running),
             *self._no_gradient(s, running),
+            *self._overflow(s, steps, running),
             *self._overfit(s, running),
             *self._oom(s, steps, running, host_memory),
             *self._alloc_flush(s, steps, lim, now, running),
@@ -474,6 +493,49 @@ class Training:
                 self.stuck.n,
                 self.stuck.first,
                 tip.change,
+            )
+        ]
+
+    def _overflow(self, s: Series, steps: Steps, running: bool) -> list[Finding]:
+        if not self.overflows.n:
+            return []
+        fp16 = (s.ds or {}).get("fp16") if isinstance((s.ds or {}).get("fp16"), dict) else {}
+        floor = advice.number(fp16.get("min_loss_scale")) or 1.0
+        at_floor = self.loss_scale is not None and self.loss_scale <= floor
+        since = steps.reached(OVERFLOW_AFTER)  # past the loss scaler's first search
+        recent = self.overflows.times()
+        late = 0 if since is None else sum(t >= since for t in recent) + self.overflows.n - len(recent)
+        span = (steps.step[-1] - OVERFLOW_AFTER) if steps.step else 0
+        if not at_floor and not (late >= OVERFLOW_MIN and late >= OVERFLOW_SHARE * max(1, span)):
+            return []
+        parts = []
+        if late >= OVERFLOW_MIN and late >= OVERFLOW_SHARE * max(1, span):
+            scale = f"; loss scale now {self.loss_scale}" if self.loss_scale is not None else ""
+            parts.append(
+                f"{late} optimizer steps skipped for fp16 overflow since step {OVERFLOW_AFTER} "
+                f"({100 * late / max(1, span):.0f}% of the {max(1, span)} steps since{scale}): each is a step "
+                "the weights did not take"
+            )
+        if at_floor:
+            parts.append(
+                f"the fp16 loss scale fell to its floor (min_loss_scale {floor:g}) after {self.overflows.n} "
+                "overflows: the gradients overflow fp16 even unscaled, and every such step is skipped"
+            )
+        msg = "; ".join(parts)
+        text, change = advice.combine([advice.precision(s), advice.learning_rate(s, 2)])
+        return [
+            Finding(
+                "fp16_overflow",
+                "warning",
+                None,
+                recent,
+                steps.step_at(recent[-1]),
+                msg,
+                text,
+                running,
+                self.overflows.n,
+                self.overflows.first,
+                change,
             )
         ]
 
