@@ -233,8 +233,9 @@ def overfitting(rng: np.random.Generator, seed: int, n: int, level: float) -> Tr
 
 def hardware(rng: np.random.Generator, seed: int, n: int) -> list[Trace]:
     """The GPUs' own readings beside a healthy loss with tokens/s: ECC errors that rise during the
-    job, correctable ones rising fast, throttling while the tokens/s fall. Hard negatives: errors the
-    GPU had before the job, throttling with no drop, a drop with no throttling."""
+    job, correctable ones rising fast, throttling while the tokens/s fall (throttling is the cause
+    named, not a bare drop), a lasting drop with no throttling. Hard negatives: errors the GPU had
+    before the job, throttling with no drop, a small slowdown."""
     out = []
     mid = int(rng.integers(n // 3, 2 * n // 3))
     tps_base = float(rng.uniform(800, 4000))
@@ -278,7 +279,8 @@ def hardware(rng: np.random.Generator, seed: int, n: int) -> list[Trace]:
         made("throttle-slow", {"gpu_throttle"}, throttle=throttled, slower=float(rng.uniform(0.25, 0.5)))
     )
     out.append(made("throttle-no-drop", set(), throttle=throttled))
-    out.append(made("slow-not-throttled", set(), slower=float(rng.uniform(0.25, 0.5))))
+    out.append(made("slow-not-throttled", {"throughput_drop"}, slower=float(rng.uniform(0.35, 0.6))))
+    out.append(made("a-little-slower", set(), slower=float(rng.uniform(0.05, 0.2))))
     return out
 
 

@@ -13,6 +13,9 @@ finding is judged over the kept windows when findings are read.
 - `gpu_throttle` (warning): while the job's tokens/s stood THROTTLE_DROP below its best, the GPU
   spent at least THROTTLE_SHARE of the THROTTLE_WINDOW_S before held down by its power or thermal
   limits; the evidence says the residency, the clock and the drop.
+- `throughput_drop` (warning): a GPU job's tokens/s stood DROP below its best for DROP_POINTS points
+  in a row, and no throttling explains it (gpu_throttle names that cause instead); says when it began.
+  A CPU job's tokens/s follow whatever else the host runs: not judged.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ THROTTLE_DROP = 0.15  # tokens/s this far below the run's best
 THROTTLE_WINDOW_S = 60.0  # the throttle residency before a point, that point's tokens/s judged against
 RATE_MEDIAN = 5  # points in the tokens/s median (one noisy point is no drop)
 KEPT = 4096  # throttle samples and tokens/s points kept (hours of a run at one sample a second)
-KINDS = ("gpu_ecc_uncorrectable", "gpu_ecc_correctable", "gpu_throttle")
+DROP = 0.3  # tokens/s this far below the run's best (a median of RATE_MEDIAN points against the best one) ...
+DROP_POINTS = 10  # ... for this many points in a row: a slowdown that lasts, not an eval or a save
+KINDS = ("gpu_ecc_uncorrectable", "gpu_ecc_correctable", "gpu_throttle", "throughput_drop")
 COLUMNS = (
     "ecc_correctable",
     "ecc_uncorrectable",
@@ -347,7 +352,7 @@ class Hardware:
                 self.rate_t.append(p.t)
                 self.rate.append(float(tps))
 
-    def findings(self, j: Judging) -> list[Finding]:
+    def findings(self, j: Judging, on_gpus: bool = False) -> list[Finding]:
         rate = (
             np.fromiter(self.rate_t, np.float64, len(self.rate_t)),
             np.fromiter(self.rate, np.float64, len(self.rate)),
@@ -357,4 +362,46 @@ class Hardware:
             for f in self.devices[key].findings(j, rate):
                 f.node = key[0]
                 out.append(f)
+        if (on_gpus or self.devices) and not any(f.kind == "gpu_throttle" for f in out):
+            out += self._drop(j, rate)
         return out
+
+    def _drop(self, j: Judging, rate: tuple[np.ndarray, np.ndarray]) -> list[Finding]:
+        rt, ry = rate
+        if len(rt) < RATE_MEDIAN + DROP_POINTS:
+            return []
+        med = np.sort(np.lib.stride_tricks.sliding_window_view(ry, RATE_MEDIAN), axis=1)[:, RATE_MEDIAN // 2]
+        t_med = rt[RATE_MEDIAN - 1 :]
+        prior = np.concatenate([[np.nan], np.maximum.accumulate(med)[:-1]])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            low = (1.0 - med / prior) >= DROP
+        # The runs of low points, and the last one that lasted DROP_POINTS.
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], low.astype(np.int8), [0]])))
+        runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]) if b - a >= DROP_POINTS]
+        if not runs:
+            return []
+        a, b = runs[-1]
+        best, now = float(prior[a]), float(np.median(med[a:b]))
+        began = float(t_med[a])
+        step = j.steps.step_at(began)
+        times = t_med[a:b].tolist()
+        return [
+            Finding(
+                "throughput_drop",
+                "warning",
+                None,
+                times[-512:],
+                step,
+                f"tokens/s fell {1 - now / best:.0%} below the run's best ({best:.0f} → {now:.0f}) from "
+                f"{'step ' + str(step) if step is not None else 'here'} on, for {b - a} logged points, "
+                "with no throttling on the job's GPUs to explain it",
+                "Something else now takes the job's time: another process on its GPUs or its node's CPUs "
+                "(the node's page lists the GPUs' processes), a slower data path (a dataset on a network "
+                "filesystem, too few preprocessing_num_workers / dataloader_num_workers), or longer "
+                "sequences later in the data (shuffle it, or set cutoff_len). While it lasts each step "
+                f"takes about {best / max(now, 1e-9):.2f}× as long.",
+                j.running and b == len(t_med),
+                count=len(times),
+                first=times[0],
+            )
+        ]

@@ -90,7 +90,8 @@ class Run:
                 out.append(f)
         alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
         host = any(g.n for (_, gpu), g in self.gpus.items() if gpu == -1)
-        return out + self.training.findings(j, alive, host) + self.hardware.findings(j)
+        gpus = bool(self.meta.devices) or any(gpu >= 0 for _, gpu in self.gpus)
+        return out + self.training.findings(j, alive, host) + self.hardware.findings(j, gpus)
 
 
 def feed_series(run: Run, s: Series) -> Run:
