@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, and_, or_, update
+from sqlalchemy import Connection, Engine, and_, or_, select, update
 
 from tunedeck.contract.lflog import METRICS as POINT_KEYS
 from tunedeck.contract.lflog import parse_point
@@ -135,6 +135,17 @@ SUMMARY_LOSS = (
 )
 
 
+OUTSIDE_STOP = (
+    "stopped from outside tunedeck: the runner got SIGTERM or SIGINT with no cancel asked for (a node "
+    "failure, a Slurm time limit or preemption, an admin's scancel, or a kill on the node)"
+)
+
+
+def _cancel_asked(conn: Connection, job_id: int) -> bool:
+    """Whether a cancel of this job was asked for (the API, the CLI, the idle chat stop)."""
+    return conn.execute(select(JOBS.c.cancel_requested_at).where(JOBS.c.id == job_id)).scalar() is not None
+
+
 def final_status(*, exit_code: int | None, cancelled: bool) -> JobStatus:
     if cancelled:
         return JobStatus.cancelled
@@ -185,13 +196,13 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
         if s["event"] == "started":
             conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(trainer_pid=s.get("trainer_pid")))
         elif s["event"] == "exited":
-            finish(
-                conn,
-                job_id,
-                status=final_status(exit_code=s.get("exit_code"), cancelled=s.get("cancelled", False)),
-                exit_code=s.get("exit_code"),
-                error=s.get("cause"),
-            )
+            cancelled, cause = s.get("cancelled", False), s.get("cause")
+            status = final_status(exit_code=s.get("exit_code"), cancelled=cancelled)
+            if cancelled and not _cancel_asked(conn, job_id):
+                # The runner stopped on a SIGTERM or SIGINT that no cancel of tunedeck's sent: its
+                # cluster or the machine ended it. That is a failure, whatever the trainer saved.
+                status, cause = JobStatus.failed, OUTSIDE_STOP + (f" ({cause})" if cause else "")
+            finish(conn, job_id, status=status, exit_code=s.get("exit_code"), error=cause)
     conn.execute(
         update(JOBS)
         .where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))

@@ -95,10 +95,10 @@ def request_cancel(session: Session, *, job_id: int, executor, state: JobState, 
     if job.cancel_requested_at is None:
         job.cancel_requested_at = utcnow()
         job.cancelled_by = by
-        executor.cancel(job)
         session.add(job)
-        session.commit()
+        session.commit()  # first: the runner's exit report must find it asked for (ingest's writer)
         session.refresh(job)
+        executor.cancel(job)
     return job
 
 
