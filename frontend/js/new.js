@@ -211,6 +211,7 @@ $("#check").addEventListener("click", () => guarded(async () => {
   const spec = await collect();
   const body = { ...spec, name: spec.name || "check" };
   const box = $("#checks");
+  clearErrors();
   box.classList.remove("muted");
   box.replaceChildren(h("span", { class: "muted", text: "checking…" }));
   const [lint, est] = await Promise.all([post("/api/lint", body).catch((e) => e), post("/api/estimate", body).catch((e) => e)]);
@@ -226,6 +227,10 @@ $("#check").addEventListener("click", () => guarded(async () => {
     est.device_total_bytes ? ` of ${bytes(est.device_total_bytes)} — ${est.fits ? "fits" : "does NOT fit"}` : "",
     ...(est.warnings || []).map((w) => h("div", { class: "notice", text: w }))));
   box.replaceChildren(...parts);
+  // The errors also at their fields, as a refused Submit shows them (the list above keeps every finding).
+  const errors = lint instanceof Error ? [] : lint.findings.filter((f) => f.severity === "error" && f.path);
+  if (errors.length) showErrors(errors.map((f) => ({ loc: f.path.split("."), msg: `${f.code}: ${f.message}${f.fix ? ` (fix: ${f.fix})` : ""}` })));
+  else if (lint instanceof ApiError && lint.status === 422 && Array.isArray(lint.detail)) showErrors(lint.detail);
 }));
 
 // ------------------------------------------------------------------ help, choices, dataset preview

@@ -139,6 +139,12 @@ def test_validation_errors_show_at_their_fields(server_factory, assets, page):
     page.fill("#f-dataset_dir", str(assets / "demo" / "data"))
     page.fill("#extra", "learning_rte: 0.001\n")
     page.fill("#f-gpus", "0")
+    # Lint & estimate marks the errors at their fields too, as Submit does.
+    page.click("#check")
+    checked = page.locator('[data-field="extra"] .field-error')
+    checked.wait_for(timeout=30_000)
+    assert "LF001" in checked.inner_text() and "learning_rate" in checked.inner_text()
+    assert page.locator('[data-field="extra"].has-error').count() == 1
     page.click("#submit")
     model_err = page.locator('[data-field="config.model_name_or_path"] .field-error')
     model_err.wait_for(timeout=30_000)
