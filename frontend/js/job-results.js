@@ -17,9 +17,25 @@ function card() {
   return el;
 }
 
+// What each of LLaMA-Factory's result numbers counts (its BLEU and ROUGE scores are 0-100, the
+// Trainer's loss is a cross-entropy in nats per token), by the end of the metric's name.
+const UNITS = [
+  [/^(bleu|rouge)/, "% (0–100)"],
+  [/accuracy$/, "share (0–1)"],
+  [/(^|_)loss$/, "nats/token"],
+  [/perplexity$/, "× (e^loss)"],
+  [/(runtime|_time)$/, "s"],
+  [/samples_per_second$/, "samples/s"],
+  [/steps_per_second$/, "steps/s"],
+  [/tokens_per_second$/, "tokens/s"],
+  [/^epoch$/, "epochs"],
+];
+export const unitOf = (name) => (UNITS.find(([re]) => re.test(name)) || [null, ""])[1];
+
 function metricsTable(rows) {
-  return h("table", { id: "result-metrics" }, h("thead", {}, h("tr", {}, h("th", { text: "split" }), h("th", { text: "metric" }), h("th", { text: "value" }))),
-    h("tbody", {}, rows.map((m) => h("tr", {}, h("td", { text: m.split }), h("td", { text: m.name }), h("td", { class: "num", text: num(m.value) })))));
+  return h("table", { id: "result-metrics" }, h("thead", {}, h("tr", {}, h("th", { text: "split" }), h("th", { text: "metric" }), h("th", { text: "value" }), h("th", { text: "unit" }))),
+    h("tbody", {}, rows.map((m) => h("tr", {}, h("td", { text: m.split }), h("td", { text: m.name }), h("td", { class: "num", text: num(m.value) }),
+      h("td", { class: "muted", text: unitOf(m.name) })))));
 }
 
 async function predictionsPage(jobId, box) {

@@ -155,6 +155,13 @@ def test_predict_job_scores_and_pages_its_generations(server, assets, trained, p
     assert [c.strip() for c in cells] == [lines[0][k].strip() for k in ("prompt", "label", "predict")]
     assert page.locator("#predictions tbody tr").count() == min(20, len(lines))
     assert "bleu-4" in page.locator("#result-metrics").inner_text()
+    # Each number with its unit: LLaMA-Factory's scores are on 0-100, its runtime in seconds.
+    units = dict(
+        page.locator("#result-metrics tbody tr").evaluate_all(
+            "rows => rows.map(r => [r.cells[1].textContent, r.cells[3].textContent])"
+        )
+    )
+    assert units["bleu-4"].startswith("%") and units["runtime"] == "s", units
     shot(page, "predict-results")
     assert page.errors == []
 
