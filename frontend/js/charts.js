@@ -115,7 +115,20 @@ export function empty(el, message) {
   }, config);
 }
 
-export const config = { displaylogo: false, responsive: true };
+// Plotly's toolbar: zoom, pan, reset and save only (its other buttons were ten Tab stops a chart, one
+// of them "Share chart…" to plotly's cloud),
+// and none on a phone, where it sat on the legend's first row (there a drag pans and a double tap
+// resets the zoom).
+export const config = {
+  displaylogo: false,
+  responsive: true,
+  displayModeBar: window.matchMedia("(max-width: 600px)").matches ? false : "hover",
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",
+    "hoverClosestCartesian", "hoverCompareCartesian", "sendDataToCloud"],
+  // Never offer to send a run's data to Chart Studio (plotly's cloud): nothing leaves the team's server.
+  showSendToCloud: false,
+  showEditInChartStudio: false,
+};
 
 // Coalesce many updates into one Plotly.react per interval.
 export function throttled(fn, ms = 300) {

@@ -673,7 +673,7 @@ function runtime() {
   const start = t(j.started_at), end = t(j.finished_at) ?? (j.status === "running" ? Date.now() / 1000 : null);
   const s = ["loss", "eval_loss", "lr"].map((n) => state.metrics[n]).find((m) => m && m.t.length);
   const logged = s ? s.t[s.t.length - 1] - s.t[0] : null;
-  // An import starts and ends at once: its trainer log's clock is the runtime then.
+  // A run whose times say less than its trainer log's clock (a launch's first step came late): the clock.
   return start !== null && end !== null ? Math.max(end - start, logged ?? 0) : logged;
 }
 

@@ -290,7 +290,7 @@ def test_job_page_charts(deck, page):
     best = min(1.9 - 0.05 * s for s in (10, 20, 30))
     assert f"{best:.4g} at step 30" in summary
     assert "256 (last)" in summary  # tokens/s from the run's own steps: 512 tokens every 2 s
-    assert "58s" in summary  # an import's runtime: its trainer log's clock, step 1 to 30
+    assert "1m 38s" in summary  # an import's runtime: its own times, the memory CSV's 50 samples 2 s apart
     assert "peak GPU 0" in summary and "60.0 GiB of 80.0 GiB" in summary
     assert "peak GPU 1" in summary and "65.0 GiB of 80.0 GiB" in summary
 
@@ -446,6 +446,30 @@ def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
     boxes_apart(page, "mem-chart", compared_memory(ids))
     shot(page, "charts-compare-phone")
     assert page.errors == [] and page.console_errors == []
+
+
+CHART_KEYS = """() => [...document.querySelectorAll('.chart')].map((c) => [c.id, c.getAttribute('role'),
+  c.getAttribute('aria-label'), c.querySelectorAll('.modebar-btn').length])"""
+
+
+def test_charts_are_named_and_their_toolbars_short_and_off_a_phone(deck, page):
+    """Each chart has an accessible name; its toolbar holds zoom, pan, reset and save (4 Tab stops, not
+    a dozen), and a phone gets none: there it covered the legend's first row."""
+    for url in (f"/jobs/{deck.ids['rich']}", f"/compare?jobs={deck.ids['rich']},{deck.ids['single']}"):
+        open_page(page, deck.url + url, "wide")
+        page.wait_for_function("document.querySelectorAll('#loss-chart .modebar-btn').length > 0")
+        drawn = [c for c in page.evaluate(CHART_KEYS) if c[3]]
+        assert drawn and all(role == "figure" and name for _, role, name, _ in drawn), drawn
+        assert all(n == 4 for *_, n in drawn), drawn
+        labels = page.evaluate(
+            "[...document.querySelectorAll('.modebar-btn')].map(b => b.getAttribute('aria-label'))"
+        )
+        assert not [x for x in labels if "Share" in (x or "") or "Chart Studio" in (x or "")], labels
+        open_page(page, deck.url + url, "phone")
+        page.wait_for_function("document.querySelector('#loss-chart .main-svg') !== null")
+        assert [c for c in page.evaluate(CHART_KEYS) if c[3]] == []
+        assert page.locator("#loss-chart .modebar").count() == 0
+        assert page.errors == [] and page.console_errors == []
 
 
 def ema(ys: list[float], w: float) -> list[float]:
