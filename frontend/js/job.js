@@ -194,11 +194,14 @@ function alertPlaces(axis) {
     } else {
       x0 = new Date(first * 1000); x1 = new Date(last * 1000);
     }
-    // Recurring problems get their span shaded; an info finding (memory settled) is a marker.
-    out.push({ a, x0, x1, span: a.count > 1 && first < last && a.severity !== "info" });
+    // Recurring problems get their span shaded; an info finding (memory settled) is a marker, and so
+    // is a periodic one (from its first spike to its newest is the whole run: a band would say nothing).
+    out.push({ a, x0, x1, span: a.count > 1 && first < last && a.severity !== "info" && !UNSPANNED.has(a.kind) });
   }
   return out;
 }
+
+const UNSPANNED = new Set(["vram_periodic_spikes"]);
 
 function alertShapes(axis) {
   return alertPlaces(axis).flatMap(({ a, x0, x1, span }) => {

@@ -99,6 +99,13 @@ def deck(tmp_path_factory, assets):
             " NULL, 0, ?, ?, 3)",
             (rich["id"], newest, first, newest),
         )
+        # Periodic spikes from the 2nd sample to the 48th: the whole run, so a marker, never a band.
+        db.execute(
+            "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
+            " last_t, count) VALUES (?, 'vram_periodic_spikes', 'warning', 1, ?, NULL, 'spikes every 8 s',"
+            " NULL, 0, ?, ?, 12)",
+            (rich["id"], T0 + 96, T0 + 4, T0 + 96),
+        )
         # And a recurring loss spike, from step 5 to step 25 (an import's clock: T0 + elapsed).
         db.execute(
             "INSERT INTO alerts (job_id, kind, severity, gpu, t, step, message, suggestion, open, first_t,"
@@ -242,6 +249,15 @@ def test_job_page_charts(deck, page):
     ys = plot(page, "loss-chart", "[...gd.data[0].y, ...gd.data[2].y]")
     assert lo < min(ys) and max(ys) < hi and hi - lo < 2 * (max(ys) - min(ys))
     boxes_apart(page, "loss-chart", LOSS_LEGEND)
+
+    # A repeated spike's span is shaded; periodic spikes are a marker at their newest (a band from the
+    # first to the newest would shade the whole chart).
+    shaded = plot(
+        page, "mem-chart", "gd.layout.shapes.filter(s => s.type === 'rect' && s.name).map(s => s.name)"
+    )
+    assert "test_repeat ×3" in shaded and not [n for n in shaded if "periodic" in n], shaded
+    marks = plot(page, "mem-chart", "gd.data.find(d => d.name === 'alerts').text")
+    assert any(m.startswith("×12 · vram_periodic_spikes") for m in marks), marks
 
     # The near-OOM band is the alert's threshold of the device, named in the legend.
     band = plot(page, "mem-chart", "gd.layout.shapes.find(s => s.showlegend)")
