@@ -9,7 +9,21 @@ nav("/compare");
 const chosen = new Set((new URLSearchParams(location.search).get("jobs") || "").split(",").filter(Boolean).map(Number));
 const cache = new Map(); // job id -> {series, memory, config, ds, name}
 const names = new Map(); // job id -> name
-const COLORS = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555"];
+const COLORS = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555",
+  "#8c6d1f", "#c2185b", "#00838f", "#5d4037"];
+
+// Each run's colour comes from its id, not its place in the list: a run keeps its colour whichever
+// runs it is compared with (two chosen runs whose ids share one: the later takes the next free).
+function colours(ids) {
+  const out = new Map(), taken = new Set();
+  for (const id of ids) {
+    let k = Number(id) % COLORS.length;
+    for (let n = 0; n < COLORS.length && taken.has(k); n++) k = (k + 1) % COLORS.length;
+    taken.add(k);
+    out.set(id, COLORS[k]);
+  }
+  return out;
+}
 const LABELS = { loss: "loss", eval_loss: "eval loss", lr: "learning rate", throughput: "throughput", grad_norm: "grad norm",
   total_tokens: "tokens seen", vram_allocated: "RECORD_VRAM allocated", vram_reserved: "RECORD_VRAM reserved" };
 const UNITS = { throughput: "tokens/s", total_tokens: "tokens" };
@@ -82,9 +96,9 @@ function drawMetric(all) {
   const title = metric === "loss" ? "loss" : label(metric);
   $("#metric-title").textContent = title[0].toUpperCase() + title.slice(1);
   if (!all.length) return empty("loss-chart", "Pick jobs above to overlay their curves.");
-  const traces = [];
-  all.forEach(([id, d], k) => {
-    const color = COLORS[k % COLORS.length];
+  const traces = [], colour = colours(all.map(([id]) => id));
+  all.forEach(([id, d]) => {
+    const color = colour.get(id);
     if (metric === "loss") {
       traces.push(curve(id, d, "loss", axis, { color, smooth: w }), curve(id, d, "eval_loss", axis, { color, dash: true }));
     } else traces.push(curve(id, d, metric, axis, { color }));
@@ -102,8 +116,8 @@ function drawMetric(all) {
 }
 
 function drawMemory(all) {
-  const traces = [];
-  all.forEach(([id, d], k) => {
+  const traces = [], colour = colours(all.map(([id]) => id));
+  all.forEach(([id, d]) => {
     if (!d.memory || !d.memory.samples.length) return;
     const t0 = d.memory.samples[0].t;
     const byGpu = new Map(); // per node and GPU: a job on several nodes repeats GPU indices
@@ -117,7 +131,7 @@ function drawMemory(all) {
     const label = (g) => `${several && g.node ? `${g.node} · ` : ""}${g.gpu === -1 ? "host memory" : `GPU ${g.gpu}`}`;
     const dashes = ["solid", "dot", "dash", "longdash", "dashdot"];
     [...byGpu.values()].forEach(({ node, gpu, ...g }, i) => traces.push({ name: plain(`#${id} ${names.get(id) || ""} ${label({ node, gpu })}`),
-      ...g, mode: mode(g.y), line: { color: COLORS[k % COLORS.length], dash: dashes[i % dashes.length] },
+      ...g, mode: mode(g.y), line: { color: colour.get(id), dash: dashes[i % dashes.length] },
       hovertemplate: "%{y:.4~g} GiB", hoverlabel: { namelength: -1 } }));
   });
   if (!traces.length) {

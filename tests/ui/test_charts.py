@@ -396,6 +396,13 @@ def test_compare(deck, page):
     single = [t for t in traces if t[0].startswith(f"#{ids['single']} ")]
     assert single == [[f"#{ids['single']} one point loss", single[0][1], "solid", "markers"]]
     assert single[0][1] != rich[0][1]
+    # A run's colour is its own: the same beside another run, and in the memory chart.
+    mem = plot(page, "mem-chart", "gd.data.map(t => [t.name, t.line.color])")
+    assert {c for n, c in mem if n.startswith(f"#{ids['rich']} ")} == {rich[0][1]}, mem
+    open_page(page, f"{deck.url}/compare?jobs={ids['single']},{ids['died']}", "wide")  # now listed first
+    again = plot(page, "loss-chart", "gd.data.map(t => [t.name, t.line.color])")
+    assert {c for n, c in again if n.startswith(f"#{ids['single']} ")} == {single[0][1]}, again
+    open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", "wide")
     boxes_apart(page, "loss-chart", compared_loss(ids))
     boxes_apart(page, "mem-chart", compared_memory(ids))
 
