@@ -367,8 +367,36 @@ function showSmoothing(w) {
   $("#smooth").value = w;
   $("#smooth-v").textContent = Number($("#smooth").value).toFixed(2);
 }
-$("#smooth").addEventListener("input", () => { state.smoothChosen = true; showSmoothing($("#smooth").value); drawMetrics(); });
-$("#logy").addEventListener("change", drawMetrics);
+$("#smooth").addEventListener("input", () => { state.smoothChosen = true; showSmoothing($("#smooth").value); drawMetrics(); keepView(); });
+$("#logy").addEventListener("change", () => { drawMetrics(); keepView(); });
+
+// ------------------------------------------------------------------ the view in the address
+// Smoothing, log scale and each chart's zoom live in the URL (replaceState: no history entry per
+// drag), so a reload or a shared link shows what was seen: `smooth=0.8&logy=1&steps=100..400&time=T0..T1`.
+const view = new URLSearchParams(location.search);
+const span = (text) => {
+  const m = /^(-?[\d.e+-]+)\.\.(-?[\d.e+-]+)$/.exec(text || "");
+  return m && Number.isFinite(+m[1]) && Number.isFinite(+m[2]) && +m[1] < +m[2] ? [+m[1], +m[2]] : null;
+};
+if (view.has("smooth") && Number.isFinite(+view.get("smooth"))) { state.smoothChosen = true; showSmoothing(+view.get("smooth")); }
+if (view.get("logy") === "1") $("#logy").checked = true;
+
+function keepView() {
+  const q = new URLSearchParams(location.search);
+  const put = (k, v) => (v === null || v === undefined ? q.delete(k) : q.set(k, v));
+  put("smooth", state.smoothChosen ? Number($("#smooth").value).toFixed(2) : null);
+  put("logy", $("#logy").checked ? "1" : null);
+  put("steps", state.lossZoom ? state.lossZoom.map((x) => +(+x).toFixed(2)).join("..") : null);
+  put("time", state.memZoom ? state.memZoom.map((x) => +(+x).toFixed(3)).join("..") : null);
+  const text = q.toString();
+  history.replaceState(null, "", location.pathname + (text ? `?${text}` : "") + location.hash);
+}
+
+function restoreZoom() {
+  const steps = span(view.get("steps")), time = span(view.get("time"));
+  if (steps) Plotly.relayout("loss-chart", { "xaxis.range": steps });
+  if (time) Plotly.relayout("mem-chart", { "xaxis.range": time.map((x) => new Date(x * 1000)) });
+}
 
 // ------------------------------------------------------------------ memory chart
 // Per-sample readings beside the memory, as the samples name them (series key -> sample field).
@@ -720,12 +748,15 @@ async function start() {
   onZoom(document.getElementById("loss-chart"), (range) => {
     state.lossZoom = range;
     loadSeries(range, range ? undefined : state.metricsLast);
+    keepView();
   });
   onZoom(document.getElementById("mem-chart"), (range) => {
     state.memZoom = range ? range.map((x) => new Date(x).getTime() / 1000) : null;
     if (range) loadMemory(state.memZoom); else { state.memCursor = state.memLast; loadMemory(null); }
+    keepView();
   });
   await Promise.all([memory, estimated]);
+  restoreZoom();
   window.tunedeckReady = true;
 }
 start();

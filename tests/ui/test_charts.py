@@ -495,6 +495,27 @@ def test_charts_are_named_and_their_toolbars_short_and_off_a_phone(deck, page):
         assert page.errors == [] and page.console_errors == []
 
 
+def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
+    """Smoothing, log scale and the loss chart's zoom go into the URL; a reload (or the link, shared)
+    shows the same view."""
+    url = f"{deck.url}/jobs/{deck.ids['rich']}"
+    open_page(page, url, "wide")
+    page.evaluate(
+        "(() => { const s = document.getElementById('smooth'); s.value = 0.8; s.dispatchEvent(new Event('input')); })()"
+    )
+    page.check("#logy")
+    page.evaluate("Plotly.relayout('loss-chart', {'xaxis.range': [5, 20]})")
+    page.wait_for_function("location.search.includes('steps=5..20')")
+    kept = page.url
+    assert "smooth=0.80" in kept and "logy=1" in kept, kept
+    open_page(page, kept, "wide")
+    assert page.input_value("#smooth") == "0.8" and page.is_checked("#logy")
+    page.wait_for_function("document.getElementById('loss-chart').layout.xaxis.range[0] === 5")
+    assert plot(page, "loss-chart", "gd.layout.xaxis.range") == [5, 20]
+    assert plot(page, "loss-chart", "gd.layout.yaxis.type") == "log"
+    assert page.errors == [] and page.console_errors == []
+
+
 def ema(ys: list[float], w: float) -> list[float]:
     """TensorBoard's debiased smoothing, recomputed from the first point."""
     out, last = [], 0.0
