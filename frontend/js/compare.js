@@ -79,10 +79,10 @@ function curve(id, d, metric, axis, { color, dash, smooth }) {
     hovertemplate: `${X_LABEL[axis]}: %{y:.4~g}${unit}`, hoverlabel: { namelength: -1 } };
 }
 
-function metricOptions(all) {
+function metricOptions(all, wanted) {
   const have = new Set(["loss"]);
   for (const [, d] of all) for (const [k, c] of Object.entries(d.series)) if (c.y.length && k !== "eval_loss") have.add(k);
-  const sel = $("#metric"), was = sel.value;
+  const sel = $("#metric"), was = wanted || sel.value;
   sel.replaceChildren(...[...have].map((k) => h("option", { value: k, text: k === "loss" ? "loss and eval loss" : label(k) })));
   sel.value = have.has(was) ? was : "loss";
 }
@@ -145,6 +145,12 @@ function drawMemory(all) {
 async function draw() {
   const u = new URL(location.href);
   u.searchParams.set("jobs", [...chosen].join(","));
+  // The view too (replaceState: no history entry a change), so a reload or a shared link keeps it.
+  const put = (k, v) => (v ? u.searchParams.set(k, v) : u.searchParams.delete(k));
+  put("metric", $("#metric").value !== "loss" ? $("#metric").value : null);
+  put("x", $("#xaxis").value !== "step" ? $("#xaxis").value : null);
+  put("logy", $("#logy").checked ? "1" : null);
+  put("smooth", smoothChosen ? Number($("#smooth").value).toFixed(2) : null);
   history.replaceState(null, "", u);
   const ids = [...chosen].sort((a, b) => a - b);
   let all;
@@ -152,7 +158,8 @@ async function draw() {
     $("#diff").replaceChildren(h("div", { class: "error", text: describe(e) }));
     return;
   }
-  metricOptions(all);
+  metricOptions(all, asked.metric);
+  asked.metric = null; // asked for by the address once: from then on the menu says
   await drawMetric(all);
   await drawMemory(all);
   diff(all);
@@ -200,6 +207,12 @@ function diff(all) {
     ? h("table", {}, h("thead", {}, h("tr", {}, h("th", { text: "key" }), ...all.map(([id]) => h("th", { text: `#${id}` })))), h("tbody", {}, ...rows))
     : "The configs are the same.");
 }
+
+// What the address asks to show (draw() keeps it there).
+const asked = Object.fromEntries(new URLSearchParams(location.search));
+if (["step", "time", "tokens"].includes(asked.x)) $("#xaxis").value = asked.x;
+if (asked.logy === "1") $("#logy").checked = true;
+if (asked.smooth !== undefined && Number.isFinite(+asked.smooth)) { $("#smooth").value = +asked.smooth; smoothChosen = true; }
 
 async function start() {
   await picker({ chosen, names, changed: draw });

@@ -515,6 +515,24 @@ def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
     assert plot(page, "loss-chart", "gd.layout.yaxis.type") == "log"
     assert page.errors == [] and page.console_errors == []
 
+    # Compare keeps its metric, x axis, log scale and smoothing the same way.
+    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", "wide")
+    page.select_option("#metric", "throughput")
+    page.select_option("#xaxis", "tokens")
+    page.check("#logy")
+    page.wait_for_function("location.search.includes('x=tokens') && location.search.includes('logy=1')")
+    kept = page.url
+    assert "metric=throughput" in kept, kept
+    open_page(page, kept, "wide")
+    assert (page.input_value("#metric"), page.input_value("#xaxis"), page.is_checked("#logy")) == (
+        "throughput",
+        "tokens",
+        True,
+    )
+    assert plot(page, "loss-chart", "gd.layout.xaxis.title.text") == "tokens seen"
+    assert plot(page, "loss-chart", "gd.data[0].name").endswith("throughput")
+    assert page.errors == [] and page.console_errors == []
+
 
 def ema(ys: list[float], w: float) -> list[float]:
     """TensorBoard's debiased smoothing, recomputed from the first point."""
