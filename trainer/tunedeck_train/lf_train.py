@@ -46,11 +46,13 @@ def _callbacks():
 
         def __init__(self) -> None:
             self.stopping = False
+            self.installed = False
 
         def on_train_begin(self, args, state, control, **kwargs):
             # Replaces the handler LogCallback installed when it was made (in web-UI mode only).
             if callable(signal.getsignal(signal.SIGABRT)):
                 signal.signal(signal.SIGABRT, self._flag)
+                self.installed = True
 
         def _flag(self, signum, frame) -> None:
             self.stopping = True
@@ -65,7 +67,17 @@ def _callbacks():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             return bool(flag.item())
 
+        def _keep(self) -> None:
+            # Set again at each step: a fault handler enabled meanwhile (torch's elastic error handler
+            # calls faulthandler.enable) takes SIGABRT over below Python, and would die of it.
+            if self.installed:
+                signal.signal(signal.SIGABRT, self._flag)
+
+        def on_prediction_step(self, args, state, control, **kwargs):
+            self._keep()  # a cancel during an evaluation: flagged, not fatal
+
         def on_step_end(self, args, state, control, **kwargs):
+            self._keep()
             if self._agreed(args):
                 control.should_epoch_stop = control.should_training_stop = True
                 control.should_save = True

@@ -499,7 +499,8 @@ class Training:
     def _overflow(self, s: Series, steps: Steps, running: bool) -> list[Finding]:
         if not self.overflows.n:
             return []
-        fp16 = (s.ds or {}).get("fp16") if isinstance((s.ds or {}).get("fp16"), dict) else {}
+        got = (s.ds or {}).get("fp16")
+        fp16: dict = got if isinstance(got, dict) else {}
         floor = advice.number(fp16.get("min_loss_scale")) or 1.0
         at_floor = self.loss_scale is not None and self.loss_scale <= floor
         since = steps.reached(OVERFLOW_AFTER)  # past the loss scaler's first search

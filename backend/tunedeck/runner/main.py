@@ -169,7 +169,15 @@ class Runner:
         me = {os.getpid()}
         self.cancelled = True
         targets = procs.training_processes(trainer.pid)
-        if self.cfg.command == "train":
+        if self.cfg.command == "train" and self.cfg.rank > 0:
+            # The ranks agree on a stop at each step's end (lf_train's SaveOnStop: an all-reduce of
+            # the flag), so rank 0's SIGABRT stops this node too, after the same step. A signal of
+            # its own, coming a poll later, could reach a worker that has left training (its final
+            # evaluation or save) and kill it there, leaving rank 0 stuck in a collective.
+            self.note(
+                "cancel requested: rank 0 stops every rank after this step; waiting for this node's trainer"
+            )
+        elif self.cfg.command == "train":
             self.note(
                 f"cancel requested: SIGABRT to {len(targets)} training process(es), graceful stop after this step"
             )
