@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.utils.wait import until
+from tests.utils.wait import DEADLINE, until
 from tunedeck.store.hashes import token_hash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,8 +60,10 @@ class Server:
         }
         self.command = [PYTHON, "-m", "tunedeck.cli.main", "serve"]
         self.proc: subprocess.Popen | None = None
-        # X-Tunedeck: the server refuses writes without it (a cross-site page cannot send it).
-        self.api = httpx.Client(base_url=self.url, timeout=30, headers={"X-Tunedeck": "1"})
+        # X-Tunedeck: the server refuses writes without it (a cross-site page cannot send it). The
+        # timeout only bounds a hang: on a loaded machine a submit to a Ray cluster (its state API,
+        # the workspace probe) took over 30 s.
+        self.api = httpx.Client(base_url=self.url, timeout=DEADLINE, headers={"X-Tunedeck": "1"})
 
     def start(self) -> "Server":
         self.workspace.mkdir(parents=True, exist_ok=True)
