@@ -33,7 +33,8 @@ SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
 BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 LOADING_S = 60.0  # the first seconds of a job: weights arrive in shards (their transients recur at no period)
-AT_SAVE_S = 60.0  # a spike within this of a checkpoint save's line is that save's
+AT_SAVE_S = 60.0  # a spike within this after a checkpoint save's line is that save's
+SAVE_SLACK_S = 5.0  # ... or this little before it (the line and the samples are read on their own)
 # A leak: after warm-up the smoothed level climbs up to its highest by at least LEAK_RISE of the card
 # (LEAK_MIN_S or longer, and over half the run after warm-up at least), steadily: of the lower quartiles of TREND_PARTS equal stretches (what eval
 # bumps stand on), LEAK_STEADY of the pairs stand in time order (noise: half; one level change: at
@@ -464,14 +465,18 @@ class Gpu:
 
     @staticmethod
     def _at_saves(s: Series, trained: list[float], at: list[float] | None, saves: Sequence[float]) -> bool:
-        """Whether 3 in 4 of the spikes began at a checkpoint save: within AT_SAVE_S of the output's
+        """Whether 3 in 4 of the spikes began at a checkpoint save: within AT_SAVE_S after the output's
         save line, or (without lines) at a multiple of the save_steps set (to within a step or 2 %)."""
         if not trained:
             return False
         if saves:
-            x = np.asarray(saves, dtype=np.float64)
-            i = np.minimum(np.searchsorted(x, np.asarray(trained) - AT_SAVE_S), len(x) - 1)
-            return float(np.mean(np.abs(x[i] - np.asarray(trained)) <= AT_SAVE_S)) >= 0.75
+            # A save's spike comes once its line is out (the gather and the write follow it), so each
+            # spike is matched to the last save line before it (SAVE_SLACK_S for the two clocks): a
+            # spike shortly before a save, such as one a cancel's save followed, is not that save's.
+            x, t = np.asarray(saves, dtype=np.float64), np.asarray(trained)
+            i = np.searchsorted(x, t + SAVE_SLACK_S, side="right") - 1
+            after = t - x[np.maximum(i, 0)]
+            return float(np.mean((i >= 0) & (after <= AT_SAVE_S))) >= 0.75
         # Only saves the config names: the Trainer's default (every 500 steps) is too weak a match alone.
         every = advice.step_events(s.config)[0] if "save_steps" in s.config else 0
         if at is None or not every:
