@@ -7,19 +7,14 @@ from __future__ import annotations
 import os
 import signal
 
+from tests.security.test_crash import runner_pid
 from tests.utils.servers import demo_config, job_processes
 from tests.utils.standin import training_env
 from tests.utils.wait import until
 
 
 def runner_of(job: dict) -> int:
-    def found() -> int | None:
-        for p in job_processes(job["run_dir"], settle=0):
-            if "tunedeck.runner" in " ".join(p.cmdline()):
-                return p.pid
-        return None
-
-    return until(found, f"job {job['id']}'s runner")
+    return until(lambda: runner_pid(job, missing_ok=True), f"job {job['id']}'s runner")
 
 
 def test_a_sigterm_from_outside_fails_the_job_and_a_cancel_cancels_it(server_factory, assets, tmp_path):

@@ -49,6 +49,13 @@ COLUMNS = (
 )
 
 
+def medians(rt: np.ndarray, ry: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each point's rolling median of tokens/s (RATE_MEDIAN points ending there), its time, and the
+    best median before it (NaN at the first): what a drop is judged against."""
+    med = np.sort(np.lib.stride_tricks.sliding_window_view(ry, RATE_MEDIAN), axis=1)[:, RATE_MEDIAN // 2]
+    return rt[RATE_MEDIAN - 1 :], med, np.concatenate([[np.nan], np.maximum.accumulate(med)[:-1]])
+
+
 def where(gpu: int, node: str) -> str:
     return f"GPU {gpu} on {node}" if node else f"GPU {gpu}"
 
@@ -269,11 +276,7 @@ class Device:
             np.fromiter(self.power, np.float64, len(st)), np.fromiter(self.thermal, np.float64, len(st))
         )
         csum = np.concatenate([[0.0], np.cumsum(share)])
-        # Each point's rolling median of tokens/s, against the best median before it.
-        med = np.sort(np.lib.stride_tricks.sliding_window_view(ry, RATE_MEDIAN), axis=1)[:, RATE_MEDIAN // 2]
-        t_med = rt[RATE_MEDIAN - 1 :]
-        best = np.maximum.accumulate(med)
-        prior = np.concatenate([[np.nan], best[:-1]])
+        t_med, med, prior = medians(rt, ry)
         with np.errstate(invalid="ignore", divide="ignore"):
             drop = 1.0 - med / prior
         hi = np.searchsorted(st, t_med, side="right")
@@ -370,9 +373,7 @@ class Hardware:
         rt, ry = rate
         if len(rt) < RATE_MEDIAN + DROP_POINTS:
             return []
-        med = np.sort(np.lib.stride_tricks.sliding_window_view(ry, RATE_MEDIAN), axis=1)[:, RATE_MEDIAN // 2]
-        t_med = rt[RATE_MEDIAN - 1 :]
-        prior = np.concatenate([[np.nan], np.maximum.accumulate(med)[:-1]])
+        t_med, med, prior = medians(rt, ry)
         with np.errstate(invalid="ignore", divide="ignore"):
             low = (1.0 - med / prior) >= DROP
         # The runs of low points, and the last one that lasted DROP_POINTS.
