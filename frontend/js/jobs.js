@@ -67,7 +67,9 @@ function render() {
     const filtered = none && (location.search.length > 1 || jobs.size > 0);
     $("#empty").style.display = none && !filtered ? "" : "none";
     $("#unmatched").hidden = !filtered;
-    $("#count").textContent = `${rows.length} of ${jobs.size}`;
+    // Of every job the page knows: streamed or listed (a listing may come before the stream's first rows).
+    const known = new Set([...jobs.keys(), ...listing.fetched.keys()]).size;
+    $("#count").textContent = `${rows.length} of ${known}`;
     listing.pager(rows.length);
   });
 }

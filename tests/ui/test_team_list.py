@@ -90,6 +90,12 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
     rows_become(page, [i + 1 for i in range(N - 1, OLD - 1, -1) if i % 2])
     assert page.locator("#pager").is_hidden()  # 20 rows: one page
     page.select_option("#sort", "name")
+    # The rows are drawn again on the next frame: wait for the order, then read it.
+    page.wait_for_function(
+        """() => { const n = [...document.querySelectorAll('#jobs tbody tr td:nth-child(2) a')].map((a) => a.textContent);
+                   return n.length === 20 && n.every((x, i) => i === 0 || n[i - 1] <= x); }""",
+        timeout=30_000,
+    )
     names = page.locator("#jobs tbody tr td:nth-child(2) a").all_inner_texts()
     assert names == sorted(names) and len(names) == 20
     for k, v in (("owner", "bob"), ("since", "2021-01-01"), ("sort", "name")):
