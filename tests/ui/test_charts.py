@@ -221,6 +221,9 @@ def compared_memory(ids: dict) -> list[str]:
 
 
 def hover_text(page, el: str, curve: int, point: int) -> str:
+    # A label from an earlier hover can outlive a redraw: clear it, so the text read is this hover's.
+    page.evaluate(f"Plotly.Fx.unhover({el!r})")
+    page.wait_for_function(f"!document.querySelector('#{el} .hoverlayer').textContent")
     page.evaluate(f"Plotly.Fx.hover({el!r}, [{{curveNumber: {curve}, pointNumber: {point}}}])")
     page.wait_for_function(f"document.querySelector('#{el} .hoverlayer').textContent.length > 0")
     return page.locator(f"#{el} .hoverlayer").text_content()
