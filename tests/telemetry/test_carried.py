@@ -9,6 +9,8 @@ import json
 import os
 import platform
 import re
+import subprocess
+import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -155,3 +157,41 @@ def test_nodes_api_shows_power_temperatures_ecc_throttle_and_processes(server_fa
     assert gcd0["power_w"] == 412 and gcd1["power_w"] is None and gcd1["power_shared_with"] == 1
     assert gcd0["temp_c"] == 45 and gcd0["serial"] == gcd1["serial"]
     assert mi300x["ecc_uncorrectable"] is not None
+
+
+def test_the_grafana_dashboard_is_its_script_and_queries_only_what_metrics_exports(app, assets, tmp_path):
+    """docs/grafana/tunedeck.json is what scripts/grafana_dashboard.py writes, and every series its
+    queries and filters name is one that a real scrape of a job with training and hardware readings holds."""
+    r = subprocess.run(
+        [sys.executable, "scripts/grafana_dashboard.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    board = json.loads((ROOT / "docs" / "grafana" / "tunedeck.json").read_text())
+    targets = [t for p in board["panels"] for t in p.get("targets", [])]
+    for p in board["panels"]:  # every panel asks the dashboard's chosen Prometheus, each query its own refId
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            refs = [t["refId"] for t in p["targets"]]
+            assert refs and len(set(refs)) == len(refs) and all(refs), p["title"]
+    queries = [t["expr"] for t in targets]
+    queries += [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    named = set(re.findall(r"\b(?:tunedeck|process)_[a-z0-9_]+", " ".join(queries)))
+
+    # A job with a loss, an eval loss, throughput and an MI300X's readings: every family has samples.
+    out = run_sampler(tmp_path, FAKES, [MI300X], visible=[0])
+    job_id = new_job(app, assets, "on the dashboard")
+    host = node_name(platform.node())
+    lines = [
+        {"current_steps": 1, "total_steps": 10, "loss": 2.5, "throughput": 900.0},
+        {"current_steps": 2, "total_steps": 10, "eval_loss": 2.4},
+    ]
+    metrics = [{"line": i, "t": i, "raw": json.dumps(x)} for i, x in enumerate(lines)]
+    rows = [s for g in per_gpu(out).values() for s in g]
+    batch = {"seq": 0, "node": host, "metrics": metrics, "memory": report.columns(rows)}
+    assert post(app, job_id, wire.encode(batch), PACKED).status_code == 200
+    found = until(lambda: (f := scrape(app)).get("tunedeck_job_eval_loss") and f, "the job's eval loss")
+    assert len(named) >= 20 and not named - set(found), sorted(named - set(found))
