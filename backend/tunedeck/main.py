@@ -33,6 +33,7 @@ from tunedeck.api import memory as memory_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import results as results_api
 from tunedeck.api import runs as runs_api
+from tunedeck.api import stacks as stacks_api
 from tunedeck.api.answers import COMMON
 from tunedeck.config import Settings, get_settings
 from tunedeck.contract.strictjson import StrictJSONResponse
@@ -47,9 +48,11 @@ from tunedeck.services.ingest.store_process import ProcessStore
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.services.jobs.chat import ChatIdle
 from tunedeck.services.jobs.jobstate import JobState
+from tunedeck.services.jobs.stacks import StackStore
 from tunedeck.services.live.events import Broadcaster
 from tunedeck.services.views.nodes import NodeInventory
 from tunedeck.store.db import check_file, make_engine, upgrade
+from tunedeck.store.tables import JobStatus
 from tunedeck.telemetry import detect_gpus
 
 
@@ -93,9 +96,14 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             engine, poll_s=settings.stream_poll_s, team_every_s=settings.stream_team_every_s
         )
 
+        # Stack dumps asked of the runners; a stall asks at once, so the dump shows the hang itself.
+        stacks = app.state.stacks = StackStore(settings.workspace / "stacks")
+
         def alerts_opened(job, new) -> None:  # a page shows a new alert at once, not at the next watch
             events.notify({job.id})
             notifier.alerts_opened(job, new)
+            if any(a.kind == "stall" for a in new) and job.status == JobStatus.running:
+                stacks.request(job.id, reason="a stall alert opened")
 
         alerts = AlertEngine(engine, settings, on_new=alerts_opened)
         jobstate = JobState(
@@ -172,6 +180,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         lifecycle_api,
         artifacts_api,
         telemetry,
+        stacks_api,
         stream,
         series,
         checks,

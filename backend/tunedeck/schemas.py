@@ -401,6 +401,9 @@ class CursorOut(BaseModel):
 
 class Stored(BaseModel):
     stored: int = PField(description="the batch's seq")
+    stacks: int | None = PField(
+        None, description="the newest stack-dump request for the job: a runner that has not sent it does"
+    )
 
 
 class ParsedYaml(BaseModel):

@@ -7,11 +7,14 @@ Real LLaMA-Factory runs of the tiny model; the scenarios share runs where they c
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.utils.servers import CONFIGS, demo_config, job_processes
@@ -178,6 +181,65 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_cluster, ray_
     # Nor did Ray log any of the tokens, on any node, from start to end.
     logged = ray_logs(ray_cluster)
     assert "JobNode" in logged and not tokens_in(what_ray_shows(ray_cluster) + logged, hashes)
+
+
+def rank_workers(job: dict, rank: int) -> list:
+    """The trainer processes of torchrun's global rank `rank`, on whichever node it runs."""
+    out = []
+    for p in left(job):
+        try:
+            if p.environ().get("RANK") == str(rank):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_a_hung_rank_is_dumped_on_every_node_and_the_summary_says_where_each_waits(ray_server, assets):
+    """A real 2-node run, one rank stopped (SIGSTOP) mid-training: the other waits for it in a
+    collective. A dump asked of the job comes from both nodes' runners (py-spy), rank by rank."""
+    created = ray_server.submit(
+        {
+            "name": "hung",
+            "config": demo_config(assets, max_steps=2000, save_steps=1000),
+            "gpus": 1,
+            "nodes": 2,
+        }
+    )
+    first_point(ray_server, created)
+    (stopped,) = until(lambda: rank_workers(created, 1), "rank 1's trainer process")
+    os.kill(stopped.pid, signal.SIGSTOP)
+
+    def dump() -> dict:
+        """Ask the job for a dump and wait for both ranks' parts of it."""
+        r = ray_server.api.post(f"/api/jobs/{created['id']}/stacks")
+        assert r.status_code == 202, r.text
+        asked = r.json()["request"]
+
+        def both():
+            got = ray_server.api.get(f"/api/jobs/{created['id']}/stacks", params={"request": asked}).json()
+            return got if {x["rank"] for x in got["ranks"]} == {0, 1} else None
+
+        return until(
+            both, "both ranks' dumps", timeout=300, explain=lambda: ray_server.explain(created["id"])
+        )
+
+    try:
+        got = dump()
+        assert len(got["nodes"]) == 2 and {n["runner_rank"] for n in got["nodes"]} == {0, 1}, got["nodes"]
+        by_rank = {x["rank"]: x for x in got["ranks"]}
+        assert by_rank[1]["pid"] == stopped.pid and not by_rank[1]["where"].startswith("not dumped"), got
+        # Rank 0 trains on until the gradients' all-reduce its peer never joins, and waits there.
+        waiting = re.compile(r"^rank 0 in (the backward pass|all_reduce|broadcast|barrier|all_gather)")
+        until(
+            lambda: waiting.match(dump()["summary"]), "rank 0 waiting for rank 1", timeout=600, interval=5.0
+        )
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    assert ray_server.api.post(f"/api/jobs/{created['id']}/cancel").status_code == 200
+    job = ray_server.wait(created["id"], ENDED, timeout=300)
+    assert job["status"] == "cancelled", job
+    assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)
 
 
 def test_a_lost_node_fails_the_job_naming_it_and_ends_the_other_node(ray_cluster, ray_server, assets):

@@ -30,7 +30,7 @@ from tunedeck.store.tables import ApiToken, utcnow
 
 PREFIX = "tdk_"
 # Routes that carry their own credentials or must answer anyone.
-EXEMPT = re.compile(r"^/api/(health$|jobs/\d+/telemetry$)")
+EXEMPT = re.compile(r"^/api/(health$|jobs/\d+/telemetry(/stacks)?$)")
 # POSTs that change nothing: a viewer may ask them (their cost is bounded by TUNEDECK_SPEC_MAX_KEYS).
 READ_POSTS = re.compile(r"^/api/(lint|estimate|ui/parse-yaml|ui/preview)$")
 # The only route that takes `?access_token=` (the access log redacts it: tunedeck.api.guard).

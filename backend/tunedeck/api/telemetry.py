@@ -98,8 +98,8 @@ BODY = {
 }
 
 
-def _check_runner(state: Any, job_id: int, authorization: str | None, batch: dict[str, Any]) -> None:
-    """The job's runner token, and only devices the job was given (services.devices)."""
+def runner_job(state: Any, job_id: int, authorization: str | None) -> Any:
+    """The job's row (status, gpus, nodes) when `authorization` holds its runner's token; else 404 or 401."""
     with state.engine.connect() as conn:  # a few columns: no session and no ORM object per batch
         row = conn.execute(
             select(JOBS.c.status, JOBS.c.runner_token_hash, JOBS.c.gpus, JOBS.c.nodes).where(
@@ -116,6 +116,12 @@ def _check_runner(state: Any, job_id: int, authorization: str | None, batch: dic
     digest = token_hash(token)  # one hash, or one per rank where each node made its runner's (Ray)
     if not any(hmac.compare_digest(digest, h) for h in (row.runner_token_hash or "").split()):
         raise HTTPException(status_code=401, detail="this job's runner token is required")
+    return row
+
+
+def _check_runner(state: Any, job_id: int, authorization: str | None, batch: dict[str, Any]) -> None:
+    """The job's runner token, and only devices the job was given (services.devices)."""
+    row = runner_job(state, job_id, authorization)
     try:
         state.devices.admit(
             job_id=job_id,
@@ -141,4 +147,5 @@ async def ingest(
     # number of runners. Shielded: a runner that hangs up leaves its batch to be stored all the same.
     stored = asyncio.wrap_future(request.app.state.writer.submit(job_id, batch))
     await asyncio.wait_for(asyncio.shield(stored), STORE_WAIT_S)
-    return {"stored": batch["seq"]}
+    # The newest stack-dump request rides on every answer: each node's runner dumps once per number.
+    return {"stored": batch["seq"], "stacks": request.app.state.stacks.asked(job_id)}

@@ -35,6 +35,7 @@ from typing import Any
 from tunedeck import procs
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import RunnerConfig, node_name
+from tunedeck.runner import stacks
 from tunedeck.runner.causes import Causes
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
@@ -99,6 +100,9 @@ class Runner:
         # The human log, raw bytes; open for the run.
         self._raw = open(run_dir / self._file(runfiles.TRAIN_LOG), "ab")
         self.sampler: Sampler | None = None  # memory of the job's own devices
+        self.trainer_pid: int | None = None
+        self._stacks_asked = 0  # the newest stack-dump request taken from the server's answers
+        self.reporter.on_answer = self._answered
 
     def _file(self, name: str) -> str:
         return runfiles.ranked(name, self.rank)
@@ -221,6 +225,7 @@ class Runner:
             )
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
+        self.trainer_pid = trainer.pid
         (self.run_dir / self._file(runfiles.TRAINER_PID)).write_text(str(trainer.pid))
         watch = self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
         self.sampler = self._start_sampler(trainer.pid)
@@ -244,6 +249,27 @@ class Runner:
         if self.cancelled and self.cfg.command == "api" and code in (0, -signal.SIGTERM):
             cause = "chat server stopped (cancelled, or idle for TUNEDECK_CHAT_IDLE_S)"
         return self._finish(exit_code=code, cause=cause)
+
+    # ---------------------------------------------------------------- stack dumps
+    def _answered(self, answer: dict) -> None:
+        """The server's answer to a batch: a newer stack-dump request is taken once, off the sender."""
+        asked = answer.get("stacks")
+        if isinstance(asked, int) and asked > self._stacks_asked:
+            self._stacks_asked = asked
+            threading.Thread(target=self._dump_stacks, args=(asked,), name="stacks", daemon=True).start()
+
+    def _dump_stacks(self, request: int) -> None:
+        found = stacks.collect(
+            self.trainer_pid, request=request, node=self.reporter.node, runner_rank=self.rank
+        )
+        status = self.reporter.post("stacks", found.model_dump())
+        dumped = sum(1 for p in found.processes if not p.error)
+        if found.error:
+            self.note(f"stack dump {request}: {found.error}")
+        else:
+            self.note(
+                f"stack dump {request}: {dumped} of {len(found.processes)} process(es) dumped, sent ({status})"
+            )
 
     def _start_watch(self) -> FileWatch:
         out = Path(self.cfg.output_dir)

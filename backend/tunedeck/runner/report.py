@@ -154,6 +154,8 @@ class Reporter:
         self._stop = False
         self.delivered = 0
         self._unreachable_since: float | None = None  # the first of the newest attempts nobody answered
+        # Told of each answer the server gave a batch (its requests ride on them: `stacks`).
+        self.on_answer: Callable[[dict[str, Any]], None] | None = None
         self._thread = threading.Thread(target=self._send_loop, name="reporter", daemon=True)
         self._thread.start()
 
@@ -207,6 +209,16 @@ class Reporter:
             self._stop = True
             self._cond.notify_all()
 
+    def post(self, path: str, body: dict[str, Any], timeout_s: float = 30.0) -> int | None:
+        """One JSON request beside the batches (`path` under the job's API), with the runner's token:
+        its status, or None when no server answered."""
+        url = self.endpoint.rsplit("/", 1)[0] + "/" + path
+        try:
+            r = httpx.post(url, json=body, headers=self.headers, timeout=timeout_s)
+        except httpx.HTTPError:
+            return None
+        return r.status_code
+
     def _group(self, most: int) -> list[dict[str, Any]]:
         """The oldest pending batches that fit in one request, `most` of them at most."""
         group: list[dict[str, Any]] = []
@@ -255,6 +267,13 @@ class Reporter:
                 if permanent and len(group) > 1:  # one of them is refused: find it by halving
                     most = len(group) // 2
                     continue
+                if ok and self.on_answer is not None and r is not None:
+                    try:
+                        answer = r.json()
+                    except ValueError:
+                        answer = None
+                    if isinstance(answer, dict):
+                        self.on_answer(answer)
                 if ok or permanent:
                     if permanent:  # the server will never take it; it stays in the outbox file
                         assert r is not None  # only an answer is permanent
