@@ -177,6 +177,10 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
     page.locator("#delete").wait_for(state="visible", timeout=30_000)
     assert page.locator("#delete").is_disabled()
     assert "Stop it first" in page.locator("#delete").get_attribute("title")
+    # Nothing saved yet and still queued: nothing to resume, export or chat with.
+    page.locator("#files", has_text="no files yet").wait_for(timeout=30_000)
+    assert page.locator("#resume").is_hidden() and page.locator("#export-job").is_hidden()
+    assert page.locator("#start-chat").count() == 0
     open_job(page, team, stopped, "alice")
     page.locator("#delete").wait_for(state="visible", timeout=30_000)
     page.click("#delete")
