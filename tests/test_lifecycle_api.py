@@ -235,3 +235,39 @@ def test_files_are_confined_and_ranged_archives_stream(app, assets):
     assert app.api.get(f"{base}/archive", params={"whut": "adapter"}).status_code == 422
     (out / "adapter_model.safetensors").unlink()
     assert app.api.get(f"{base}/archive").status_code == 404
+
+
+def test_a_submit_names_its_parent_which_must_exist(app, assets):
+    parent = made(app, assets, "first try")
+    spec = {"name": "second try", "config": demo_config(assets), "gpus": 0, "parent_id": parent["id"]}
+    child = app.api.post("/api/jobs", json=spec)
+    assert child.status_code == 201, child.text
+    assert child.json()["parent_id"] == parent["id"]
+    assert app.api.get(f"/api/jobs/{child.json()['id']}").json()["parent_id"] == parent["id"]
+    # Lineage is the row's, not the spec's: a clone of the child is the child's, not the first try's.
+    clone = app.api.post(f"/api/jobs/{child.json()['id']}/clone", json={}).json()
+    assert clone["parent_id"] == child.json()["id"]
+    assert app.api.get(f"/api/jobs/{parent['id']}").json()["parent_id"] is None
+
+    # A parent that is no job is refused at its field, with every other problem of the spec.
+    r = app.api.post(
+        "/api/jobs", json={**spec, "parent_id": 9999, "config": demo_config(assets, max_steps=-3)}
+    )
+    assert r.status_code == 422, r.text
+    locs = {tuple(d["loc"]): d["msg"] for d in r.json()["detail"]}
+    assert locs[("parent_id",)] == "job 9999 not found" and ("config", "max_steps") in locs
+    for bad in (0, -1, "one", 2**63):
+        r = app.api.post("/api/jobs", json={**spec, "parent_id": bad})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "parent_id"], (bad, r.text)
+    assert len(ids(app)) == 3  # nothing refused was stored
+
+
+def test_a_parent_is_one_the_caller_may_read(app_factory, assets):
+    # Writes open, reads closed: a submit may not learn of a job through its parent_id.
+    app = app_factory(TUNEDECK_OPEN_READ="false")
+    parent = made(app, assets, "hidden")
+    r = app.api.post(
+        "/api/jobs",
+        json={"name": "peek", "config": demo_config(assets), "gpus": 0, "parent_id": parent["id"]},
+    )
+    assert r.status_code == 403 and "parent_id" in r.json()["detail"], r.text

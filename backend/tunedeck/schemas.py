@@ -99,6 +99,13 @@ class JobSpec(Strict):
         description="environment variables for the trainer, from an allow-list (NCCL_*, RCCL_*, HSA_*, "
         "ROCR_*, HIP_*, PYTORCH_CUDA_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF, OMP_NUM_THREADS)",
     )
+    parent_id: int | None = PField(
+        None,
+        ge=1,
+        le=2**62,
+        description="the job this one was made from (the job page's Edit as new…, an export of its "
+        "adapter): it must exist; the new job's `parent_id`, its lineage",
+    )
 
     @field_validator("config", "deepspeed")
     @classmethod

@@ -14,6 +14,10 @@ export class ApiError extends Error {
 const REFUSED = "The server refused this token (invalid or revoked). Sign in with another.";
 
 async function send(url, init = {}) {
+  return handle(await authorized(url, init));
+}
+
+async function authorized(url, init = {}) {
   const used = token();
   let r = await fetch(url, { ...init, headers: headers(init.headers) });
   // A server with closed reads or writes wants a bearer token: the page asks for one (several requests
@@ -21,7 +25,7 @@ async function send(url, init = {}) {
   if (r.status === 401 && (token() !== used || await signIn(used ? REFUSED : undefined))) {
     r = await fetch(url, { ...init, headers: headers(init.headers) });
   }
-  return handle(r);
+  return r;
 }
 
 // X-Tunedeck marks a request as the app's own: the server refuses writes without it, and a page of
@@ -52,6 +56,48 @@ export async function post(path, body, { yaml = false } = {}) {
     headers: { "Content-Type": yaml ? "application/yaml" : "application/json" },
     body: yaml ? body : JSON.stringify(body ?? {}),
   });
+}
+
+export async function patch(path, body) {
+  return send(path, { method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body ?? {}) });
+}
+
+export async function del(path, params = {}) {
+  const q = new URLSearchParams(params);
+  return send(q.toString() ? `${path}?${q}` : path, { method: "DELETE" });
+}
+
+// A file or archive the server streams, saved under the name it gives. A plain link cannot carry the
+// Authorization header: with a token the bytes come through fetch and are handed to the browser as a
+// blob (without one the link is followed as it is, streamed to disk). A refusal throws an ApiError.
+export async function download(url, fallbackName) {
+  const r = await authorized(url);
+  if (!r.ok) return handle(r);
+  const named = /filename\*?=(?:UTF-8'')?"?([^";]+)"?/i.exec(r.headers.get("Content-Disposition") || "");
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(await r.blob());
+  a.download = named ? decodeURIComponent(named[1]) : fallbackName;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000); // once the browser has taken the bytes
+  return a.download;
+}
+
+// A link to a download: followed by the browser itself without a token, through `download` with one;
+// a refused download goes to `onError`.
+export function downloadLink(url, text, name, onError, attrs = {}) {
+  const a = document.createElement("a");
+  a.href = url;
+  a.textContent = text;
+  a.setAttribute("download", name);
+  for (const [k, v] of Object.entries(attrs)) a.setAttribute(k, v);
+  a.addEventListener("click", (ev) => {
+    if (!token()) return;
+    ev.preventDefault();
+    download(url, name).catch(onError);
+  });
+  return a;
 }
 
 // An endpoint another part of the server may not offer yet: null instead of an error on 404/405.

@@ -1,9 +1,10 @@
 // The job page's results card: eval/predict metrics, generations beside their labels (paged), an
 // export's files and size, and the way into chat for a finished train or export job.
 /* global Plotly */
-import { describe, get, post } from "./api.js";
+import { get, post } from "./api.js";
 import { config, layout, plotlyReady } from "./charts.js";
 import { $, bytes, h, num } from "./fmt.js";
+import { refuse } from "./refusal.js";
 
 const PAGE = 20;
 let offset = 0;
@@ -72,15 +73,15 @@ function chatButton(job) {
     return job.status === "running" ? h("a", { class: "button", id: "open-chat", href: `/jobs/${job.id}/chat` }, "Open chat") : null;
   }
   if (!["train", "export"].includes(job.kind) || !["succeeded", "cancelled"].includes(job.status)) return null;
-  const note = h("span", { class: "muted" });
-  const button = h("button", { id: "start-chat", onclick: async () => {
+  // Offered to whoever may act on the job (job-actions.js disables it, with the reason, for others).
+  const button = h("button", { id: "start-chat", hidden: true, onclick: async () => {
     button.disabled = true;
     try {
       const chat = await post(`/api/jobs/${job.id}/chat`, { gpus: Math.min(job.gpus, 1) });
       location.href = `/jobs/${chat.id}/chat`;
-    } catch (e) { note.textContent = describe(e); button.disabled = false; }
+    } catch (e) { refuse($("#refusals"), "Starting a chat failed", e); button.disabled = false; }
   } }, "Chat with this model");
-  return h("span", {}, button, " ", note);
+  return button;
 }
 
 export async function showResults(job) {

@@ -1,10 +1,11 @@
 // One job, live: history is loaded downsampled up to a cursor, then the job stream continues from it.
 /* global Plotly */
 import { alertItem, deviceLabel } from "./alert-list.js";
-import { describe, get, live, optional, post } from "./api.js";
+import { describe, downloadLink, get, live, optional, post } from "./api.js";
 import { config, defaultSmoothing, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
 import { $, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { mayAct, onMe } from "./identity.js";
+import { actionsFiles, actionsFor, actionsMe, setupActions } from "./job-actions.js";
 import { showResults } from "./job-results.js";
 import { refuse } from "./refusal.js";
 
@@ -70,9 +71,11 @@ function showJob(j) {
   $("#again").href = `/new?from=${j.id}`;
   $("#parent").hidden = !j.parent_id;
   if (j.parent_id) { $("#parent").href = `/jobs/${j.parent_id}`; $("#parent").textContent = `from #${j.parent_id}`; }
+  actionsFor(j);
   if (was && was !== j.status && ended) loadFiles();
   scheduleAlerts();
 }
+setupActions(showJob);
 
 // Stop only for whom the server lets stop this job (its owner, an admin, anyone in open mode); hidden
 // until the page knows who is asking.
@@ -635,7 +638,9 @@ async function loadFiles() {
   const files = await get(`/api/jobs/${jobId}/files`);
   if (!files.length) {
     $("#files").replaceChildren(h("span", { class: "muted", text: "no files yet" }));
+    $("#downloads").replaceChildren();
     await showResults(state.job);
+    actionsFiles({ adapter: false });
     return;
   }
   const groups = new Map();
@@ -645,14 +650,27 @@ async function loadFiles() {
     if (!groups.has(key)) groups.set(key, { order: m ? Number(m[2]) : -1, files: [] });
     groups.get(key).files.push({ path: m ? f.path.slice(m[0].length) : f.path, bytes: f.bytes });
   }
+  const final = groups.get("") || { files: [] };
+  const adapter = final.files.some((f) => f.path === "adapter_config.json");
+  const failed = (e) => refuse($("#refusals"), "Download failed", e);
+  const archive = (what, text) => downloadLink(`/api/jobs/${jobId}/archive?what=${what}`, text, `job${jobId}-${what}.zip`, failed, { "data-archive": what });
+  $("#downloads").replaceChildren(h("span", { class: "muted", text: "download" }),
+    ...(adapter ? [archive("adapter", "adapter (zip)")] : []), archive("output", "whole output folder (zip)"));
   $("#files").replaceChildren(...[...groups.entries()].sort((a, b) => a[1].order - b[1].order).map(([key, g]) => {
     const total = g.files.reduce((sum, f) => sum + f.bytes, 0);
+    const file = (f) => {
+      const path = key ? `${key}/${f.path}` : f.path;
+      const url = `/api/jobs/${jobId}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+      return downloadLink(url, f.path, path.split("/").pop(), failed, { "data-file": path });
+    };
     return h("details", { class: "files", "data-group": key || "final" },
-      h("summary", {}, h("b", { text: key || "final output" }), h("span", { class: "muted", text: ` · ${g.files.length} files · ${bytes(total)}` })),
-      h("table", {}, h("tbody", {}, ...g.files.map((f) => h("tr", {}, h("td", {}, h("code", { text: f.path })),
+      h("summary", {}, h("b", { text: key || "final output" }), h("span", { class: "muted", text: ` · ${g.files.length} files · ${bytes(total)} · ` }),
+        key ? archive(key, "download (zip)") : null),
+      h("table", {}, h("tbody", {}, ...g.files.map((f) => h("tr", {}, h("td", {}, h("code", {}, file(f))),
         h("td", { class: "num", text: bytes(f.bytes) }))))));
   }));
   await showResults(state.job);
+  actionsFiles({ adapter }); // after the results card: its Chat button is offered by who may act too
 }
 
 // ------------------------------------------------------------------ summary
@@ -717,6 +735,7 @@ async function start() {
   const job = get(`/api/jobs/${jobId}`);
   onMe((me) => {
     state.me = me;
+    actionsMe(me);
     if (state.job) showActions(state.job, ["succeeded", "failed", "cancelled"].includes(state.job.status));
   });
   try {

@@ -29,7 +29,17 @@ $("#g-job").append(
   h("div", { class: "field", "data-field": "priority" }, h("label", { for: "f-priority", text: "priority (0–10, higher starts first)" }), h("input", { id: "f-priority", name: "priority", type: "number", min: "0", max: "10", step: "1", placeholder: "0" })),
   h("div", { class: "field", "data-field": "devices" }, h("label", { for: "f-devices", text: "pinned GPUs (ids, e.g. 0,1)" }), h("input", { id: "f-devices", name: "devices", type: "text", placeholder: "any free ones" })),
   h("div", { class: "field", "data-field": "env" }, h("label", { for: "f-env", text: "environment (NAME=value a line)" }), h("textarea", { id: "f-env", name: "env", rows: "2", placeholder: "NCCL_DEBUG=INFO" })),
+  // Lineage: a job made from another ("Edit as new…") records it as its parent, unless told to forget it.
+  h("div", { class: "field", "data-field": "parent_id", id: "parent-field", hidden: true }, h("label", { for: "f-parent", text: "made from (its parent)" }),
+    h("span", { class: "toolbar" }, h("a", { id: "f-parent-link" }), h("input", { id: "f-parent", name: "parent_id", type: "hidden" }),
+      h("button", { type: "button", class: "secondary", id: "forget-parent", text: "Forget", onclick: () => setParent(null) }))),
 );
+
+function setParent(job) {
+  $("#f-parent").value = job ? String(job.id) : "";
+  $("#parent-field").hidden = !job;
+  if (job) { $("#f-parent-link").href = `/jobs/${job.id}`; $("#f-parent-link").textContent = `#${job.id} ${job.name}`; }
+}
 for (const [title, fields] of GROUPS) {
   $("#groups").append(h("fieldset", {}, h("legend", { text: title }), h("div", { class: "fields" }, ...fields.map(([k, kind, hint]) => input(k, kind, hint)))));
 }
@@ -85,7 +95,9 @@ async function collect() {
   else if (mode.startsWith("path:")) deepspeed = mode.slice(5);
   const gpus = $("#f-gpus").value.trim();
   const nodes = $("#f-nodes").value.trim();
-  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus), nodes: nodes === "" ? 1 : Number(nodes), ...queueFields() };
+  const parent = $("#f-parent").value;
+  return { name: $("#f-name").value.trim(), kind: $("#f-kind").value, config, deepspeed, gpus: gpus === "" ? null : Number(gpus), nodes: nodes === "" ? 1 : Number(nodes),
+    ...(parent ? { parent_id: Number(parent) } : {}), ...queueFields() };
 }
 
 // Priority, pinned GPUs and environment, as the spec takes them; only what is filled in. A value the
@@ -114,6 +126,9 @@ function queueFields() {
 }
 
 function fillQueueFields(job, env) {
+  $("#f-kind").value = job.kind || "train";
+  $("#f-gpus").value = job.pinned ? "" : String(job.gpus ?? ""); // pinned GPUs set the count themselves
+  $("#f-nodes").value = String(job.nodes || 1);
   $("#f-priority").value = job.priority ? String(job.priority) : "";
   $("#f-devices").value = (job.pinned || []).join(",");
   $("#f-env").value = Object.entries(env || {}).map(([k, v]) => `${k}=${v}`).join("\n");
@@ -135,7 +150,7 @@ function fieldFor(loc) {
     return document.querySelector(`[data-field="config.${CSS.escape(String(path[1]))}"]`) || document.querySelector('[data-field="extra"]');
   }
   if (path[0] === "deepspeed") return document.querySelector('[data-field="deepspeed"]');
-  if (["gpus", "nodes", "name", "kind", "extra", "priority", "devices", "env"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
+  if (["gpus", "nodes", "name", "kind", "extra", "priority", "devices", "env", "parent_id"].includes(path[0])) return document.querySelector(`[data-field="${path[0]}"]`);
   return null;
 }
 
@@ -363,7 +378,8 @@ async function loadJob(id) {
     fill(parsed.config, cfg.ds_config ? JSON.parse(cfg.ds_config) : null);
     $("#f-name").value = job.name;
     fillQueueFields(job, cfg.env);
-    $("#banner").replaceChildren(h("div", { class: "notice", text: `Starting from job ${job.id} (${job.name}).` }));
+    setParent(job);
+    $("#banner").replaceChildren(h("div", { class: "notice", text: `Starting from job ${job.id} (${job.name}): the new job records it as its parent.` }));
   });
 }
 

@@ -255,6 +255,11 @@ def acts_on(principal: Principal | None, settings: Settings) -> dict[str, bool]:
     }
 
 
+def may_read(principal: Principal | None, settings: Settings, *, exposed: bool) -> bool:
+    """Whether `principal` may read jobs: the guard's rule for reads (`principal_for`)."""
+    return principal is not None or reads_open(settings, exposed=exposed)
+
+
 def may_submit(principal: Principal | None, settings: Settings) -> bool:
     """Whether `principal` may launch jobs: the guard's rule for writes (`principal_for`)."""
     return settings.open_write or (principal is not None and principal.role.rank >= Role.submitter.rank)

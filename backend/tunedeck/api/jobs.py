@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request
 from tunedeck.api import auth
 from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
+from tunedeck.api.guard import EXPOSED
 from tunedeck.checks import spec as specs
 from tunedeck.contract import runfiles
 from tunedeck.planning.queueplan import asked
@@ -60,6 +61,11 @@ def submit_job(
     spec: JobSpec, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep
 ) -> JobCreated:
     """Submit a fine-tune: LLaMA-Factory train keys, an optional DeepSpeed config, a GPU count."""
+    # A parent is one the caller may read (a server with open writes may still close reads).
+    principal = getattr(request.state, "principal", None)
+    exposed = bool(request.scope.get(EXPOSED))
+    if spec.parent_id is not None and not auth.may_read(principal, settings, exposed=exposed):
+        raise HTTPException(403, detail=f"parent_id: reading job {spec.parent_id} needs a token here")
     return _created(request, session, settings, node, spec)
 
 

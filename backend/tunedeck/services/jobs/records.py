@@ -9,6 +9,7 @@ from sqlmodel import Session, col, select
 
 from tunedeck.checks.submission import Node, Submission, resolve
 from tunedeck.config import Settings
+from tunedeck.problems import detail
 from tunedeck.schemas import JobSpec
 from tunedeck.services.errors import Conflict, NotFound
 from tunedeck.services.jobs import artifacts
@@ -23,16 +24,20 @@ def slug(name: str) -> str:
 def create_job(
     session: Session, *, settings: Settings, spec: JobSpec, node: Node, owner: str | None = None
 ) -> tuple[Job, Submission]:
-    """Resolve and check the spec (SpecError: a 422 listing every problem), then render it into a
-    fresh run folder named by the job's id."""
-    checked = resolve(spec, settings, node).checked()
+    """Resolve and check the spec (SpecError: a 422 listing every problem, a `parent_id` that names no
+    job among them), then render it into a fresh run folder named by the job's id."""
+    submission = resolve(spec, settings, node)
+    if spec.parent_id is not None and session.get(Job, spec.parent_id) is None:
+        submission.errors.append(detail(["parent_id"], f"job {spec.parent_id} not found"))
+    checked = submission.checked()
     job = Job(
         name=spec.name,
         kind=spec.kind,
         owner=owner,
         gpus=checked.gpus,
         nodes=spec.nodes,
-        spec=spec.model_dump_json(),
+        parent_id=spec.parent_id,
+        spec=spec.model_dump_json(exclude={"parent_id"}),  # lineage is the row's: a clone has its own
         train_yaml="",
         estimate=json.dumps(checked.estimate) if checked.estimate else None,
     )
