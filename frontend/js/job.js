@@ -117,18 +117,23 @@ $("#report").addEventListener("click", async () => {
 // ------------------------------------------------------------------ metric charts
 async function loadSeries(range, until) {
   const params = { max_points: pointsFor("loss-chart"), until };
+  // A resumed run: its curves continue those of the runs it resumed (each point names its attempt).
+  if (state.job && state.job.parent_id) params.lineage = 1;
   if (range) { params.x0 = Math.floor(range[0]); params.x1 = Math.ceil(range[1]); }
   const data = await get(`/api/jobs/${jobId}/series`, params);
   await plotlyReady;
   state.seriesNames = Object.keys(data.series); // the server's list: streamed rows carry the same names
   for (const [name, s] of Object.entries(data.series)) {
-    state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] } };
+    state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] },
+      ...(s.job ? { job: s.job } : {}) };
   }
+  if (data.lineage) state.lineage = data.lineage.length > 1 ? data.lineage : null;
   if (!range) state.metricsLast = Math.max(state.metricsLast, data.last_id || 0);
   state.lossDownsampled = data.downsampled;
   drawMetrics();
-  // The memory chart shows LLaMA-Factory's RECORD_VRAM peaks: drawn again only when there are some.
-  if (state.memLoaded && series("vram_reserved").y.some((y) => y > 0)) drawMemory();
+  // The memory chart shows LLaMA-Factory's RECORD_VRAM peaks, and on a step or tokens axis its samples
+  // are placed by these points: drawn again then.
+  if (state.memLoaded && (state.axis !== "time" || series("vram_reserved").y.some((y) => y > 0))) drawMemory();
 }
 
 function addMetrics(rows) {
@@ -146,6 +151,7 @@ function addMetrics(rows) {
       if (r[name] === null || r[name] === undefined || r.step === null) continue;
       const s = series(name);
       s.step.push(r.step); s.t.push(r.t); s.y.push(r[name]);
+      if (s.job) s.job.push(jobId);
       s.n = (s.n || 0) + 1;
     }
     added = true;
@@ -250,6 +256,25 @@ function alertMarkers(axis) {
   };
 }
 
+// A resumed run's attempts: a named line where each resumed (at its checkpoint's step), and markers
+// along the top whose hover names the attempt.
+function resumeShapes(axis) {
+  return (state.lineage || []).filter((a) => a.resumed_at !== null).map((a) => {
+    const x = xOf(axis, axisMap, { step: a.resumed_at });
+    return { type: "line", xref: "x", yref: "paper", y0: 0, y1: 1, x0: x, x1: x, line: { color: "#667085", width: 1.5, dash: "dash" },
+      name: plain(`#${a.job_id} resumed at step ${a.resumed_at}`) };
+  });
+}
+function resumeMarkers(axis, y) {
+  const shown = (state.lineage || []).filter((a) => a.resumed_at !== null);
+  return { name: "resumes", mode: "markers", type: "scatter", marker: { symbol: "triangle-right", size: 10, color: "#667085" },
+    x: shown.map((a) => xOf(axis, axisMap, { step: a.resumed_at })), y: shown.map(() => y),
+    text: shown.map((a) => plain(`#${a.job_id} ${a.name}: resumed from checkpoint-${a.resumed_at}`)), hoverinfo: "text" };
+}
+// Which attempt a point is from, for the hover of a resumed run's curves.
+const attemptOf = (s) => (state.lineage && s.job ? { text: s.job.map((j) => `#${j}`) } : {});
+const attemptHover = (s) => (state.lineage && s.job ? " · %{text}" : "");
+
 // The x axis of a chart on `axis`: its title, and its type fixed (a switch from steps to dates must not
 // keep the old type, nor the old zoom: uirevision follows the axis).
 function xaxisOf(axis) {
@@ -276,9 +301,10 @@ function lineChart(el, s, { name, color, unit, digits = 4, exp = false }) {
   const am = alertMarkers(axis);
   am.y = am.x.map(() => (yrange ? yrange[1] : null));
   // Copies: the series grow in place as points stream in, and live points are appended to the chart's own.
+  const resumes = state.lineage ? [resumeMarkers(axis, yrange ? yrange[0] : null)] : [];
   return Plotly.react(el, [{ name, x: xsOf(s, axis), y: s.y.slice(), mode: mode(s.y), line: { color }, marker: { color, size: 6 },
-    hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}` }, ...(am.x.length ? [am] : [])],
-  layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis), shapes: alertShapes(axis),
+    ...attemptOf(s), hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}${attemptHover(s)}` }, ...(am.x.length ? [am] : []), ...resumes],
+  layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis), shapes: [...alertShapes(axis), ...resumeShapes(axis)],
     yaxis: { range: yrange, automargin: true, ...(exp ? { exponentformat: "e" } : {}), ...(unit ? { title: { text: unit } } : {}) },
     showlegend: false }), config);
 }
@@ -303,6 +329,8 @@ function drawMetrics() {
   });
   const am = alertMarkers(axis);
   am.y = markersY(am.x);
+  const resumed = resumeMarkers(axis, null); // on the loss line, where each attempt took over
+  resumed.y = markersY(resumed.x);
   const bad = [loss, evl].flatMap((s, k) => s.bad.step.map((x, i) => [xOf(axis, axisMap, { step: x, t: s.bad.t[i] }), `${k ? "eval loss" : "loss"} ${s.bad.value[i]}`]));
   const nonfinite = {
     name: "inf / NaN", mode: "markers", type: "scatter", marker: { symbol: "x", size: 9, color: "#c4321a" },
@@ -320,15 +348,16 @@ function drawMetrics() {
       lastStep: loss.step[loss.step.length - 1] ?? -Infinity };
     Plotly.react("loss-chart", [
       { name: "loss", x: lossX, y: loss.y.slice(), mode: mode(loss.y), line: { color: "rgba(47,111,237,0.5)", width: 1.25 },
-        marker: { color: "rgba(47,111,237,0.6)", size: 6 }, hovertemplate: hover },
+        marker: { color: "rgba(47,111,237,0.6)", size: 6 }, ...attemptOf(loss), hovertemplate: hover + attemptHover(loss) },
       { name: `loss (smoothed ${w.toFixed(2)})`, x: lossX.slice(), y: smoothed, mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
         marker: { color: "#2f6fed", size: 7 }, hovertemplate: hover },
       { name: "eval loss", x: xsOf(evl, axis), y: evl.y.slice(), mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
       am,
       nonfinite,
+      ...(state.lineage ? [resumed] : []),
     ], layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis),
       yaxis: { type: logy ? "log" : "linear", range: yrange, automargin: true },
-      shapes: alertShapes(axis) }), config);
+      shapes: [...alertShapes(axis), ...resumeShapes(axis)] }), config);
   }
   lineChart("lr-chart", lr, LR);
   lineChart("tp-chart", tp, TP);
@@ -374,7 +403,8 @@ function appendLine(el, s, opts) {
 // make-up (its first lines, inf/NaN markers, alert markers past the drawn steps) redraws it all.
 function appendMetrics() {
   if (state.lossZoom) return;
-  if (axisFor(false) !== "step" || state.axis !== "step") return drawMetrics(); // a time or tokens x moves with the map
+  // A time or tokens x moves with the map; a lineage's hover names each point's attempt: drawn afresh.
+  if (axisFor(false) !== "step" || state.axis !== "step" || state.lineage) return drawMetrics();
   const loss = series("loss"), evl = series("eval_loss");
   const d = drawn["loss-chart"];
   const bad = loss.bad.step.length + evl.bad.step.length;

@@ -705,3 +705,119 @@ def test_one_x_axis_moves_every_chart_and_its_alerts(deck, page, screen):
     assert page.input_value("#xaxis") == "time"
     assert page.evaluate(AXIS_VIEW, list(JOB_CHARTS))["lr-chart"]["type"] == "date"
     assert page.errors == [] and page.console_errors == []
+
+
+@pytest.fixture(scope="module")
+def lineage(deck, assets):
+    """Three attempts of one run: the first stopped at step 25 (checkpoint 10), the second resumed from
+    it and crashed at 33 (checkpoint 30), the third resumed from that and ran to 50. Their trainer-log
+    rows as ingest stores them; the resumes through the API."""
+
+    def logged(job_id: int, steps: range, t0: float) -> None:
+        rows = [
+            (
+                job_id,
+                i,
+                s,
+                t0 + 2 * s,
+                3.0 - s / 50 + (0.5 if job_id % 2 else 0.0),
+                LR,
+                json.dumps({"current_steps": s}),
+            )
+            for i, s in enumerate(steps)
+        ]
+        with closing(sqlite3.connect(deck.workspace / "tunedeck.db", timeout=60)) as db, db:
+            db.executemany(
+                "INSERT INTO metric_points (job_id, line, step, t, loss, lr, raw) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def resumed(parent: dict, step: int) -> dict:
+        folder = Path(parent["output_dir"]) / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        for f in (
+            "adapter_model.safetensors",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng_state.pth",
+            "trainer_state.json",
+        ):
+            (folder / f).write_bytes(b"x")
+        r = deck.api.post(f"/api/jobs/{parent['id']}/resume", json={"checkpoint": f"checkpoint-{step}"})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    first = deck.submit({"name": "attempts", "config": demo_config(assets)})
+    logged(first["id"], range(1, 26), T0)
+    second = resumed(first, 10)
+    logged(second["id"], range(11, 34), T0 + 1000)
+    third = resumed(second, 30)
+    logged(third["id"], range(31, 51), T0 + 2000)
+    return [first["id"], second["id"], third["id"]]
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_a_resumed_run_charts_its_lineage_as_one_curve(deck, lineage, page, screen):
+    first, second, third = lineage
+    open_page(page, f"{deck.url}/jobs/{third}", screen)
+    loss = plot(page, "loss-chart", "gd.data[0]")
+    # One curve: the first attempt's steps through its checkpoint, the second's through its own, then
+    # this run's; no step twice.
+    assert loss["x"] == list(range(1, 51))
+    owners = [first] * 10 + [second] * 20 + [third] * 20
+    assert loss["text"] == [f"#{j}" for j in owners]
+    # Each resume marked where it happened, on every metric chart, in the chosen axis too.
+    for chart in ("loss-chart", "lr-chart"):
+        lines = plot(
+            page,
+            chart,
+            "gd.layout.shapes.filter(s => / resumed at step /.test(s.name)).map(s => [s.name, s.x0])",
+        )
+        assert lines == [[f"#{second} resumed at step 10", 10], [f"#{third} resumed at step 30", 30]], chart
+    marks = plot(page, "loss-chart", "gd.data.find(t => t.name === 'resumes')")
+    assert marks["x"] == [10, 30] and f"#{second} attempts: resumed from checkpoint-10" in marks["text"][0]
+    # The hover of a point says which attempt it is from.
+    assert f"#{second}" in hover_text(page, "loss-chart", 0, 14)  # step 15
+    page.select_option("#xaxis", "time")
+    page.wait_for_function("document.getElementById('lr-chart').layout.xaxis.type === 'date'")
+    lines = plot(
+        page,
+        "lr-chart",
+        "gd.layout.shapes.filter(s => / resumed at step /.test(s.name)).map(s => new Date(s.x0).getTime())",
+    )
+    # At the time its checkpoint's step was logged: step 10 by the first attempt, 30 by the second.
+    assert lines == [(T0 + 20) * 1000, (T0 + 1000 + 60) * 1000]
+    shot(page, f"charts-lineage-{screen}")
+    assert page.errors == [] and page.console_errors == []
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_utilisation_and_temperature_of_a_downsampled_run_after_a_reload(deck, assets, page, screen):
+    """A run with more samples than the chart draws: its memory comes downsampled from the chart tiles,
+    and its utilisation and temperature come with it (the tiles keep them), busy and hot spikes too."""
+    if not hasattr(deck, "long_memory"):
+        job = deck.submit({"name": "long memory", "config": demo_config(assets)})["id"]
+        rows = []
+        for i in range(4000):
+            util = 100.0 if i == 3100 else 70.0 + i % 9
+            temp = 91.0 if i == 1700 else 60.0 + i % 4
+            rows.append((job, i, T0 + i, 0, (30 + i % 5) * GIB, TOTAL, "MI300X", util, temp))
+        with closing(sqlite3.connect(deck.workspace / "tunedeck.db", timeout=60)) as db, db:
+            db.executemany(
+                "INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes, name, util, temp_c)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        deck.long_memory = job
+    for _ in range(2):  # the page, and the page reloaded
+        open_page(page, f"{deck.url}/jobs/{deck.long_memory}", screen)
+        assert "downsampled" in page.locator("#mem-n").inner_text()
+        page.locator("#gpu-card").wait_for(state="visible")
+        traces = plot(page, "gpu-chart", "gd.data.filter(t => t.name !== 'alerts').map(t => [t.name, t.y])")
+        names = [n for n, _ in traces]
+        assert names == ["GPU 0 MI300X utilisation", "GPU 0 MI300X edge temperature"], names
+        util, temp = (y for _, y in traces)
+        assert 100 <= len(util) < 4000 and None not in util and None not in temp
+        assert max(util) == 100.0 and max(temp) == 91.0  # the spikes survive the buckets
+    shot(page, f"charts-downsampled-utilisation-{screen}")
+    assert page.errors == [] and page.console_errors == []
