@@ -474,7 +474,9 @@ class Curve(BaseModel):
 class Attempt(BaseModel):
     job_id: int
     name: str
-    resumed_at: int | None = PField(description="the step of the checkpoint it resumed from (null: the first)")
+    resumed_at: int | None = PField(
+        description="the step of the checkpoint it resumed from (null: the first)"
+    )
     first_step: int | None = PField(description="its first step in the answer")
     last_step: int | None = PField(description="its last step in the answer (later ones were done again)")
 

@@ -41,7 +41,7 @@ def get_series(
         ),
     ] = False,
 ) -> dict:
-    """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""
+    """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled; a resumed run's attempts as one curve with `lineage=1`."""
     jobs_service.get_job(session, job_id)
     return service.metric_series(
         engine_of(session),

@@ -145,12 +145,12 @@ def _lineage(cur, job_id: int, max_points: int, x0: float | None, x1: float | No
                     "nonfinite_points": {"step": [], "t": [], "value": []},
                 },
             )
-            for k in ("step", "t", "y"):
-                into[k] += c[k]
+            for key in ("step", "t", "y"):
+                into[key] += c[key]
             into["n"] += c["n"]
             into["job"] += [a["job_id"]] * len(c["step"])
-            for k in ("step", "t", "value"):
-                into["nonfinite_points"][k] += c["nonfinite_points"][k]
+            for key in ("step", "t", "value"):
+                into["nonfinite_points"][key] += c["nonfinite_points"][key]
     return out
 
 
