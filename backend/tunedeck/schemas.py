@@ -478,6 +478,17 @@ class Curve(BaseModel):
     y: list[float]
     n: int = PField(description="finite points in the window before downsampling")
     nonfinite_points: Nonfinite
+    job: list[int] | None = PField(None, description="with `lineage`: the job (attempt) each point is from")
+
+
+class Attempt(BaseModel):
+    job_id: int
+    name: str
+    resumed_at: int | None = PField(
+        description="the step of the checkpoint it resumed from (null: the first)"
+    )
+    first_step: int | None = PField(description="its first step in the answer")
+    last_step: int | None = PField(description="its last step in the answer (later ones were done again)")
 
 
 class SeriesOut(BaseModel):
@@ -485,6 +496,9 @@ class SeriesOut(BaseModel):
     last_id: int | None = PField(description="the newest metric row's id (a stream cursor's m)")
     downsampled: bool
     series: dict[str, Curve] = PField(description="one curve per metric (loss, eval_loss, lr, ...)")
+    lineage: list[Attempt] | None = PField(
+        None, description="with `lineage`: the runs this one resumed and itself, oldest first"
+    )
 
 
 class Estimate(BaseModel):

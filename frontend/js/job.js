@@ -6,6 +6,7 @@ import { config, defaultSmoothing, Ema, empty, framed, GiB, layout, loadPlotly, 
 import { $, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
 import { mayAct, onMe } from "./identity.js";
 import { actionsFiles, actionsFor, actionsMe, setupActions } from "./job-actions.js";
+import { AXES, fromSteps, fromTime, mapping, TITLES, toSteps, toTime, usable, xOf } from "./job-axis.js";
 import { showResults } from "./job-results.js";
 import { refuse } from "./refusal.js";
 
@@ -23,12 +24,13 @@ const state = {
   metrics: {}, // name -> {step: [], t: [], y: []}
   seriesNames: [],
   metricsLast: 0, // newest metric id held (history or stream)
-  lossZoom: null,
+  axis: "step", // every chart's x axis: step, time or tokens (job-axis.js)
+  lossZoom: null, // in steps, whatever the axis
   smoothChosen: false, // the user moved the smoothing slider: the default no longer follows the run
   mem: new Map(), // device key ("node/gpu", devKey) -> {t: [], y: [], name}
   memTotal: new Map(), // device key -> total bytes
   memLast: 0,
-  memZoom: null,
+  memZoom: null, // in unix seconds
   memAvailable: true,
   alerts: [],
   logLines: 0,
@@ -118,18 +120,23 @@ $("#report").addEventListener("click", async () => {
 // ------------------------------------------------------------------ metric charts
 async function loadSeries(range, until) {
   const params = { max_points: pointsFor("loss-chart"), until };
+  // A resumed run: its curves continue those of the runs it resumed (each point names its attempt).
+  if (state.job && state.job.parent_id) params.lineage = 1;
   if (range) { params.x0 = Math.floor(range[0]); params.x1 = Math.ceil(range[1]); }
   const data = await get(`/api/jobs/${jobId}/series`, params);
   await plotlyReady;
   state.seriesNames = Object.keys(data.series); // the server's list: streamed rows carry the same names
   for (const [name, s] of Object.entries(data.series)) {
-    state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] } };
+    state.metrics[name] = { step: s.step, t: s.t, y: s.y, n: s.n, bad: s.nonfinite_points || { step: [], t: [], value: [] },
+      ...(s.job ? { job: s.job } : {}) };
   }
+  if (data.lineage) state.lineage = data.lineage.length > 1 ? data.lineage : null;
   if (!range) state.metricsLast = Math.max(state.metricsLast, data.last_id || 0);
   state.lossDownsampled = data.downsampled;
   drawMetrics();
-  // The memory chart shows LLaMA-Factory's RECORD_VRAM peaks: drawn again only when there are some.
-  if (state.memLoaded && series("vram_reserved").y.some((y) => y > 0)) drawMemory();
+  // The memory chart shows LLaMA-Factory's RECORD_VRAM peaks, and on a step or tokens axis its samples
+  // are placed by these points: drawn again then.
+  if (state.memLoaded && (state.axis !== "time" || series("vram_reserved").y.some((y) => y > 0))) drawMemory();
 }
 
 function addMetrics(rows) {
@@ -147,6 +154,7 @@ function addMetrics(rows) {
       if (r[name] === null || r[name] === undefined || r.step === null) continue;
       const s = series(name);
       s.step.push(r.step); s.t.push(r.t); s.y.push(r[name]);
+      if (s.job) s.job.push(jobId);
       s.n = (s.n || 0) + 1;
     }
     added = true;
@@ -182,20 +190,36 @@ function stepAt(t) {
   return s.step[i >= 0 ? i : s.step.length - 1];
 }
 
-// Each alert where it happened: its first and its newest occurrence, and the span between them when
-// it recurred (the alert keeps how many times, not each time).
+// The axis of the charts drawn now, and its map: a chart of samples falls back to time when the run
+// logged nothing to put them on a step with.
+let axisMap = mapping({});
+function axisNow() { axisMap = mapping(state.metrics); return axisMap; }
+const axisFor = (samples) => usable(state.axis, axisMap, samples);
+// Says so when a chart cannot take the axis asked for.
+function axisNote() {
+  const why = [];
+  if (state.axis === "tokens" && !axisMap.tokens) why.push("this run logged no token counts (total_tokens): its curves are by step");
+  if (state.axis !== "time" && state.mem.size && axisFor(true) === "time") why.push("memory by time (no logged step to place its samples on)");
+  else if (state.axis !== "time" && state.mem.size) why.push("memory samples placed by the logged steps' times");
+  $("#xaxis-note").textContent = why.join("; ");
+}
+
+// Each alert where it happened, on `axis`: its first and its newest occurrence, and the span between
+// them when it recurred (the alert keeps how many times, not each time). Every chart shows every alert.
 function alertPlaces(axis) {
   const out = [];
-  // Training alerts on the step charts, device ones on the memory chart.
-  for (const a of state.alerts.filter((x) => (axis === "step") === (x.gpu === null || x.gpu === undefined))) {
+  for (const a of state.alerts) {
     const first = a.first_t ?? a.t, last = a.last_t ?? a.t;
     let x0, x1;
-    if (axis === "step") {
-      x1 = a.step ?? stepAt(last);
-      x0 = first < last ? stepAt(first) ?? x1 : x1;
-      if (x1 === null || x1 === undefined) continue;
+    if (axis !== "time" && (a.gpu === null || a.gpu === undefined)) {
+      // A training alert: at its step (or the logged step at or after it), as the loss shows it.
+      const s1 = a.step ?? stepAt(last);
+      if (s1 === null || s1 === undefined) continue;
+      const s0 = first < last ? stepAt(first) ?? s1 : s1;
+      [x0, x1] = [s0, s1].map((step) => xOf(axis, axisMap, { step }));
     } else {
-      x0 = new Date(first * 1000); x1 = new Date(last * 1000);
+      [x0, x1] = [first, last].map((t) => xOf(axis, axisMap, { t }));
+      if (x1 === null) continue;
     }
     // Recurring problems get their span shaded; an info finding (memory settled) is a marker, and so
     // is a periodic one (from its first spike to its newest is the whole run: a band would say nothing).
@@ -209,10 +233,11 @@ const UNSPANNED = new Set(["vram_periodic_spikes"]);
 function alertShapes(axis) {
   return alertPlaces(axis).flatMap(({ a, x0, x1, span }) => {
     const color = SEVERITY_COLOR[a.severity] || "#d08a00";
-    const line = (x) => ({ type: "line", xref: "x", yref: "paper", y0: 0, y1: 1, x0: x, x1: x, line: { color, width: 1, dash: "dot" } });
+    const name = plain(span ? `${a.kind} ×${a.count}` : a.kind);
+    const line = (x) => ({ type: "line", xref: "x", yref: "paper", y0: 0, y1: 1, x0: x, x1: x, line: { color, width: 1, dash: "dot" }, name });
     if (!span) return [line(x1)];
     return [{ type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, x0, x1, fillcolor: "rgba(208,138,0,0.07)",
-      line: { width: 0 }, layer: "below", name: plain(`${a.kind} ×${a.count}`) }, line(x0), line(x1)];
+      line: { width: 0 }, layer: "below", name }, line(x0), line(x1)];
   });
 }
 
@@ -234,6 +259,36 @@ function alertMarkers(axis) {
   };
 }
 
+// A resumed run's attempts: a named line where each resumed (at its checkpoint's step), and markers
+// along the top whose hover names the attempt.
+function resumeShapes(axis) {
+  return (state.lineage || []).filter((a) => a.resumed_at !== null).map((a) => {
+    const x = xOf(axis, axisMap, { step: a.resumed_at });
+    return { type: "line", xref: "x", yref: "paper", y0: 0, y1: 1, x0: x, x1: x, line: { color: "#667085", width: 1.5, dash: "dash" },
+      name: plain(`#${a.job_id} resumed at step ${a.resumed_at}`) };
+  });
+}
+function resumeMarkers(axis, y) {
+  const shown = (state.lineage || []).filter((a) => a.resumed_at !== null);
+  return { name: "resumes", mode: "markers", type: "scatter", marker: { symbol: "triangle-right", size: 10, color: "#667085" },
+    x: shown.map((a) => xOf(axis, axisMap, { step: a.resumed_at })), y: shown.map(() => y),
+    text: shown.map((a) => plain(`#${a.job_id} ${a.name}: resumed from checkpoint-${a.resumed_at}`)), hoverinfo: "text" };
+}
+// Which attempt a point is from, for the hover of a resumed run's curves.
+const attemptOf = (s) => (state.lineage && s.job ? { text: s.job.map((j) => `#${j}`) } : {});
+const attemptHover = (s) => (state.lineage && s.job ? " · %{text}" : "");
+
+// The x axis of a chart on `axis`: its title, and its type fixed (a switch from steps to dates must not
+// keep the old type, nor the old zoom: uirevision follows the axis).
+function xaxisOf(axis) {
+  return { title: { text: TITLES[axis] }, automargin: true, type: axis === "time" ? "date" : "linear" };
+}
+// A metric's points on `axis`.
+function xsOf(s, axis) {
+  if (axis === "step") return s.step.slice();
+  return s.step.map((step, i) => xOf(axis, axisMap, { step, t: s.t[i] }));
+}
+
 let revision = 0; // Plotly.react redraws arrays grown in place only when this changes
 
 // What each chart holds of its series (points, y range, smoothing state), so live points are appended to
@@ -243,12 +298,17 @@ const drawn = {};
 function lineChart(el, s, { name, color, unit, digits = 4, exp = false }) {
   drawn[el] = null;
   if (!s || !s.y.length) return empty(el, noData(name));
-  drawn[el] = { n: s.y.length, range: range([s.y]) };
+  const axis = axisFor(false), yrange = range([s.y]);
+  drawn[el] = { n: s.y.length, range: yrange };
+  // The run's alerts as on every chart, their markers along the top.
+  const am = alertMarkers(axis);
+  am.y = am.x.map(() => (yrange ? yrange[1] : null));
   // Copies: the series grow in place as points stream in, and live points are appended to the chart's own.
-  return Plotly.react(el, [{ name, x: s.step.slice(), y: s.y.slice(), mode: mode(s.y), line: { color }, marker: { color, size: 6 },
-    hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}` }],
-  layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
-    yaxis: { range: range([s.y]), automargin: true, ...(exp ? { exponentformat: "e" } : {}), ...(unit ? { title: { text: unit } } : {}) },
+  const resumes = state.lineage ? [resumeMarkers(axis, yrange ? yrange[0] : null)] : [];
+  return Plotly.react(el, [{ name, x: xsOf(s, axis), y: s.y.slice(), mode: mode(s.y), line: { color }, marker: { color, size: 6 },
+    ...attemptOf(s), hovertemplate: `%{y:.${digits}~g}${unit ? ` ${unit}` : ""}${attemptHover(s)}` }, ...(am.x.length ? [am] : []), ...resumes],
+  layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis), shapes: [...alertShapes(axis), ...resumeShapes(axis)],
+    yaxis: { range: yrange, automargin: true, ...(exp ? { exponentformat: "e" } : {}), ...(unit ? { title: { text: unit } } : {}) },
     showlegend: false }), config);
 }
 
@@ -258,25 +318,31 @@ const GRAD = { name: "grad_norm", color: "#a1306b" };
 
 function drawMetrics() {
   revision++;
+  axisNow();
+  const axis = axisFor(false);
   const loss = series("loss"), evl = series("eval_loss"), lr = series("lr"), tp = series("throughput");
   // From the run's length at each full draw (not a zoomed window's), until the user picks one.
   if (!state.smoothChosen && !state.lossZoom) showSmoothing(defaultSmoothing(loss.y.length));
   const w = Number($("#smooth").value);
   const logy = $("#logy").checked;
+  const lossX = xsOf(loss, axis);
   const markersY = (xs) => xs.map((x) => {
-    const i = loss.step.findIndex((s) => s >= x);
+    const i = lossX.findIndex((s) => +s >= +x);
     return i >= 0 ? loss.y[i] : loss.y[loss.y.length - 1] ?? null;
   });
-  const am = alertMarkers("step");
+  const am = alertMarkers(axis);
   am.y = markersY(am.x);
-  const bad = [loss, evl].flatMap((s, k) => s.bad.step.map((x, i) => [x, `${k ? "eval loss" : "loss"} ${s.bad.value[i]}`]));
+  const resumed = resumeMarkers(axis, null); // on the loss line, where each attempt took over
+  resumed.y = markersY(resumed.x);
+  const bad = [loss, evl].flatMap((s, k) => s.bad.step.map((x, i) => [xOf(axis, axisMap, { step: x, t: s.bad.t[i] }), `${k ? "eval loss" : "loss"} ${s.bad.value[i]}`]));
   const nonfinite = {
     name: "inf / NaN", mode: "markers", type: "scatter", marker: { symbol: "x", size: 9, color: "#c4321a" },
     x: bad.map((b) => b[0]), y: markersY(bad.map((b) => b[0])), text: bad.map((b) => b[1]), hoverinfo: "x+text",
   };
   drawn["loss-chart"] = null;
   if (!loss.y.length && !evl.y.length) {
-    empty("loss-chart", bad.length ? `Every logged loss was inf or NaN (${bad.length} points, from step ${Math.min(...bad.map((b) => b[0]))}).` : noData("loss"));
+    const from = Math.min(...loss.bad.step, ...evl.bad.step);
+    empty("loss-chart", bad.length ? `Every logged loss was inf or NaN (${bad.length} points, from step ${from}).` : noData("loss"));
   } else {
     const hover = "%{y:.4~g}";
     const smooth = new Ema(w), yrange = range([loss.y, evl.y], { log: logy });
@@ -284,16 +350,17 @@ function drawMetrics() {
     drawn["loss-chart"] = { loss: loss.y.length, evl: evl.y.length, bad: bad.length, smooth, range: yrange, logy,
       lastStep: loss.step[loss.step.length - 1] ?? -Infinity };
     Plotly.react("loss-chart", [
-      { name: "loss", x: loss.step.slice(), y: loss.y.slice(), mode: mode(loss.y), line: { color: "rgba(47,111,237,0.5)", width: 1.25 },
-        marker: { color: "rgba(47,111,237,0.6)", size: 6 }, hovertemplate: hover },
-      { name: `loss (smoothed ${w.toFixed(2)})`, x: loss.step.slice(), y: smoothed, mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
+      { name: "loss", x: lossX, y: loss.y.slice(), mode: mode(loss.y), line: { color: "rgba(47,111,237,0.5)", width: 1.25 },
+        marker: { color: "rgba(47,111,237,0.6)", size: 6 }, ...attemptOf(loss), hovertemplate: hover + attemptHover(loss) },
+      { name: `loss (smoothed ${w.toFixed(2)})`, x: lossX.slice(), y: smoothed, mode: mode(loss.y), line: { color: "#2f6fed", width: 2 },
         marker: { color: "#2f6fed", size: 7 }, hovertemplate: hover },
-      { name: "eval loss", x: evl.step.slice(), y: evl.y.slice(), mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
+      { name: "eval loss", x: xsOf(evl, axis), y: evl.y.slice(), mode: "lines+markers", line: { color: "#e4572e", width: 2 }, marker: { size: 6 }, hovertemplate: hover },
       am,
       nonfinite,
-    ], layout("", { datarevision: revision, xaxis: { title: { text: "step" }, automargin: true },
+      ...(state.lineage ? [resumed] : []),
+    ], layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis),
       yaxis: { type: logy ? "log" : "linear", range: yrange, automargin: true },
-      shapes: alertShapes("step") }), config);
+      shapes: [...alertShapes(axis), ...resumeShapes(axis)] }), config);
   }
   lineChart("lr-chart", lr, LR);
   lineChart("tp-chart", tp, TP);
@@ -303,6 +370,7 @@ function drawMetrics() {
   lossCount();
   shown();
   summary();
+  axisNote();
 }
 const redrawMetrics = throttled(drawMetrics);
 
@@ -338,6 +406,8 @@ function appendLine(el, s, opts) {
 // make-up (its first lines, inf/NaN markers, alert markers past the drawn steps) redraws it all.
 function appendMetrics() {
   if (state.lossZoom) return;
+  // A time or tokens x moves with the map; a lineage's hover names each point's attempt: drawn afresh.
+  if (axisFor(false) !== "step" || state.axis !== "step" || state.lineage) return drawMetrics();
   const loss = series("loss"), evl = series("eval_loss");
   const d = drawn["loss-chart"];
   const bad = loss.bad.step.length + evl.bad.step.length;
@@ -374,8 +444,9 @@ $("#smooth").addEventListener("input", () => { state.smoothChosen = true; showSm
 $("#logy").addEventListener("change", () => { drawMetrics(); keepView(); });
 
 // ------------------------------------------------------------------ the view in the address
-// Smoothing, log scale and each chart's zoom live in the URL (replaceState: no history entry per
-// drag), so a reload or a shared link shows what was seen: `smooth=0.8&logy=1&steps=100..400&time=T0..T1`.
+// The x axis, smoothing, log scale and each chart's zoom live in the URL (replaceState: no history entry
+// per drag), so a reload or a shared link shows what was seen:
+// `x=time&smooth=0.8&logy=1&steps=100..400&time=T0..T1` (zooms in steps and unix seconds, whatever the axis).
 const view = new URLSearchParams(location.search);
 const span = (text) => {
   const m = /^(-?[\d.e+-]+)\.\.(-?[\d.e+-]+)$/.exec(text || "");
@@ -383,10 +454,19 @@ const span = (text) => {
 };
 if (view.has("smooth") && Number.isFinite(+view.get("smooth"))) { state.smoothChosen = true; showSmoothing(+view.get("smooth")); }
 if (view.get("logy") === "1") $("#logy").checked = true;
+if (AXES.includes(view.get("x"))) { state.axis = view.get("x"); $("#xaxis").value = state.axis; }
+$("#xaxis").addEventListener("change", () => {
+  state.axis = $("#xaxis").value;
+  keepView();
+  drawMetrics();
+  drawMemory();
+  applyZoom(); // a new axis starts unzoomed (uirevision): the kept windows again, on it
+});
 
 function keepView() {
   const q = new URLSearchParams(location.search);
   const put = (k, v) => (v === null || v === undefined ? q.delete(k) : q.set(k, v));
+  put("x", state.axis !== "step" ? state.axis : null);
   put("smooth", state.smoothChosen ? Number($("#smooth").value).toFixed(2) : null);
   put("logy", $("#logy").checked ? "1" : null);
   put("steps", state.lossZoom ? state.lossZoom.map((x) => +(+x).toFixed(2)).join("..") : null);
@@ -397,9 +477,16 @@ function keepView() {
 
 function restoreZoom() {
   const steps = span(view.get("steps")), time = span(view.get("time"));
-  if (steps) Plotly.relayout("loss-chart", { "xaxis.range": steps });
-  if (time) Plotly.relayout("mem-chart", { "xaxis.range": time.map((x) => new Date(x * 1000)) });
+  zoomTo(steps, time);
 }
+
+// The loss chart's window (steps) and the memory chart's (unix seconds) on the charts' axes.
+function zoomTo(steps, time) {
+  const loss = document.getElementById("loss-chart"), mem = document.getElementById("mem-chart");
+  if (steps && loss.layout) Plotly.relayout(loss, { "xaxis.range": steps.map((x) => fromSteps(axisFor(false), axisMap, x)) });
+  if (time && mem.layout) Plotly.relayout(mem, { "xaxis.range": time.map((x) => fromTime(axisFor(true), axisMap, x)) });
+}
+function applyZoom() { zoomTo(state.lossZoom, state.memZoom); }
 
 // ------------------------------------------------------------------ memory chart
 // Per-sample readings beside the memory, as the samples name them (series key -> sample field).
@@ -490,6 +577,9 @@ function gpuLabel(key) {
 
 function drawMemory() {
   if (!state.memAvailable) return;
+  axisNow();
+  const axis = axisFor(true);
+  const at = (t) => xOf(axis, axisMap, { t });
   const traces = [], shapes = [];
   const colors = ["#2f6fed", "#e4572e", "#1a7f37", "#7a3ee8", "#d08a00", "#0d9ea0", "#a1306b", "#555"];
   const hover = "%{y:.4~g} GiB";
@@ -497,12 +587,12 @@ function drawMemory() {
   for (const [gpu, g] of byDevice(state.mem)) {
     const color = colors[i++ % colors.length];
     for (const b of g.y) if (b > maxUsed) maxUsed = b;
-    traces.push({ name: plain(`${gpuLabel(gpu)} used`), x: g.t.map((t) => new Date(t * 1000)), y: g.y.map((b) => b / GiB),
+    traces.push({ name: plain(`${gpuLabel(gpu)} used`), x: g.t.map(at), y: g.y.map((b) => b / GiB),
       mode: mode(g.y), line: { color, width: 1.5 }, marker: { color, size: 6 }, hovertemplate: hover });
     const total = state.memTotal.get(gpu);
     if (total && g.t.length) {
       maxTotal = Math.max(maxTotal, total);
-      const x = [new Date(g.t[0] * 1000), new Date(g.t[g.t.length - 1] * 1000)];
+      const x = [at(g.t[0]), at(g.t[g.t.length - 1])];
       traces.push({ name: plain(`${gpuLabel(gpu)} total`), x, y: [total / GiB, total / GiB], mode: "lines", line: { color, dash: "dash", width: 1 }, hovertemplate: hover });
     }
   }
@@ -511,6 +601,7 @@ function drawMemory() {
   $("#mem-n").textContent = `${n} samples shown${state.memDownsampled ? " (downsampled)" : ""}${state.memZoom ? ", zoomed" : ""}`;
   drawGpu();
   summary();
+  axisNote();
   if (!n) return empty("mem-chart", noData("memory samples"));
   if (maxTotal && state.nearOom) {
     // The same threshold as the vram_near_oom alert (the server's setting), from the largest device.
@@ -521,10 +612,10 @@ function drawMemory() {
   }
   const peaks = series("vram_reserved");
   if (peaks.y.some((y) => y > 0)) { // CPU runs record zeros: nothing to show
-    traces.push({ name: "RECORD_VRAM peak reserved (main rank)", x: peaks.t.map((t) => new Date(t * 1000)), y: peaks.y,
+    traces.push({ name: "RECORD_VRAM peak reserved (main rank)", x: xsOf(peaks, axis), y: peaks.y,
       mode: "markers", marker: { symbol: "diamond", size: 6, color: "#111" }, hovertemplate: hover });
   }
-  const am = alertMarkers("t");
+  const am = alertMarkers(axis);
   am.y = am.x.map(() => (maxTotal ? maxTotal / GiB : null));
   if (am.x.length) traces.push(am);
   // Host RAM of a CPU job is a sliver of the machine: then scale to the job and say where the total is.
@@ -535,16 +626,17 @@ function drawMemory() {
   let top = offScale ? maxUsed : Math.max(maxUsed, maxTotal);
   for (const y of peaks.y) if (y > 0) top = Math.max(top, y * GiB);
   const yaxis = { title: { text: "GiB" }, automargin: true, range: [0, (1.08 * top) / GiB || 1] };
-  Plotly.react("mem-chart", traces, layout("", { datarevision: ++revision, yaxis, xaxis: { automargin: true },
-    shapes: [...shapes, ...alertShapes("t")] }), config);
+  Plotly.react("mem-chart", traces, layout("", { datarevision: ++revision, uirevision: axis, yaxis, xaxis: xaxisOf(axis),
+    shapes: [...shapes, ...alertShapes(axis)] }), config);
 }
 
 // Utilisation and temperature, when the telemetry carries them (NVML / amdsmi samples; host ones: CPU only).
 function drawGpu() {
   const traces = [];
   const utils = [], temps = [];
+  const axis = axisFor(true);
   for (const [gpu, g, dev] of byDevice(state.mem)) {
-    const x = g.t.map((t) => new Date(t * 1000));
+    const x = g.t.map((t) => xOf(axis, axisMap, { t }));
     if (g.util.some((v) => v !== null)) {
       utils.push(g.util);
       // A CPU job's sampler reports its processes' CPU percent (over 100 with several cores busy).
@@ -573,7 +665,10 @@ function drawGpu() {
   }
   $("#gpu-card").hidden = !traces.length;
   if (!traces.length) return;
-  Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, xaxis: { automargin: true }, showlegend: true, // even for one trace: whose
+  const am = alertMarkers(axis);
+  am.y = am.x.map(() => 100);
+  if (am.x.length) traces.push({ ...am, showlegend: false });
+  Plotly.react("gpu-chart", traces, layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis), shapes: alertShapes(axis), showlegend: true, // even for one trace: whose
     yaxis: { title: { text: "utilisation %" }, range: range(utils.length ? utils : [[0, 100]]), automargin: true },
     yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", tickmode: "auto", showgrid: false, range: range(temps.length ? temps : [[0, 100]]), automargin: true },
     yaxis3: { title: { text: "W" }, overlaying: "y", side: "right", anchor: "free", position: 1, showgrid: false, automargin: true } }), config);
@@ -765,12 +860,13 @@ async function start() {
     alerts: addAlerts,
   }, indicator);
   onZoom(document.getElementById("loss-chart"), (range) => {
-    state.lossZoom = range;
+    state.lossZoom = range && range.map((x) => toSteps(axisFor(false), axisMap, x));
+    range = state.lossZoom;
     loadSeries(range, range ? undefined : state.metricsLast);
     keepView();
   });
   onZoom(document.getElementById("mem-chart"), (range) => {
-    state.memZoom = range ? range.map((x) => new Date(x).getTime() / 1000) : null;
+    state.memZoom = range ? range.map((x) => toTime(axisFor(true), axisMap, x)) : null;
     if (range) loadMemory(state.memZoom); else { state.memCursor = state.memLast; loadMemory(null); }
     keepView();
   });

@@ -273,25 +273,30 @@ def test_job_page_charts(deck, page):
     lo, hi = plot(page, "mem-chart", "gd.layout.yaxis.range")
     assert lo == 0 and TOTAL / GIB <= hi < 1.2 * TOTAL / GIB
 
-    # The repeated alert: its span from first to newest occurrence, and a marker at both ends.
+    # The repeated alert: its span from first to newest occurrence, and a marker at both ends (on the
+    # step axis every chart starts on: the logged points put T0 + 2 s at step 1).
     span = plot(
         page,
         "mem-chart",
-        "gd.layout.shapes.filter(s => s.name === 'test_repeat ×3')"
-        ".map(s => [s.type, new Date(s.x0).getTime(), new Date(s.x1).getTime()])",
+        "gd.layout.shapes.filter(s => s.name === 'test_repeat ×3' && s.type === 'rect').map(s => [s.type, s.x0, s.x1])",
     )
-    assert span == [["rect", deck.first * 1000, deck.newest * 1000]]
+    at = [(deck.first - T0) / 2, (deck.newest - T0) / 2]
+    assert span == [["rect", *(pytest.approx(x) for x in at)]]
     marks = plot(
         page,
         "mem-chart",
         "(() => { const a = gd.data.find(t => t.name === 'alerts');"
-        " return a.x.map((x, i) => [new Date(x).getTime(), a.text[i]]).filter(m => m[1].includes('test_repeat')); })()",
+        " return a.x.map((x, i) => [x, a.text[i]]).filter(m => m[1].includes('test_repeat')); })()",
     )
-    assert [m[0] for m in marks] == [deck.first * 1000, deck.newest * 1000]
+    assert [m[0] for m in marks] == pytest.approx(at)
     assert marks[0][1].startswith("first of 3") and marks[1][1].startswith("newest of 3")
 
     # On the step axis too: the loss spike's span runs from its first step to its newest.
-    span = plot(page, "loss-chart", "gd.layout.shapes.filter(s => s.name === 'test_loss_repeat ×4')")
+    span = plot(
+        page,
+        "loss-chart",
+        "gd.layout.shapes.filter(s => s.name === 'test_loss_repeat ×4' && s.type === 'rect')",
+    )
     assert [(s["type"], s["x0"], s["x1"]) for s in span] == [("rect", 5, 25)]
 
     # Hover labels: units, at most 4 significant digits, whole series names.
@@ -633,4 +638,189 @@ def test_default_smoothing_follows_the_run_length(deck, page):
         )[:1]
         raw = [round(2.5 * 0.93**s + 0.01 * (s % 3), 4) for s in range(1, 9 if w == 0 else 31)]
         assert y == pytest.approx(ema(raw, w) if w else raw, rel=1e-9)
+    assert page.errors == [] and page.console_errors == []
+
+
+# Every chart of the job page and how to read its x values and alert shapes as numbers (dates as ms).
+JOB_CHARTS = ("loss-chart", "lr-chart", "tp-chart", "grad-chart", "mem-chart")
+AXIS_VIEW = """(ids) => Object.fromEntries(ids.map((id) => {
+  const gd = document.getElementById(id), num = (x) => (typeof x === "number" ? x : new Date(x).getTime());
+  return [id, { title: gd.layout.xaxis.title.text, type: gd.layout.xaxis.type, x: gd.data[0].x.map(num),
+    shapes: (gd.layout.shapes || []).filter((s) => s.name && s.type === "rect" && s.xref === "x").map((s) => [s.name, num(s.x0), num(s.x1)]),
+    lines: (gd.layout.shapes || []).filter((s) => s.type === "line" && s.name).map((s) => [s.name, num(s.x0)]),
+    marks: (gd.data.find((t) => t.name === "alerts") || { x: [] }).x.map(num) }];
+}))"""
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_one_x_axis_moves_every_chart_and_its_alerts(deck, page, screen):
+    """Step, time or tokens for every chart at once: the memory samples placed by the logged points'
+    times (a sample every 2 s, a step every 2 s), tokens by the tokens-seen column; each chart carries
+    every alert at its place on that axis; the choice is kept in the address."""
+    open_page(page, f"{deck.url}/jobs/{deck.ids['rich']}", screen)
+    page.wait_for_function(
+        "['loss-chart', 'lr-chart', 'mem-chart'].every(id => (document.getElementById(id).layout.shapes || [])"
+        ".some(s => s.name === 'test_repeat ×3'))",
+        timeout=60_000,
+    )
+    steps = list(range(1, 31))
+    # In steps, T0 + 2 s is step 1: the repeated memory jump from T0 + 20 to T0 + 80 runs from step
+    # 10 to step 40 (past the last logged step, at the run's pace), the loss one from step 5 to 25.
+    spans = {"test_repeat ×3": (10, 40), "test_loss_repeat ×4": (5, 25)}
+    places = {
+        "step": (lambda s: s, lambda t: (t - T0) / 2),
+        "tokens": (lambda s: 512 * s, lambda t: 512 * (t - T0) / 2),
+        "time": (lambda s: (T0 + 2 * s) * 1000, lambda t: t * 1000),
+    }
+    for axis in ("step", "tokens", "time", "step"):
+        if axis != "step" or page.input_value("#xaxis") != "step":
+            page.select_option("#xaxis", axis)
+        by_step, by_time = places[axis]
+        title = {"step": "step", "tokens": "tokens seen", "time": "time"}[axis]
+        page.wait_for_function(
+            f"{list(JOB_CHARTS)!r}.every(id => document.getElementById(id).layout.xaxis.title.text === {title!r})",
+            timeout=60_000,
+        )
+        charts = page.evaluate(AXIS_VIEW, list(JOB_CHARTS))
+        for chart in ("lr-chart", "tp-chart", "grad-chart", "loss-chart"):
+            assert charts[chart]["x"] == pytest.approx([by_step(s) for s in steps]), (axis, chart)
+        mem = charts["mem-chart"]
+        assert mem["type"] == ("date" if axis == "time" else "linear")
+        assert mem["x"] == pytest.approx([by_time(T0 + 2 * i) for i in range(50)]), axis
+        for chart, c in charts.items():
+            got = {name: (x0, x1) for name, x0, x1 in c["shapes"]}
+            # A step-placed alert on the time axis sits at its step's time (5 and 25 are T0 + 10, T0 + 50).
+            want = {"test_repeat ×3": tuple(by_time(T0 + 2 * s) for s in spans["test_repeat ×3"])}
+            want["test_loss_repeat ×4"] = tuple(by_step(s) for s in spans["test_loss_repeat ×4"])
+            assert got == {k: pytest.approx(v) for k, v in want.items()}, (axis, chart)
+            # The periodic spikes: one named line at their newest (T0 + 96), on every chart too.
+            assert [x for n, x in c["lines"] if n == "vram_periodic_spikes"] == [
+                pytest.approx(by_time(T0 + 96))
+            ]
+            assert c["marks"], (axis, chart)  # markers to hover, with the alert's words
+        assert ("x=" + axis in page.url) == (axis != "step"), page.url
+        if axis == "tokens":
+            shot(page, f"charts-x-tokens-{screen}")
+    # The address keeps the choice: a reload (or the link, shared) draws every chart by time.
+    page.select_option("#xaxis", "time")
+    page.wait_for_function("location.search.includes('x=time')")
+    open_page(page, page.url, screen)
+    assert page.input_value("#xaxis") == "time"
+    assert page.evaluate(AXIS_VIEW, list(JOB_CHARTS))["lr-chart"]["type"] == "date"
+    assert page.errors == [] and page.console_errors == []
+
+
+@pytest.fixture(scope="module")
+def lineage(deck, assets):
+    """Three attempts of one run: the first stopped at step 25 (checkpoint 10), the second resumed from
+    it and crashed at 33 (checkpoint 30), the third resumed from that and ran to 50. Their trainer-log
+    rows as ingest stores them; the resumes through the API."""
+
+    def logged(job_id: int, steps: range, t0: float) -> None:
+        rows = [
+            (
+                job_id,
+                i,
+                s,
+                t0 + 2 * s,
+                3.0 - s / 50 + (0.5 if job_id % 2 else 0.0),
+                LR,
+                json.dumps({"current_steps": s}),
+            )
+            for i, s in enumerate(steps)
+        ]
+        with closing(sqlite3.connect(deck.workspace / "tunedeck.db", timeout=60)) as db, db:
+            db.executemany(
+                "INSERT INTO metric_points (job_id, line, step, t, loss, lr, raw) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def resumed(parent: dict, step: int) -> dict:
+        folder = Path(parent["output_dir"]) / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        for f in (
+            "adapter_model.safetensors",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng_state.pth",
+            "trainer_state.json",
+        ):
+            (folder / f).write_bytes(b"x")
+        r = deck.api.post(f"/api/jobs/{parent['id']}/resume", json={"checkpoint": f"checkpoint-{step}"})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    first = deck.submit({"name": "attempts", "config": demo_config(assets)})
+    logged(first["id"], range(1, 26), T0)
+    second = resumed(first, 10)
+    logged(second["id"], range(11, 34), T0 + 1000)
+    third = resumed(second, 30)
+    logged(third["id"], range(31, 51), T0 + 2000)
+    return [first["id"], second["id"], third["id"]]
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_a_resumed_run_charts_its_lineage_as_one_curve(deck, lineage, page, screen):
+    first, second, third = lineage
+    open_page(page, f"{deck.url}/jobs/{third}", screen)
+    loss = plot(page, "loss-chart", "gd.data[0]")
+    # One curve: the first attempt's steps through its checkpoint, the second's through its own, then
+    # this run's; no step twice.
+    assert loss["x"] == list(range(1, 51))
+    owners = [first] * 10 + [second] * 20 + [third] * 20
+    assert loss["text"] == [f"#{j}" for j in owners]
+    # Each resume marked where it happened, on every metric chart, in the chosen axis too.
+    for chart in ("loss-chart", "lr-chart"):
+        lines = plot(
+            page,
+            chart,
+            "gd.layout.shapes.filter(s => / resumed at step /.test(s.name)).map(s => [s.name, s.x0])",
+        )
+        assert lines == [[f"#{second} resumed at step 10", 10], [f"#{third} resumed at step 30", 30]], chart
+    marks = plot(page, "loss-chart", "gd.data.find(t => t.name === 'resumes')")
+    assert marks["x"] == [10, 30] and f"#{second} attempts: resumed from checkpoint-10" in marks["text"][0]
+    # The hover of a point says which attempt it is from.
+    assert f"#{second}" in hover_text(page, "loss-chart", 0, 14)  # step 15
+    page.select_option("#xaxis", "time")
+    page.wait_for_function("document.getElementById('lr-chart').layout.xaxis.type === 'date'")
+    lines = plot(
+        page,
+        "lr-chart",
+        "gd.layout.shapes.filter(s => / resumed at step /.test(s.name)).map(s => new Date(s.x0).getTime())",
+    )
+    # At the time its checkpoint's step was logged: step 10 by the first attempt, 30 by the second.
+    assert lines == [(T0 + 20) * 1000, (T0 + 1000 + 60) * 1000]
+    shot(page, f"charts-lineage-{screen}")
+    assert page.errors == [] and page.console_errors == []
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_utilisation_and_temperature_of_a_downsampled_run_after_a_reload(deck, assets, page, screen):
+    """A run with more samples than the chart draws: its memory comes downsampled from the chart tiles,
+    and its utilisation and temperature come with it (the tiles keep them), busy and hot spikes too."""
+    if not hasattr(deck, "long_memory"):
+        job = deck.submit({"name": "long memory", "config": demo_config(assets)})["id"]
+        rows = []
+        for i in range(4000):
+            util = 100.0 if i == 3100 else 70.0 + i % 9
+            temp = 91.0 if i == 1700 else 60.0 + i % 4
+            rows.append((job, i, T0 + i, 0, (30 + i % 5) * GIB, TOTAL, "MI300X", util, temp))
+        with closing(sqlite3.connect(deck.workspace / "tunedeck.db", timeout=60)) as db, db:
+            db.executemany(
+                "INSERT INTO memory_samples (job_id, line, t, gpu, used_bytes, total_bytes, name, util, temp_c)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        deck.long_memory = job
+    for _ in range(2):  # the page, and the page reloaded
+        open_page(page, f"{deck.url}/jobs/{deck.long_memory}", screen)
+        assert "downsampled" in page.locator("#mem-n").inner_text()
+        page.locator("#gpu-card").wait_for(state="visible")
+        traces = plot(page, "gpu-chart", "gd.data.filter(t => t.name !== 'alerts').map(t => [t.name, t.y])")
+        names = [n for n, _ in traces]
+        assert names == ["GPU 0 MI300X utilisation", "GPU 0 MI300X edge temperature"], names
+        util, temp = (y for _, y in traces)
+        assert 100 <= len(util) < 4000 and None not in util and None not in temp
+        assert max(util) == 100.0 and max(temp) == 91.0  # the spikes survive the buckets
+    shot(page, f"charts-downsampled-utilisation-{screen}")
     assert page.errors == [] and page.console_errors == []

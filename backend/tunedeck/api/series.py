@@ -1,4 +1,4 @@
-"""Chart data: a job's metric series from the chart tiles (`max_points`), zoomable by step."""
+"""Chart data: a job's metric series from the chart tiles (`max_points`), zoomable by step, with its lineage."""
 
 from __future__ import annotations
 
@@ -33,8 +33,15 @@ def get_series(
             "`last_id` then names the newest, so a stream resumed from `last_id` repeats nothing",
         ),
     ] = None,
+    lineage: Annotated[
+        bool,
+        Query(
+            description="a resumed run's curves continued from the runs it resumed (parent_id), each "
+            "point naming its job"
+        ),
+    ] = False,
 ) -> dict:
-    """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled."""
+    """Loss, eval loss, lr, tokens/s and RECORD_VRAM peaks by step, extremes kept when downsampled; a resumed run's attempts as one curve with `lineage=1`."""
     jobs_service.get_job(session, job_id)
     return service.metric_series(
         engine_of(session),
@@ -43,4 +50,5 @@ def get_series(
         x0=x0,
         x1=x1,
         until=until,
+        lineage=lineage,
     )

@@ -98,6 +98,52 @@ def _rows(cur, ids: list[int]) -> dict[int, SimpleNamespace]:
     return out
 
 
+READING_RAW = (
+    "SELECT t, {column}, id FROM memory_samples WHERE job_id = ? AND node = ? AND gpu = ? AND {column} IS NOT NULL "
+    "AND t >= ? AND t <= ? ORDER BY t, line, id"
+)
+
+
+def readings(
+    reader: Reader,
+    job_id: int,
+    node: str,
+    gpu: int,
+    at: np.ndarray,
+    t0: float | None,
+    t1: float | None,
+    max_points: int,
+    floor: int,
+) -> dict[str, list]:
+    """Each reading of the device's tiles (utilisation, temperatures) at the times `at` of a
+    downsampled memory series, from its own series downsampled in the same window: each of its points
+    goes to the drawn sample nearest in time, which shows the highest of them (so a hot or busy
+    spike stays drawn), or the nearest point where none came to it. A reading the device never sent
+    is left out."""
+    out: dict[str, list] = {}
+    if not len(at):
+        return out
+    mid = (at[1:] + at[:-1]) / 2  # where one drawn sample's stretch of time ends and the next begins
+    for prefix, column in pyramid.READINGS.items():
+        s = Series(
+            pyramid.memory_key(node, gpu, prefix),
+            READING_RAW.format(column=column),
+            (job_id, node, gpu),
+            floor=floor,
+        )
+        ans = reader.window(s, t0, t1, max_points)
+        if not ans.n:
+            continue
+        owner = np.searchsorted(mid, ans.x)  # the drawn sample each reading point belongs to
+        top = np.full(len(at), -np.inf)
+        np.maximum.at(top, owner, ans.y)
+        near = np.clip(np.searchsorted(ans.x, at), 0, len(ans.x) - 1)
+        before = np.maximum(near - 1, 0)
+        near = np.where(np.abs(ans.x[before] - at) < np.abs(ans.x[near] - at), before, near)
+        out[column] = np.where(np.isfinite(top), top, ans.y[near]).tolist()
+    return out
+
+
 def chart(
     engine,
     *,
@@ -109,8 +155,8 @@ def chart(
     t1: float | None,
 ) -> tuple[list[Any], int | None, bool]:
     """Each GPU's series in the window from the tiles: every sample when they fit in `max_points`,
-    else each bucket's lowest and highest sample (its id, time and bytes; util, power and temperature
-    are on whole samples only)."""
+    else each bucket's lowest and highest sample (its id, time and bytes, and the utilisation and
+    temperatures of `readings`; power and the rest are on whole samples only)."""
     pyramid.current(engine)
     raw = engine.raw_connection()
     try:
@@ -136,20 +182,25 @@ def chart(
                 ).fetchall()
                 rows += [SimpleNamespace(**dict(zip(COLUMNS, r))) for r in found]
                 continue
+            floor = pruned[0] if pruned else 0
+            kept = readings(reader, job_id, nd, g, ans.x, t0, t1, max_points, floor)
             rows += [
                 SimpleNamespace(
-                    id=int(a),
-                    t=t,
-                    node=nd,
-                    gpu=g,
-                    used_bytes=int(y),
-                    total_bytes=total,
-                    util=None,
-                    power_w=None,
-                    temp_c=None,
-                    **dict.fromkeys(MEMORY_TELEMETRY),
+                    **{
+                        **dict.fromkeys(MEMORY_TELEMETRY),
+                        "id": int(a),
+                        "t": t,
+                        "node": nd,
+                        "gpu": g,
+                        "used_bytes": int(y),
+                        "total_bytes": total,
+                        "util": None,
+                        "power_w": None,
+                        "temp_c": None,
+                        **{name: v[i] for name, v in kept.items()},
+                    }
                 )
-                for t, y, a in zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist())
+                for i, (t, y, a) in enumerate(zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist()))
             ]
         cur.close()
     finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -130,10 +131,43 @@ def tiles_of(x: ArrayLike, level: int) -> np.ndarray:
 NODE_CODE = 2_000_000  # a memory series' number: node code * NODE_CODE + gpu + 1 (gpu -1 is host memory)
 
 
-def memory_key(node: str, gpu: int) -> str:
+def memory_key(node: str, gpu: int, reading: str = "memory") -> str:
     """A memory series' tiles: `memory.<gpu>` on a job's one unnamed node (rows from before nodes were
-    named keep their tiles), `memory.<node>/<gpu>` otherwise."""
-    return f"memory.{node}/{gpu}" if node else f"memory.{gpu}"
+    named keep their tiles), `memory.<node>/<gpu>` otherwise; a reading's beside it (`util.<gpu>`)."""
+    return f"{reading}.{node}/{gpu}" if node else f"{reading}.{gpu}"
+
+
+# What a sample's tiles keep besides its bytes (series prefix -> sample column), so a chart read from
+# tiles alone (downsampled, or raw samples pruned) still has utilisation and temperatures: the edge
+# sensor, and the junction for parts without one (MI300-series).
+READINGS = {"util": "util", "temp": "temp_c", "junction": "temp_junction_c"}
+KINDS = ("memory", *READINGS)  # a sample series' kind: its number's digit above the node codes
+KIND_CODE = 1_000 * NODE_CODE
+
+
+def _sample_series(
+    job: np.ndarray, dev: np.ndarray, t: np.ndarray, used: np.ndarray, ids: np.ndarray, cols: dict[str, Any]
+) -> tuple[np.ndarray, ...]:
+    """(job, series, t, y, id) of the bytes and of each reading present (NULL readings skipped)."""
+    parts = [(job, dev, t, used, ids)]
+    for k, name in enumerate(READINGS.values(), start=1):
+        v = cols.get(name)
+        if v is None:
+            continue
+        y = np.asarray(v, dtype=np.float64)  # None -> NaN
+        keep = ~np.isnan(y)
+        if keep.any():
+            parts.append((job[keep], dev[keep] + k * KIND_CODE, t[keep], y[keep], ids[keep]))
+    return tuple(np.concatenate(c) for c in zip(*parts))
+
+
+def _sample_key(names: list[str]) -> Key:
+    def key(v: float) -> str:
+        kind, rest = divmod(int(v), KIND_CODE)
+        c, g = divmod(rest, NODE_CODE)
+        return memory_key(names[c], g - 1, KINDS[kind])
+
+    return key
 
 
 def metric_key(name: str) -> str:
@@ -159,21 +193,18 @@ class Source:
     def series(
         self, rows: list[tuple]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Key]:
-        if self.name == "memory":  # id, job_id, gpu, t, used_bytes, node
-            ids, job, gpu, t, used, nodes = zip(*rows)
+        if self.name == "memory":  # id, job_id, gpu, t, used_bytes, node, then the READINGS
+            ids, job, gpu, t, used, nodes, *readings = zip(*rows)
             names = sorted(set(nodes))  # few per chunk: the job's nodes
             if len(names) == 1:
                 code = np.zeros(len(rows))
             else:
                 code = np.fromiter(map({n: i for i, n in enumerate(names)}.__getitem__, nodes), np.float64)
             sid = code * NODE_CODE + np.array(gpu, dtype=np.float64) + 1
-
-            def key(v: float) -> str:
-                c, g = divmod(int(v), NODE_CODE)
-                return memory_key(names[c], g - 1)
-
             f = np.float64
-            return np.array(job, f), sid, np.array(t, f), np.array(used, f), np.array(ids, f), key
+            cols = dict(zip(READINGS.values(), readings))
+            arrays = (np.array(job, f), sid, np.array(t, f), np.array(used, f), np.array(ids, f))
+            return (*_sample_series(*arrays, cols), _sample_key(names))  # type: ignore[return-value]
         arr = np.array(rows, dtype=np.float64)  # NULL -> NaN
         row_ids, jobs = arr[:, 0], arr[:, 1]
         # id, job_id, step, t, metric columns...: series 0 is the rows themselves (y = id)
@@ -186,7 +217,9 @@ class Source:
 
 
 SOURCES = (
-    Source("memory", "memory_samples", "id, job_id, gpu, t, used_bytes, node"),
+    Source(
+        "memory", "memory_samples", f"id, job_id, gpu, t, used_bytes, node, {', '.join(READINGS.values())}"
+    ),
     Source("metrics", "metric_points", f"id, job_id, step, t, {', '.join(METRIC_COLUMNS)}"),
 )
 
@@ -269,12 +302,20 @@ class Fresh:
                 )
             )
         )
-
-        def key(v: float) -> str:
-            c, g = divmod(int(v), NODE_CODE)
-            return memory_key(names[c], g - 1)
-
-        return key, job, sid, t, used, np.arange(through + 1.0, top + 1.0)
+        # Each reading as one column over the batches (NaN where a batch or a sample has none).
+        cols = {
+            name: np.concatenate(
+                [
+                    np.asarray(c[name] if name in c else [None] * len(c["line"]), dtype=f)
+                    for _, _, c in self.batches
+                ]
+            )
+            for name in READINGS.values()
+            if any(name in c for _, _, c in self.batches)
+        }
+        ids = np.arange(through + 1.0, top + 1.0)
+        job, sid, t, used, ids = _sample_series(job, sid, t, used, ids, cols)
+        return _sample_key(names), job, sid, t, used, ids
 
 
 def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
@@ -293,7 +334,8 @@ def catch_up(conn: Connection, fresh: Fresh | None = None) -> int:
             known = fresh.points(cur, through) if fresh is not None and src.name == "memory" else None
             if known is not None:
                 add(cur, *known)
-                through, seen = int(known[5][-1]), seen + len(known[5])
+                top = int(known[5].max())  # the samples' ids are through + 1 ... top (readings repeat them)
+                through, seen = top, seen + top - through
             while rows := cur.execute(
                 f"SELECT {src.columns} FROM {src.table} WHERE id > ? ORDER BY id LIMIT {CHUNK}", (through,)
             ).fetchall():

@@ -2,8 +2,9 @@
 
 For jobs that ended more than `memory_raw_retention_days` ago, the raw memory samples are deleted
 but for each GPU's highest and newest sample (so the measured peak, the device's name and its size
-stay known), and so are the chart tiles narrower than `memory_rollup_s`. The job page then draws
-the job from the coarser tiles, every spike still there: a tile's max is a real sample. Pruning
+stay known), and so are the chart tiles narrower than `memory_rollup_s` (the bytes' and the
+utilisation's and temperatures' beside them). The job page then draws the job from the coarser
+tiles, every spike still there: a tile's max is a real sample. Pruning
 twice changes nothing.
 """
 
@@ -31,6 +32,10 @@ KEEP = (
 FROM g
 """
 )
+
+
+# A sample's tiles: its bytes' and its readings' (utilisation, temperatures), pruned alike.
+SAMPLE_TILES = " OR ".join(f"series LIKE '{kind}.%'" for kind in pyramid.KINDS)
 
 
 def keep_level(interval_s: float) -> int:
@@ -68,7 +73,7 @@ def prune_job(engine: Engine, job_id: int, *, level: int) -> tuple[int, int]:
             {"j": job_id},
         )
         c.execute(
-            text("DELETE FROM chart_tiles WHERE job_id = :j AND series LIKE 'memory.%' AND level < :level"),
+            text(f"DELETE FROM chart_tiles WHERE job_id = :j AND ({SAMPLE_TILES}) AND level < :level"),
             {"j": job_id, "level": level},
         )
         c.execute(
