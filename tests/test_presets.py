@@ -166,7 +166,9 @@ def test_presets_verbs_and_the_chat_note_against_a_real_server(server_factory, a
     assert listed.returncode == 0, listed.stderr
     rows = {line.split()[0]: line for line in listed.stdout.splitlines()}
     assert "broken" not in rows
-    assert rows["team-sft"].split()[1:4] == ["yaml", "team", "-"] and rows["team-sft"].endswith("our LoRA SFT")
+    assert rows["team-sft"].split()[1:4] == ["yaml", "team", "-"] and rows["team-sft"].endswith(
+        "our LoRA SFT"
+    )
     assert rows["demo_cpu"].split() == ["demo_cpu", "yaml", "shipped"]
     submitted = cli("submit", "--preset", "team-sft", "--gpus", "0", env=env)
     assert submitted.returncode == 0 and submitted.stdout.startswith("submitted job "), submitted.stderr

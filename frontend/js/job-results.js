@@ -80,7 +80,17 @@ function chatButton(job) {
       location.href = `/jobs/${chat.id}/chat`;
     } catch (e) { note.textContent = describe(e); button.disabled = false; }
   } }, "Chat with this model");
-  return h("span", {}, button, " ", note);
+  const holds = h("div", { class: "muted", id: "chat-holds" });
+  get("/api/health").then((health) => { holds.textContent = chatHolds(health, Math.min(job.gpus, 1)); }).catch(() => {});
+  return h("span", {}, button, " ", note, holds);
+}
+
+// What starting a chat costs the team, in the server's own numbers (TUNEDECK_CHAT_IDLE_S, CPU slots).
+function chatHolds(health, gpus) {
+  const idle = health.chat_idle_s;
+  const span = idle >= 60 ? `${+(idle / 60).toFixed(1)} minutes` : `${idle} s`;
+  const slot = gpus ? "its GPU" : health.cpu_slots === 1 ? "the only CPU slot" : "a CPU slot";
+  return `A chat job holds ${slot} until you stop it or it has had no request for ${span}.`;
 }
 
 export async function showResults(job) {
