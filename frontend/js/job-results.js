@@ -3,7 +3,7 @@
 /* global Plotly */
 import { describe, get, post } from "./api.js";
 import { config, layout, plotlyReady } from "./charts.js";
-import { $, bytes, h, num } from "./fmt.js";
+import { $, bytes, chatHolds, h, num } from "./fmt.js";
 
 const PAGE = 20;
 let offset = 0;
@@ -83,14 +83,6 @@ function chatButton(job) {
   const holds = h("div", { class: "muted", id: "chat-holds" });
   get("/api/health").then((health) => { holds.textContent = chatHolds(health, Math.min(job.gpus, 1)); }).catch(() => {});
   return h("span", {}, button, " ", note, holds);
-}
-
-// What starting a chat costs the team, in the server's own numbers (TUNEDECK_CHAT_IDLE_S, CPU slots).
-function chatHolds(health, gpus) {
-  const idle = health.chat_idle_s;
-  const span = idle >= 60 ? `${+(idle / 60).toFixed(1)} minutes` : `${idle} s`;
-  const slot = gpus ? "its GPU" : health.cpu_slots === 1 ? "the only CPU slot" : "a CPU slot";
-  return `A chat job holds ${slot} until you stop it or it has had no request for ${span}.`;
 }
 
 export async function showResults(job) {

@@ -1,6 +1,6 @@
 // The new-job form: presets, YAML import, preview/export of the exact train.yaml, errors at fields.
 import { ApiError, describe, get, optional, post } from "./api.js";
-import { $, bytes, h, nav } from "./fmt.js";
+import { $, bytes, chatHolds, h, nav } from "./fmt.js";
 import { GROUPS, KINDS } from "./form-fields.js";
 
 nav("/new");
@@ -33,6 +33,20 @@ $("#g-job").append(
 for (const [title, fields] of GROUPS) {
   $("#groups").append(h("fieldset", {}, h("legend", { text: title }), h("div", { class: "fields" }, ...fields.map(([k, kind, hint]) => input(k, kind, hint)))));
 }
+
+// A chat job keeps its slot until stopped or idle: said at the kind, with the server's numbers.
+async function kindNote() {
+  const field = document.querySelector('[data-field="kind"]');
+  let note = field.querySelector("#chat-holds");
+  if ($("#f-kind").value !== "chat") { if (note) note.remove(); return; }
+  const health = await optional("/api/health").catch(() => null);
+  if (!health || $("#f-kind").value !== "chat") return;
+  if (!note) { note = h("div", { class: "hint", id: "chat-holds" }); field.append(note); }
+  const gpus = $("#f-gpus").value.trim();
+  note.textContent = chatHolds(health, gpus === "" ? (health.gpus > 0 ? 1 : 0) : Number(gpus));
+}
+$("#f-kind").addEventListener("change", kindNote);
+$("#f-gpus").addEventListener("change", kindNote);
 
 // ------------------------------------------------------------------ config <-> fields
 function yamlScalar(v) { return typeof v === "string" && /^[\w./,+-]+$/.test(v) && !/^(true|false|null|yes|no|~|[\d.eE+-]+)$/i.test(v) ? v : JSON.stringify(v); }

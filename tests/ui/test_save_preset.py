@@ -1,6 +1,6 @@
 """The form's "Save as preset…": a name and a description in a dialog, the form's YAML checked as a
 submit checks it (its errors kept at the fields), the saved preset in the picker with its owner and
-description; and the job page's chat start saying what a chat job holds and for how long."""
+description; and the job page's and the form's chat starts saying what a chat job holds and for how long."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
     assert page.errors == []
 
 
-def test_the_chat_start_says_what_a_chat_holds(server_factory, page):
+def test_the_chat_starts_say_what_a_chat_holds(server_factory, page):
     server = server_factory(TUNEDECK_LAUNCH_PAUSED="true", TUNEDECK_CHAT_IDLE_S="900")
     log = "".join(
         json.dumps({"current_steps": i, "total_steps": 3, "loss": 2.0 - i / 3}) + "\n" for i in (1, 2, 3)
@@ -101,4 +101,16 @@ def test_the_chat_start_says_what_a_chat_holds(server_factory, page):
         slot = "its GPU" if job["gpus"] else cpu
         want = f"A chat job holds {slot} until you stop it or it has had no request for 15 minutes."
         assert holds.inner_text() == want
+        page.goto(f"{server.url}/new")  # the form's own chat start says it too
+        page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+        page.fill("#f-gpus", "0")
+        page.select_option("#f-kind", "chat")
+        note = page.locator('[data-field="kind"] #chat-holds').filter(has_text="15 minutes")
+        note.wait_for(timeout=30_000)
+        assert (
+            note.inner_text()
+            == f"A chat job holds {cpu} until you stop it or it has had no request for 15 minutes."
+        )
+        page.select_option("#f-kind", "train")
+        note.wait_for(state="detached", timeout=30_000)
     assert page.errors == []

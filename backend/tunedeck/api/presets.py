@@ -24,7 +24,9 @@ def list_presets(session: SessionDep) -> list[dict]:
     return service.listing(session)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=PresetText, responses=TAKEN)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=PresetText, responses={**TAKEN, **errors(413)}
+)
 def save_preset(
     body: PresetIn, request: Request, session: SessionDep, settings: SettingsDep, node: NodeDep
 ) -> dict:
