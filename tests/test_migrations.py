@@ -115,6 +115,16 @@ ROWS: dict[str, list[dict]] = {
             "count": 2,
         }
     ],
+    "team_presets": [
+        {
+            "id": 1,
+            "name": "team-sft",
+            "owner": "ana",
+            "description": "our LoRA SFT",
+            "text": "stage: sft\n",
+            "created_at": "2026-01-03 00:00:00",
+        }
+    ],
     "memory_rollups": [
         {
             "id": 1,

@@ -18,6 +18,7 @@ PAIRS = [
     (tables.LogLine, tables.LogBase, schemas.LogOut, {"id"}),
     (tables.MemorySample, tables.MemoryBase, schemas.MemorySampleOut, {"id"}),
     (tables.Alert, tables.AlertBase, schemas.AlertOut, {"id", "change"}),
+    (tables.TeamPreset, tables.PresetBase, schemas.Preset, {"created_at"}),
 ]
 
 
@@ -45,6 +46,7 @@ REQUIRED = {
     schemas.MemorySampleOut: {"id", "t", "gpu", "used_bytes", "total_bytes", "util", "power_w", "temp_c"},
     schemas.AlertOut: {"id", "job_id", "kind", "severity", "gpu", "t", "step", "message", "suggestion"}
     | {"open", "first_t", "last_t", "count"},
+    schemas.Preset: {"name", "owner", "description", "kind", "source"},
 }
 
 

@@ -18,6 +18,7 @@ from tunedeck.api import (
     guard,
     jobs,
     preflight,
+    presets,
     prometheus,
     series,
     stream,
@@ -176,6 +177,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
     # order: the health check (what a starting server is asked first) comes before the rest.
     for module in (
         system,
+        presets,
         jobs,
         lifecycle_api,
         artifacts_api,

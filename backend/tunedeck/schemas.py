@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -34,9 +35,11 @@ from tunedeck.store.tables import (
     LogBase,
     MemoryBase,
     MetricBase,
+    PresetBase,
 )
 
 _Row = TypeVar("_Row", bound="JobOut")  # JobOut or JobCreated: `of` and `placed` keep the class
+MAX_YAML_BYTES = 1_000_000  # a job YAML as the YAML submit and a team preset take it
 NonFinite = Literal["inf", "-inf", "nan"]
 JobKind = Literal["train", "eval", "predict", "export", "chat"]
 
@@ -393,13 +396,30 @@ class LintOut(BaseModel):
     findings: list[Finding]
 
 
-class Preset(BaseModel):
-    name: str
+class Preset(PresetBase):
+    """A preset as listed: shipped with tunedeck (configs/, read-only) or saved by the team."""
+
+    model_config = answered("owner", "description")
+
     kind: str = PField(description="yaml (a job config) or json (a DeepSpeed config)")
+    source: Literal["shipped", "team"] = PField(
+        description="shipped: a file of the package (read-only); team: saved with POST /api/presets"
+    )
+    created_at: datetime | None = PField(  # type: ignore[assignment]  # a shipped file has no save time
+        None, description="when the team saved it (none for shipped ones)"
+    )
 
 
 class PresetText(Preset):
     text: str
+
+
+class PresetIn(Strict):
+    """A team preset: a job YAML checked exactly as `POST /api/jobs/yaml` checks one."""
+
+    name: str = PField(**NAME_RULES)
+    description: str = PField("", max_length=500)
+    text: str = PField(min_length=1, max_length=MAX_YAML_BYTES, description="the job's LLaMA-Factory YAML")
 
 
 class CursorOut(BaseModel):
@@ -444,6 +464,10 @@ class Health(BaseModel):
     cpu_slots: int
     near_oom_share: float = PField(
         description="share of a device's memory that, sustained, raises vram_near_oom (the charts' band)"
+    )
+    chat_idle_s: float = PField(
+        description="a chat job with no completion for this long is stopped (TUNEDECK_CHAT_IDLE_S); until "
+        "then it holds its GPUs or a CPU slot"
     )
 
 

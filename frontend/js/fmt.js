@@ -76,6 +76,15 @@ export function progressBar(p, wide = false) {
   return h("span", { class: `bar${wide ? " wide" : ""}`, title: `${pct.toFixed(1)}%` }, h("i", { style: `width:${Math.min(100, pct)}%` }));
 }
 
+// What starting a chat costs the team, in the server's own numbers (`/api/health`: TUNEDECK_CHAT_IDLE_S,
+// the CPU slots): said wherever a chat is started.
+export function chatHolds(health, gpus) {
+  const idle = health.chat_idle_s;
+  const span = idle >= 60 ? `${+(idle / 60).toFixed(1)} minutes` : `${idle} s`;
+  const slot = gpus ? "its GPU" : health.cpu_slots === 1 ? "the only CPU slot" : "a CPU slot";
+  return `A chat job holds ${slot} until you stop it or it has had no request for ${span}.`;
+}
+
 export function nav(here) {
   const links = [["/", "Jobs"], ["/new", "New job"], ["/compare", "Compare"], ["/nodes", "Nodes"]];
   const top = h("header", { class: "top" }, h("span", { class: "brand", text: "tunedeck" }),

@@ -3,7 +3,7 @@
 /* global Plotly */
 import { get, post } from "./api.js";
 import { config, layout, plotlyReady } from "./charts.js";
-import { $, bytes, h, num } from "./fmt.js";
+import { $, bytes, chatHolds, h, num } from "./fmt.js";
 import { refuse } from "./refusal.js";
 
 const PAGE = 20;
@@ -81,7 +81,9 @@ function chatButton(job) {
       location.href = `/jobs/${chat.id}/chat`;
     } catch (e) { refuse($("#refusals"), "Starting a chat failed", e); button.disabled = false; }
   } }, "Chat with this model");
-  return button;
+  const holds = h("div", { class: "muted", id: "chat-holds" });
+  get("/api/health").then((health) => { holds.textContent = chatHolds(health, Math.min(job.gpus, 1)); }).catch(() => {});
+  return h("span", {}, button, " ", holds);
 }
 
 export async function showResults(job) {

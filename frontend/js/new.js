@@ -1,6 +1,6 @@
 // The new-job form: presets, YAML import, preview/export of the exact train.yaml, errors at fields.
 import { ApiError, describe, get, optional, post } from "./api.js";
-import { $, bytes, h, nav } from "./fmt.js";
+import { $, bytes, chatHolds, h, nav } from "./fmt.js";
 import { GROUPS, KINDS } from "./form-fields.js";
 
 nav("/new");
@@ -43,6 +43,20 @@ function setParent(job) {
 for (const [title, fields] of GROUPS) {
   $("#groups").append(h("fieldset", {}, h("legend", { text: title }), h("div", { class: "fields" }, ...fields.map(([k, kind, hint]) => input(k, kind, hint)))));
 }
+
+// A chat job keeps its slot until stopped or idle: said at the kind, with the server's numbers.
+async function kindNote() {
+  const field = document.querySelector('[data-field="kind"]');
+  let note = field.querySelector("#chat-holds");
+  if ($("#f-kind").value !== "chat") { if (note) note.remove(); return; }
+  const health = await optional("/api/health").catch(() => null);
+  if (!health || $("#f-kind").value !== "chat") return;
+  if (!note) { note = h("div", { class: "hint", id: "chat-holds" }); field.append(note); }
+  const gpus = $("#f-gpus").value.trim();
+  note.textContent = chatHolds(health, gpus === "" ? (health.gpus > 0 ? 1 : 0) : Number(gpus));
+}
+$("#f-kind").addEventListener("change", kindNote);
+$("#f-gpus").addEventListener("change", kindNote);
 
 // ------------------------------------------------------------------ config <-> fields
 function yamlScalar(v) { return typeof v === "string" && /^[\w./,+-]+$/.test(v) && !/^(true|false|null|yes|no|~|[\d.eE+-]+)$/i.test(v) ? v : JSON.stringify(v); }
@@ -390,13 +404,101 @@ $("#load-preset").addEventListener("click", async () => {
   await importYaml(p.text, name.replace(/_/g, "-"));
 });
 
+// The picker: shipped job presets, then the team's with owner and description (DeepSpeed ones go to
+// the DeepSpeed menu). Called again after a save, keeping the choice.
+function presetLabel(p) {
+  if (p.source !== "team") return p.name;
+  return `${p.name} — ${p.owner || "no owner"}${p.description ? `: ${p.description}` : ""}`;
+}
+
+async function listPresets() {
+  const presets = (await optional("/api/presets")) || [];
+  const picker = $("#preset");
+  const chosen = picker.value;
+  const groups = { shipped: h("optgroup", { label: "shipped (read-only)" }), team: h("optgroup", { label: "team" }) };
+  for (const p of presets) {
+    if (p.kind === "yaml" || p.kind === "yml") {
+      groups[p.source === "team" ? "team" : "shipped"].append(h("option", { value: p.name, text: presetLabel(p), title: p.description || "", "data-source": p.source || "shipped", "data-owner": p.owner || "" }));
+    } else if (p.kind === "json" && !$("#ds-mode").querySelector(`option[value="preset:${CSS.escape(p.name)}"]`)) {
+      $("#ds-mode").insertBefore(h("option", { value: `preset:${p.name}`, text: `preset: ${p.name}` }), $("#ds-mode").lastElementChild);
+    }
+  }
+  picker.replaceChildren(h("option", { value: "", text: "—" }), ...Object.values(groups).filter((g) => g.children.length));
+  picker.value = chosen;
+}
+
+// ------------------------------------------------------------------ save as a team preset
+// The form's keys as YAML: a key a line; strings that read as something else, lists and objects in
+// JSON's flow syntax, which YAML reads as the same values.
+function yamlText(spec) {
+  const lines = Object.entries(spec.config).map(([k, v]) => `${k}: ${yamlScalar(v)}`);
+  if (spec.deepspeed !== null && spec.deepspeed !== undefined) lines.push(`deepspeed: ${yamlScalar(spec.deepspeed)}`);
+  return lines.join("\n") + "\n";
+}
+
+const presetDialog = $("#preset-dialog");
+
+function clearPresetErrors() {
+  for (const el of presetDialog.querySelectorAll(".field.has-error")) el.classList.remove("has-error");
+  for (const el of presetDialog.querySelectorAll(".field-error")) el.remove();
+  $("#preset-banner").replaceChildren();
+}
+
+// The dialog's own fields get their errors there; the YAML's go to the form's fields behind it, and
+// are listed in the dialog too, so the modal never hides why nothing was saved.
+function showPresetErrors(errors) {
+  const form = [];
+  for (const err of errors) {
+    const loc = err.loc || [];
+    const path = loc[0] === "body" ? loc.slice(1) : loc;
+    const field = ["name", "description"].includes(path[0]) && loc[0] === "body" ? presetDialog.querySelector(`[data-preset-field="${path[0]}"]`) : null;
+    if (field) {
+      field.classList.add("has-error");
+      field.append(h("div", { class: "field-error", "data-loc": path.join("."), text: err.msg }));
+    } else form.push(err);
+  }
+  if (!form.length) return;
+  showErrors(form);
+  $("#preset-banner").replaceChildren(h("div", { class: "error" },
+    h("div", { text: `The form's YAML is refused as a submit would be (${form.length} problem${form.length === 1 ? "" : "s"}, marked at the fields):` }),
+    ...form.map((e) => h("div", { class: "preset-problem", "data-loc": (e.loc || []).join("."), text: `${(e.loc || []).filter((x) => x !== "body").join(".")}: ${e.msg}` }))));
+}
+
+$("#save-preset").addEventListener("click", () => {
+  clearPresetErrors();
+  if (!$("#preset-name").value && $("#f-name").value) $("#preset-name").value = $("#f-name").value.trim();
+  presetDialog.showModal();
+  $("#preset-name").focus();
+});
+$("#preset-cancel").addEventListener("click", () => presetDialog.close());
+
+$("#preset-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  clearPresetErrors();
+  const button = $("#preset-save");
+  button.disabled = true;
+  try {
+    let spec;
+    try { spec = await collect(); } catch (e) {
+      if (e instanceof FieldErrors) { showPresetErrors(e.errors); return; }
+      throw e;
+    }
+    const name = $("#preset-name").value.trim();
+    const saved = await post("/api/presets", { name, description: $("#preset-description").value.trim(), text: yamlText(spec) });
+    presetDialog.close();
+    await listPresets();
+    $("#preset").value = saved.name;
+    $("#banner").replaceChildren(h("div", { class: "notice", id: "preset-saved", text: `Saved team preset ${saved.name}${saved.owner ? ` (owner ${saved.owner})` : ""}.` }));
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 422 && Array.isArray(e.detail)) showPresetErrors(e.detail);
+    else if (e instanceof ApiError && e.status === 409) showPresetErrors([{ loc: ["body", "name"], msg: typeof e.detail === "string" ? e.detail : describe(e) }]);
+    else $("#preset-banner").replaceChildren(h("div", { class: "error", text: describe(e) }));
+  } finally { button.disabled = false; }
+});
+
 async function loadPresets() {
   await Promise.all([loadHelp(), loadTemplates()]);
-  const presets = (await optional("/api/presets")) || [];
-  for (const p of presets) {
-    if (p.kind === "yaml" || p.kind === "yml") $("#preset").append(h("option", { value: p.name, text: p.name }));
-    else if (p.kind === "json") $("#ds-mode").insertBefore(h("option", { value: `preset:${p.name}`, text: `preset: ${p.name}` }), $("#ds-mode").lastElementChild);
-  }
+  await listPresets();
   const params = new URLSearchParams(location.search);
   const want = params.get("preset");
   if (want) { $("#preset").value = want; $("#load-preset").click(); }

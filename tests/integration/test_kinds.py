@@ -222,6 +222,10 @@ def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(ser
         parts = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
         answers.append("".join(parts))
     assert all(answers), answers
+    # On this open loopback server the stock client works with any key that is no tunedeck token.
+    anyone = OpenAI(base_url=base, api_key="none", max_retries=0)
+    reply = anyone.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}])
+    assert reply.choices[0].message.content, reply
     # The chat page streams its answer through the same route.
     page.goto(f"{server.url}/jobs/{chat['id']}/chat")
     page.wait_for_function("() => window.tunedeck && window.tunedeck.ready", timeout=60_000)

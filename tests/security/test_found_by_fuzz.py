@@ -29,3 +29,14 @@ def test_a_home_folder_of_nobody_is_a_plain_folder_name(app_factory, assets):
     assert r.status_code == 201, r.text
     text = app.api.get(f"/api/jobs/{r.json()['id']}/config").json()["train_yaml"]
     assert f"model_name_or_path: {app.workspace.resolve() / '~no-such-user-here' / 'model'}\n" in text
+
+
+def test_a_preset_text_no_yaml_file_can_hold_is_refused_at_the_text(app_factory):
+    """`POST /api/presets` with control characters (and surrogate pairs) in its text answered 500."""
+    app = app_factory()
+    body = b'{"name": "l", "text": "\\u00bb\\u0090N\\ud9e7\\ude79\\u001e\\u00c7\\ud92b\\udfe0"}'
+    r = app.api.post("/api/presets", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert [d["loc"] for d in r.json()["detail"]] == [["body", "text"]]
+    assert "U+0090" in r.json()["detail"][0]["msg"]
+    assert app.api.get("/api/presets/l").status_code == 404

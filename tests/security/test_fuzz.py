@@ -56,6 +56,7 @@ def bounded(max_examples: int, **more) -> settings:
 
 STREAM = "GET /api/stream"
 DELETE = "DELETE /api/jobs/{job_id}"
+DELETE_PRESET = "DELETE /api/presets/{name}"
 CLONE = "POST /api/jobs/{job_id}/clone"
 TELEMETRY = "POST /api/jobs/{job_id}/telemetry"
 COMPARE = "GET /api/compare"
@@ -287,6 +288,15 @@ def valid_variants(op, assets: Path) -> list[st.SearchStrategy]:
             replaced(op, body=mappings),
         ],
         "POST /api/ui/parse-yaml": [replaced(op, body=yaml_text), replaced(op, body=mappings)],
+        "POST /api/presets": [
+            replaced(
+                op,
+                body=st.fixed_dictionaries(
+                    {"name": NAMES, "text": specs.map(lambda s: yaml.safe_dump(s["config"]))},
+                    optional={"description": st.text(max_size=40, alphabet=st.characters(codec="utf-8"))},
+                ),
+            )
+        ],
         "POST /api/runs/import": [
             replaced(op, body=st.fixed_dictionaries({"trainer_log": TRAINER_LOGS, "name": NAMES}))
         ],
@@ -320,6 +330,7 @@ class Seeds:
     presets: list[str]
     stocked: int  # an ended job with an adapter and a resumable checkpoint in its output folder
     doomed: list[int]  # ended jobs for DELETE alone: the others must stay for every other operation
+    team_presets: list[str]  # saved for DELETE /api/presets/{name} alone
 
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
@@ -435,12 +446,17 @@ def seeds(fuzz_server, assets, tmp_path_factory) -> Seeds:
     for name in CHECKPOINT_FILES:
         (out / "checkpoint-2" / name).write_bytes(b"{}")
     doomed = [cancelled(f"seed-doomed-{i}")["id"] for i in range(3)]
+    team_presets = [f"seed-preset-{i}" for i in range(3)]
+    for name in team_presets:
+        saved = me.post("/api/presets", json={"name": name, "text": yaml.safe_dump(demo_config(assets))})
+        assert saved.status_code == 201, saved.text
     return Seeds(
         jobs=[queued, from_yaml, theirs, ended, imported, stocked["id"]],
         imported=imported,
         presets=presets,
         stocked=stocked["id"],
         doomed=doomed,
+        team_presets=team_presets,
     )
 
 
@@ -451,6 +467,9 @@ def variants(op, seeds: Seeds, assets: Path) -> list[st.SearchStrategy]:
     """Generated cases of `op`: as generated, naming seeded rows, and with valid bodies."""
     if op.label == DELETE:  # destructive: only ever the jobs made for it
         return [op.as_strategy(path_parameters={"job_id": j}) for j in seeds.doomed]
+    if op.label == DELETE_PRESET:  # the team presets made for it, and the shipped ones (read-only)
+        names = seeds.team_presets + seeds.presets
+        return [op.as_strategy()] + [op.as_strategy(path_parameters={"name": n}) for n in names]
     out = [op.as_strategy()]
     if "{job_id}" in op.path and "{path}" in op.path:
         out += [op.as_strategy(path_parameters={"job_id": seeds.stocked, "path": p}) for p in ADAPTER_FILES]
@@ -691,4 +710,10 @@ def test_nothing_stored_is_garbage(fuzz_server, seeds):
     assert problems == [], "\n".join(problems)
     assert streams <= {"stdout", "stderr", "runner"} and severities <= {"info", "warning", "critical"}
     assert tokens == [("fuzzer", "submitter", None), ("rival", "submitter", None)]
+    for name, owner, text in db.execute("SELECT name, owner, text FROM team_presets"):
+        if not follows_name_rules(name) or owner not in fuzz_server.tokens:
+            problems.append(f"team preset {name!r} of {owner!r}")
+        elif not isinstance(yaml.safe_load(text), dict):
+            problems.append(f"team preset {name!r} holds {text[:80]!r}, not a YAML mapping")
+    assert problems == [], "\n".join(problems)
     assert db.execute("SELECT count(*) FROM metric_points").fetchone()[0] > 0

@@ -9,7 +9,7 @@ from sqlalchemy.exc import DatabaseError
 
 from tunedeck.config import Settings
 from tunedeck.problems import SpecError
-from tunedeck.services.errors import Conflict, NotFound
+from tunedeck.services.errors import Conflict, Forbidden, NotFound
 from tunedeck.services.ingest.storage import RETRY_AFTER_S, StorageFault, fault_of
 
 
@@ -84,6 +84,10 @@ def install(app: FastAPI, settings: Settings) -> None:
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, e: Conflict) -> JSONResponse:
         return JSONResponse(status_code=409, content={"detail": str(e)})
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, e: Forbidden) -> JSONResponse:
+        return JSONResponse(status_code=403, content={"detail": str(e)})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

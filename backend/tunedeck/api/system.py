@@ -1,17 +1,15 @@
-"""Health, who is asking, and presets."""
+"""Health and who is asking."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from sqlalchemy import text
 
 from tunedeck import __version__
 from tunedeck.api import auth
-from tunedeck.api.answers import errors
 from tunedeck.api.deps import SettingsDep
 from tunedeck.api.guard import EXPOSED
-from tunedeck.checks.presets import presets
-from tunedeck.schemas import Health, Me, Preset, PresetText
+from tunedeck.schemas import Health, Me
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["system"])
@@ -32,6 +30,7 @@ def health(request: Request, session: SessionDep) -> dict:
         "gpus": state.node_gpus,
         "cpu_slots": state.settings.cpu_slots,
         "near_oom_share": state.settings.alert_near_oom_share,
+        "chat_idle_s": state.settings.chat_idle_s,
     }
 
 
@@ -47,18 +46,3 @@ def who_am_i(request: Request, settings: SettingsDep) -> dict:
         "may_submit": auth.may_submit(principal, settings),
         "acts_on": auth.acts_on(principal, settings),
     }
-
-
-@router.get("/presets", response_model=list[Preset])
-def list_presets() -> list[dict]:
-    """Job configs (`yaml`) and DeepSpeed configs (`json`) shipped in the package (tunedeck/configs)."""
-    return [{"name": k, "kind": p.suffix.lstrip(".")} for k, p in presets().items()]
-
-
-@router.get("/presets/{name}", response_model=PresetText, responses=errors(404))
-def get_preset(name: str) -> dict:
-    """One preset's text."""
-    p = presets().get(name)
-    if p is None:
-        raise HTTPException(status_code=404, detail=f"no preset {name!r}")
-    return {"name": name, "kind": p.suffix.lstrip("."), "text": p.read_text()}

@@ -9,12 +9,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tunedeck import tree
+from tunedeck import schemas, tree
 from tunedeck.checks import jobenv
 from tunedeck.problems import SpecError, detail
 from tunedeck.schemas import JobSpec
 
-MAX_YAML_BYTES = 1_000_000
+MAX_YAML_BYTES = schemas.MAX_YAML_BYTES
 
 
 class _TooMany(Exception):

@@ -188,6 +188,19 @@ def submit(
     for f in job.get("findings", []):  # lint warnings and notes
         typer.echo(f"{f['severity']}: {f['code']} {f['path']}: {f['message']} (fix: {f['fix']})", err=True)
     typer.echo(f"submitted job {job['id']} ({job['status']})")
+    if kind == "chat":
+        typer.echo(chat_note(_call(server, "GET", "/api/health"), job["id"]), err=True)
+
+
+def chat_note(health: dict, job_id: int) -> str:
+    """What a chat job holds and for how long, from the server's own settings (`/api/health`)."""
+    idle = health["chat_idle_s"]
+    span = f"{idle / 60:g} minutes" if idle >= 60 else f"{idle:g} s"
+    slot = "the only CPU slot" if health["cpu_slots"] == 1 else "a CPU slot"
+    return (
+        f"note: a chat job holds its GPUs (or {slot} on CPU) until it is stopped "
+        f"(tunedeck cancel {job_id}) or has had no request for {span} (TUNEDECK_CHAT_IDLE_S)"
+    )
 
 
 @app.command()
@@ -491,6 +504,11 @@ _register_jobs(app)
 from tunedeck.cli.analyze import register as _register_analyze
 
 _register_analyze(app)
+
+# `tunedeck presets list | save | delete` (the shipped presets and the team's, through the server)
+from tunedeck.cli.presets import presets_app as _presets_app
+
+app.add_typer(_presets_app, name="presets")
 
 
 if __name__ == "__main__":

@@ -7,3 +7,7 @@ class NotFound(Exception):
 
 class Conflict(Exception):
     """The row is in a state that forbids the request (409)."""
+
+
+class Forbidden(Exception):
+    """The caller's token does not own the row and is no admin's (403)."""

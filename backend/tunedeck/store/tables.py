@@ -197,6 +197,25 @@ class ApiToken(SQLModel, table=True):
     revoked_at: datetime | None = None
 
 
+class PresetBase(SQLModel):
+    """A team preset's fields that its row and its answer (schemas.PresetOut) share."""
+
+    name: str = Field(unique=True)
+    owner: str | None = None  # the token's name; None when saved on an open server
+    description: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class TeamPreset(PresetBase, table=True):
+    """A job YAML the team saved by name (`POST /api/presets`), checked as a submit checks it; the
+    shipped presets (configs/) are files, not rows, and stay read-only."""
+
+    __tablename__ = "team_presets"
+
+    id: int | None = Field(default=None, primary_key=True)
+    text: str
+
+
 class MemoryBase(SQLModel):
     """A memory sample's fields that its row and its answer (schemas.MemorySampleOut) share."""
 
