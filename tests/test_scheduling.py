@@ -19,6 +19,7 @@ from tests.utils.factories import create_token
 from tests.utils.servers import demo_config
 from tests.utils.standin import release, training_env
 from tests.utils.wait import until
+from tunedeck.checks import jobenv
 from tunedeck.cli.main import app as cli_app
 from tunedeck.planning.queueplan import STARTING, Capacity, plan
 from tunedeck.store.tables import Job, JobStatus
@@ -149,6 +150,45 @@ def test_devices_priority_and_env_are_checked_at_submit(app_factory, assets):
     assert app.api.get(f"/api/jobs/{made['id']}/config").json()["env"] == env
     listed = app.api.get("/api/jobs").json()["jobs"]
     assert [(j["queue_position"], j["waiting_for"]) for j in listed] == [(1, "launches paused")]
+
+
+def test_the_hang_debugging_knobs_pytorch_asks_for_are_allowed_and_the_flight_recorder_dumps_in_the_run(
+    app_factory, assets
+):
+    app = app_factory()
+    base = {"name": "knobs", "config": demo_config(assets)}
+    knobs = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "TORCH_CPP_LOG_LEVEL": "INFO",
+        "FI_CXI_RX_MATCH_MODE": "hybrid",
+    }
+    made = app.submit({**base, "env": knobs})
+    assert app.api.get(f"/api/jobs/{made['id']}/config").json()["env"] == knobs
+    launched = jobenv.launch(knobs)
+    assert (
+        launched["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "flight_recorder_rank_"
+    )  # the trainer's cwd: the run
+    assert launched["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in jobenv.launch({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})
+    errs = _errors(
+        app.api.post(
+            "/api/jobs",
+            json={
+                **base,
+                "env": {
+                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/etc/x",  # names a file: the run folder's, always
+                    "FI_PROVIDER_PATH": "/tmp/prov",  # loads libraries from a folder
+                    "TORCH_DISTRIBUTED_DEBUG": "LOUD",
+                    "TORCH_NCCL_TRACE_BUFFER_SIZE": "-5",
+                },
+            },
+        )
+    )
+    assert "load or write a file" in errs[("env", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")]
+    assert "load or write a file" in errs[("env", "FI_PROVIDER_PATH")]
+    assert errs[("env", "TORCH_DISTRIBUTED_DEBUG")] == "must be OFF, INFO or DETAIL"
+    assert "whole number of entries" in errs[("env", "TORCH_NCCL_TRACE_BUFFER_SIZE")]
 
 
 def test_a_queued_jobs_priority_changes_by_its_owner_or_an_admin(app_factory, assets):

@@ -634,3 +634,26 @@ class Node(BaseModel):
     jobs: list[int] = PField(
         [], description="the running tunedeck jobs placed on the node (executor `slurm`)"
     )
+
+
+# Stack dumps of a job's trainer processes (api/stacks.py)
+class StacksAsked(BaseModel):
+    request: int = PField(
+        description="the request's number; its dumps arrive as each node's runner sends them"
+    )
+
+
+class RankPlace(BaseModel):
+    rank: int
+    node: str
+    pid: int
+    where: str = PField(description="where the rank's main thread waits: a collective, data loading, ...")
+
+
+class StacksOut(BaseModel):
+    request: int
+    asked_at: float = PField(description="Unix time of the request")
+    reason: str
+    summary: str | None = PField(description="'ranks 0–2 in all_reduce (backward), rank 3 in data loading'")
+    ranks: list[RankPlace]
+    nodes: list[dict[str, Any]] = PField(description="each node's report: every process dumped, its threads")

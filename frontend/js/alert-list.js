@@ -2,6 +2,7 @@
 import { describe, post } from "./api.js";
 import { h } from "./fmt.js";
 import { refuse } from "./refusal.js";
+import { stacksPanel } from "./stacks.js";
 
 // A CPU job's series (-1) is the host's memory, never "GPU -1".
 export function deviceLabel(gpu) {
@@ -49,5 +50,6 @@ export function alertItem(a, jobId) {
     h("span", { class: "state", text: a.open ? " · open" : " · resolved" }),
     h("div", { text: a.message }),
     a.suggestion ? h("div", { class: "sugg", text: `→ ${a.suggestion}` }) : null,
-    a.change ? rerun(jobId, a.change) : null);
+    a.change ? rerun(jobId, a.change) : null,
+    a.kind === "stall" && jobId ? stacksPanel(jobId, a.open) : null);
 }

@@ -6,6 +6,7 @@ change as a new job in one click; an alert that closes changes the open pages at
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from tests.ui.conftest import shot
 from tests.utils.factories import create_job, post_telemetry
 from tests.utils.runs import decaying, imported, memory_csv
 from tests.utils.servers import Server, demo_config
+from tests.utils.wait import until
 from tunedeck.config import Settings
 from tunedeck.store.db import make_engine
 
@@ -133,3 +135,58 @@ def test_an_alert_that_closes_changes_the_open_pages_at_once(server, assets, pag
     shot(page, "alerts-closed-live")
     server.api.post(f"/api/jobs/{job.id}/cancel")
     assert page.errors == [] and team_errors == []
+
+
+@pytest.mark.parametrize("width", ["wide", "phone"])
+def test_a_stall_shows_where_each_rank_waits_from_the_dumps_it_asked_for(server, assets, page, width):
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in server.env.items():
+            if k.startswith("TUNEDECK_"):
+                mp.setenv(k, v)
+        settings = Settings()
+    engine = make_engine(settings.db_path)
+    job = create_job(engine, settings, config=demo_config(assets), name=f"hung {width}", runner_token="h")
+    engine.dispose()
+    # Steps that ended hours ago: a stall, which asks the job's runners for stack dumps.
+    points = [{"current_steps": i, "total_steps": 100, "loss": 2.0} for i in range(1, 21)]
+    assert (
+        post_telemetry(server.api, job.id, "h", seq=0, points=points, t=time.time() - 20000).status_code
+        == 200
+    )
+    until(lambda: server.api.get(f"/api/jobs/{job.id}/stacks").status_code == 200, "the stall's dump request")
+    frames = [
+        {"name": "all_reduce", "file": "/v/torch/distributed/distributed_c10d.py", "line": 2500},
+        {"name": "backward", "file": "/v/torch/autograd/__init__.py", "line": 200},
+    ]
+    body = {  # what the runner of the job's one node sends for the request
+        "request": 1,
+        "node": "gpu-a",
+        "processes": [{"pid": 4321, "rank": 0, "threads": [{"name": "MainThread", "frames": frames}]}],
+    }
+    r = server.api.post(
+        f"/api/jobs/{job.id}/telemetry/stacks", json=body, headers={"Authorization": "Bearer h"}
+    )
+    assert r.status_code == 200, r.text
+    page.set_viewport_size(
+        {"width": 1440, "height": 900} if width == "wide" else {"width": 390, "height": 844}
+    )
+    page.goto(f"{server.url}/jobs/{job.id}")
+    ready(page)
+    stall = page.locator('.alert-item[data-kind="stall"]')
+    stall.wait_for(timeout=WAIT)
+    stall.locator("button.stacks-show").click()
+    expect(stall.locator(".stacks-summary")).to_have_text(
+        "Where each rank waits: rank 0 in all_reduce (backward)", timeout=WAIT
+    )
+    expect(stall.locator(".stacks-ranks li")).to_have_text(
+        ["rank 0 on gpu-a (pid 4321): all_reduce (backward)"]
+    )
+    assert stall.locator("a").get_attribute("href") == f"/api/jobs/{job.id}/stacks?request=1"
+    # Asking again: a new request, whose dump is still on its way.
+    stall.locator("button.stacks-again").click()
+    expect(stall.locator(".stacks-summary")).to_contain_text("no runner has sent its dump yet", timeout=WAIT)
+    assert server.api.get(f"/api/jobs/{job.id}/stacks").json()["request"] == 2
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, f"alerts-stall-stacks-{width}")
+    server.api.post(f"/api/jobs/{job.id}/cancel")
+    assert page.errors == []

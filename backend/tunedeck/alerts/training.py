@@ -697,7 +697,10 @@ class Training:
                 "true, then rerun with NCCL_DEBUG=INFO to see the stuck collective"
             )
         else:
-            sug = "possible collective-communication hang: rerun with NCCL_DEBUG=INFO and py-spy dump the workers"
+            sug = (
+                "possible collective-communication hang: see where each rank waits in the stack dumps taken "
+                "as this opened (GET /api/jobs/<id>/stacks), and rerun with NCCL_DEBUG=INFO"
+            )
         return [
             Finding(
                 "stall",

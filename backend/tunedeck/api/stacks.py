@@ -3,11 +3,9 @@ each node's runner with py-spy, and read back with where each rank waits."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
-from pydantic import BaseModel
-from pydantic import Field as PField
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api import auth
@@ -15,33 +13,12 @@ from tunedeck.api.answers import errors
 from tunedeck.api.deps import SettingsDep, only_query, principal_name
 from tunedeck.api.telemetry import runner_job
 from tunedeck.contract.stacks import StackReport
+from tunedeck.schemas import StacksAsked, StacksOut
 from tunedeck.services.jobs import records as service
 from tunedeck.store.db import SessionDep
 from tunedeck.store.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["stacks"])
-
-
-class StacksAsked(BaseModel):
-    request: int = PField(
-        description="the request's number; its dumps arrive as each node's runner sends them"
-    )
-
-
-class RankPlace(BaseModel):
-    rank: int
-    node: str
-    pid: int
-    where: str = PField(description="where the rank's main thread waits: a collective, data loading, ...")
-
-
-class StacksOut(BaseModel):
-    request: int
-    asked_at: float = PField(description="Unix time of the request")
-    reason: str
-    summary: str | None = PField(description="'ranks 0–2 in all_reduce (backward), rank 3 in data loading'")
-    ranks: list[RankPlace]
-    nodes: list[dict[str, Any]] = PField(description="each node's report: every process dumped, its threads")
 
 
 @router.post(

@@ -210,9 +210,9 @@ class Reporter:
             self._cond.notify_all()
 
     def post(self, path: str, body: dict[str, Any], timeout_s: float = 30.0) -> int | None:
-        """One JSON request beside the batches (`path` under the job's API), with the runner's token:
-        its status, or None when no server answered."""
-        url = self.endpoint.rsplit("/", 1)[0] + "/" + path
+        """One JSON request beside the batches (`path` under the job's telemetry route), with the
+        runner's token: its status, or None when no server answered."""
+        url = f"{self.endpoint}/{path}"
         try:
             r = httpx.post(url, json=body, headers=self.headers, timeout=timeout_s)
         except httpx.HTTPError:
