@@ -185,8 +185,10 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_cluster, ray_
 
 def rank_workers(job: dict, rank: int) -> list:
     """The trainer processes of torchrun's global rank `rank`, on whichever node it runs."""
+    from tunedeck.procs import job_processes as find  # now, not after the settle `left` waits for
+
     out = []
-    for p in left(job):
+    for p in (p for k in keys(job) for p in find(k)):
         try:
             if p.environ().get("RANK") == str(rank):
                 out.append(p)
@@ -201,7 +203,7 @@ def test_a_hung_rank_is_dumped_on_every_node_and_the_summary_says_where_each_wai
     created = ray_server.submit(
         {
             "name": "hung",
-            "config": demo_config(assets, max_steps=2000, save_steps=1000),
+            "config": demo_config(assets, max_steps=50000, save_steps=100000),  # cancelled when seen
             "gpus": 1,
             "nodes": 2,
         }

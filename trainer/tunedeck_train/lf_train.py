@@ -222,9 +222,100 @@ def main() -> int:
     return 0
 
 
+def _ddp_timeout(yaml_path: str) -> float:
+    """The run's own `ddp_timeout` (transformers' default 1800 s): the group made here is the run's."""
+    import yaml
+
+    try:
+        with open(yaml_path, encoding="utf-8") as f:
+            value = (yaml.safe_load(f) or {}).get("ddp_timeout", 1800)
+        return float(value)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 1800.0
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) < 8 else f"{ranks[0]}–{ranks[-1]} ({len(ranks)} ranks)"
+
+
+def collective_check(yaml_path: str | None = None) -> str:
+    """Before training, when TUNEDECK_COLLECTIVE_CHECK is on under torchrun: every rank says it is
+    there (host and rank, in the rendezvous store) within TUNEDECK_COLLECTIVE_TIMEOUT_S, else the job
+    fails at once naming the ranks that never came, instead of waiting out `ddp_timeout`. Then one
+    all-reduce of TUNEDECK_COLLECTIVE_MB megabytes, timed over a few rounds, gives the bus bandwidth
+    (the nccl-tests convention: bytes × 2(n−1)/n per second). The process group it made is the run's
+    (accelerate reuses an initialised one), with the run's `ddp_timeout`. Returns the line it logged."""
+    import datetime
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    wait_s = float(os.getenv("TUNEDECK_COLLECTIVE_TIMEOUT_S", "120"))
+    started = time.monotonic()
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=datetime.timedelta(seconds=wait_s)))
+    except Exception as e:  # the store's own master waits for every rank to connect: none came in time
+        raise RuntimeError(
+            f"tunedeck collective check: rank {rank} could not meet the other {world - 1} rank(s) at "
+            f"{os.getenv('MASTER_ADDR')}:{os.getenv('MASTER_PORT')} within {wait_s:.0f} s ({e})"
+        ) from None
+    store.set(f"tunedeck/joined/{rank}", socket.gethostname())
+    keys = [f"tunedeck/joined/{r}" for r in range(world)]
+    missing = list(range(world))
+    while missing and time.monotonic() - started < wait_s:
+        missing = [r for r in missing if not store.check([keys[r]])]
+        if missing:
+            time.sleep(0.2)
+    if missing:
+        local = int(os.getenv("LOCAL_WORLD_SIZE", "1")) or 1
+        nodes = sorted({r // local for r in missing})
+        raise RuntimeError(
+            f"tunedeck collective check: rank(s) {_ranks(missing)} (node_rank {_ranks(nodes)}) did not join "
+            f"within {wait_s:.0f} s; the other ranks were ready"
+        )
+    cuda = torch.cuda.is_available()
+    dist.init_process_group(
+        backend="nccl" if cuda else "gloo",
+        store=store,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=_ddp_timeout(yaml_path) if yaml_path else 1800.0),
+    )
+    size = int(float(os.getenv("TUNEDECK_COLLECTIVE_MB", "16")) * 2**20) // 4
+    device = torch.device("cuda", int(os.getenv("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    data = torch.ones(size, dtype=torch.float32, device=device)
+    dist.all_reduce(data)  # warm-up: connections and buffers
+    rounds = 5
+    if cuda:
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        dist.all_reduce(data)
+    if cuda:
+        torch.cuda.synchronize(device)
+    took = (time.perf_counter() - t0) / rounds
+    ok = bool(torch.allclose(data[:16].cpu(), torch.full((16,), float(world) ** (rounds + 1))))
+    hosts = sorted({store.get(k).decode() for k in keys})
+    busbw = 4 * size * 2 * (world - 1) / world / took
+    line = (
+        f"tunedeck collective check: all-reduce over {world} ranks on {len(hosts)} node(s) "
+        f"({dist.get_backend()}, {4 * size / 2**20:.0f} MiB): {busbw / 1e9:.2f} GB/s bus bandwidth, "
+        f"{took * 1e3:.1f} ms per round{'' if ok else '; THE SUM WAS WRONG'}"
+    )
+    if rank == 0:
+        print(line, flush=True)
+    if not ok:
+        raise RuntimeError(line)
+    return line
+
+
 def _run(yaml_path: str) -> None:
     from llamafactory.train.tuner import run_exp
 
+    if _enabled("TUNEDECK_COLLECTIVE_CHECK") and int(os.getenv("WORLD_SIZE", "1")) > 1:
+        collective_check(yaml_path)
     sys.argv = [sys.argv[0], yaml_path]  # LLaMA-Factory reads the YAML named on the command line
     run_exp(callbacks=_callbacks())
 

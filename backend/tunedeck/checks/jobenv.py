@@ -30,6 +30,10 @@ PATTERNS = (
     "TORCH_CPP_LOG_LEVEL",
     "TORCH_SHOW_CPP_STACKTRACES",
     "FI_*",
+    # tunedeck's own check of the ranks' collective before training (tunedeck_train/lf_train.py)
+    "TUNEDECK_COLLECTIVE_CHECK",
+    "TUNEDECK_COLLECTIVE_TIMEOUT_S",
+    "TUNEDECK_COLLECTIVE_MB",
 )
 # The flight recorder writes its dump where this prefix says (default /tmp): the run folder (the
 # trainer's working directory), where the job's files are listed and downloaded.
@@ -69,6 +73,12 @@ def _value_problem(name: str, value: str) -> str | None:
         return "must be a whole number of entries (0 turns the flight recorder off), at most 10000000"
     if name == "TORCH_DISTRIBUTED_DEBUG" and value not in ("OFF", "INFO", "DETAIL"):
         return "must be OFF, INFO or DETAIL"
+    if name == "TUNEDECK_COLLECTIVE_CHECK" and value not in ("0", "1"):
+        return "must be 1 (check the ranks' all-reduce before training) or 0"
+    if name in ("TUNEDECK_COLLECTIVE_TIMEOUT_S", "TUNEDECK_COLLECTIVE_MB") and not (
+        value.isdigit() and 1 <= int(value) <= 3600
+    ):
+        return "must be a whole number from 1 to 3600"
     return None
 
 

@@ -116,9 +116,12 @@ def launch_env(
     offline: bool = True,
     job_env: dict[str, str] | None = None,
     cpu_threads: int | None = None,
+    nodes: int = 1,
 ) -> dict[str, str]:
     """Environment for `llamafactory-cli train` beyond the runner's own (which adds the stop signal):
-    ours, then the job's own variables (checked at submit), which win over a default thread count."""
+    ours, then the job's own variables (checked at submit), which win over a default thread count and
+    the collective check a multi-node job runs (TUNEDECK_COLLECTIVE_CHECK=0 turns it off, =1 asks it of
+    a one-node multi-GPU job)."""
     visible = ",".join(map(str, devices))
     env = {
         "RECORD_VRAM": "1",
@@ -131,6 +134,8 @@ def launch_env(
     if deepspeed or gpus > 1:
         env["FORCE_TORCHRUN"] = "1"
         env["NPROC_PER_NODE"] = str(max(gpus, 1))
+    if nodes > 1:  # every rank meets the others and times one all-reduce before training (lf_train)
+        env["TUNEDECK_COLLECTIVE_CHECK"] = "1"
     if gpus == 0 and cpu_threads:
         env["OMP_NUM_THREADS"] = str(cpu_threads)
     env.update(jobenv.launch(job_env or {}))

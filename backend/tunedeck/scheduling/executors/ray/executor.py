@@ -229,6 +229,7 @@ class RayExecutor:
                 deepspeed=job.ds_config is not None,
                 offline=not s.allow_hub,
                 job_env=queueplan.asked(job).env,
+                nodes=job.nodes,
             )
             env.update(rendezvous(job, r, where[0]))
             runner_config(

@@ -249,6 +249,7 @@ class SlurmExecutor:
             deepspeed=job.ds_config is not None,
             offline=not s.allow_hub,
             job_env=queueplan.asked(job).env,
+            nodes=job.nodes,
         )
         for r in range(job.nodes):
             runner_config(
