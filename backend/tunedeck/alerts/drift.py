@@ -7,12 +7,12 @@ getting far longer sequences, a process that stopped allocating (stuck, or doing
 
 Judged on each GPU's plateau blocks (`memory.Gpu`: a bounded summary of its whole run, so this keeps
 no state of its own), put on a common time grid after warm-up, while every GPU reports. For GPU i,
-Δ_i is how far its level moved from the early part of that stretch (its median over the first
-quarter of the grid) to now (over the last eighth). GPU i drifts when Δ_i less the median of its
+Δ_i is how far its level moved from the early part of that stretch (its 10th percentile over the
+first quarter of the grid) to now (over the last eighth). GPU i drifts when Δ_i less the median of its
 peers' Δ exceeds DRIFT_SHARE of its card and DRIFT_MADS times the MAD of the peers' Δ (so that
 peers that move about a lot do not single one out), while the peers hold: their own median move is
 at most HOLD_SHARE of that drift (one GPU of two drifting: the other's level did not move). A GPU
-with a `vram_leak` finding is left to it: that finding says the same with the time left.
+that leaks while its peers hold gets both this and `vram_leak` (which adds the time left).
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ DRIFT_SHARE = 0.05  # of the drifting GPU's card
 DRIFT_MADS = 5.0  # of the MAD of the peers' moves
 HOLD_SHARE = 0.5  # the peers' own median move, against the drift
 DRIFT_MIN_S = 300.0  # the stretch judged: at least this long after warm-up
+LOW = 10  # the percentile a stretch's level is read at: what eval phases and saves stand on
+FREED = 0.5  # under this share of its usual level a GPU's memory was freed (the run ended)
 
 
 def _moves(levels: np.ndarray) -> np.ndarray:
-    """Each GPU's move (rows: GPUs, columns: the grid): now less early."""
-    early = np.median(levels[:, : GRID // 4], axis=1)
-    now = np.median(levels[:, -(GRID // 8) :], axis=1)
+    """Each GPU's move (rows: GPUs, columns: the grid): now less early, each the LOW percentile of its
+    stretch (what eval phases and saves, which hold memory for a while on every GPU, stand on)."""
+    early = np.percentile(levels[:, : GRID // 4], LOW, axis=1)
+    now = np.percentile(levels[:, -(GRID // 8) :], LOW, axis=1)
     return now - early
 
 
@@ -51,8 +54,15 @@ def findings(
     grid_from, grid_to, rows = -math.inf, math.inf, []
     for k in keys:
         g = gpus[k]
-        mid, level, first = g.block_levels()
+        mid, level, low, first = g.block_levels()
         warm = (first >= max(5, g.n // 10)) & (mid >= max(loading, g.t_first + LOADING_S) + 60)
+        if warm.sum() < 2:
+            return []
+        # Up to the block before the first after warm-up that no longer held the card (the process
+        # exiting frees it; the smoothing lags it by a few samples).
+        gone = np.flatnonzero(warm & (low < FREED * float(np.median(level[warm]))))
+        if len(gone):
+            warm &= np.arange(len(mid)) < gone[0] - 1
         if warm.sum() < 2:
             return []
         rows.append((mid[warm], level[warm]))
@@ -64,8 +74,6 @@ def findings(
     moves = _moves(levels)
     out = []
     for i, k in enumerate(keys):
-        if k in leaking:
-            continue
         peers = np.delete(moves, i)
         centre = float(np.median(peers))
         drift = float(moves[i]) - centre

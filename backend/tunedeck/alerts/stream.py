@@ -89,8 +89,7 @@ class Run:
                 if named and node:
                     f.message = f"{node} {f.message}"  # "node-b GPU 0: ..."
                 out.append(f)
-        leaking = frozenset((f.node, f.gpu) for f in out if f.kind == "vram_leak")
-        for f in drift.findings(self.gpus, j, loading, leaking):
+        for f in drift.findings(self.gpus, j, loading):
             if named and f.node:
                 f.message = f"{f.node} {f.message}"
             out.append(f)
