@@ -58,11 +58,10 @@ def findings(
         warm = (first >= max(5, g.n // 10)) & (mid >= max(loading, g.t_first + LOADING_S) + 60)
         if warm.sum() < 2:
             return []
-        # Up to the block before the first after warm-up that no longer held the card (the process
-        # exiting frees it; the smoothing lags it by a few samples).
-        gone = np.flatnonzero(warm & (low < FREED * float(np.median(level[warm]))))
-        if len(gone):
-            warm &= np.arange(len(mid)) < gone[0] - 1
+        # Not the trailing blocks that no longer held the card (the process exiting frees it), nor the
+        # one before them (the smoothing lags the fall by a few samples).
+        held = np.flatnonzero(low >= FREED * float(np.median(level[warm])))
+        warm &= np.arange(len(mid)) < (held[-1] if len(held) else 0)
         if warm.sum() < 2:
             return []
         rows.append((mid[warm], level[warm]))
