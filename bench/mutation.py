@@ -95,6 +95,16 @@ MODULES = {
             "tests/alerts/test_realistic.py",
         ),
     ),
+    # One GPU moving away from its peers (issue 28 §3).
+    "drift": Module(
+        "backend/tunedeck/alerts/drift.py", ("tests/alerts/test_drift.py", "tests/alerts/test_corpus.py")
+    ),
+    # The flat loss judged against its noise under a learning rate of about 0 (issue 28 §3).
+    "lr_stuck": Module(
+        "backend/tunedeck/alerts/training.py",
+        ("tests/alerts/test_lr_stuck.py", "tests/alerts/test_stuck.py", "tests/alerts/test_corpus.py"),
+        functions=("Training.lr_tiny", "Training._lr_flat", "Training.lr_ramp", "Training._lr_stuck"),
+    ),
     # The writer's storing of a batch: rows, progress, nodes and the exit report (no server).
     "ingest": Module(
         "backend/tunedeck/services/ingest/writer.py",
@@ -167,9 +177,16 @@ def scratch_copy(tree: str | None, tests_from: str | None) -> Path:
 
 
 def spans(source: Path, names: tuple[str, ...]) -> list[tuple[int, int]]:
-    """The line ranges of the named top-level functions and classes."""
+    """The line ranges of the named top-level functions and classes, and of methods as `Class.name`."""
     tree = ast.parse(source.read_text())
     found = {n.name: (n.lineno, n.end_lineno or n.lineno) for n in tree.body if hasattr(n, "name")}
+    for c in tree.body:
+        if isinstance(c, ast.ClassDef):
+            found |= {
+                f"{c.name}.{n.name}": (n.lineno, n.end_lineno or n.lineno)
+                for n in c.body
+                if hasattr(n, "name")
+            }
     if missing := set(names) - set(found):
         raise SystemExit(f"{source}: no function or class {sorted(missing)}")
     return [found[n] for n in names]

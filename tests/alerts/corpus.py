@@ -216,6 +216,79 @@ def generate(seed: int = 0, n: int = 600) -> list[Trace]:
     out += hard(rng, seed, n, level)
     out += stuck(np.random.default_rng(10_000 + seed), seed, n)  # its own draws: the rest stay put
     out.append(overfitting(np.random.default_rng(20_000 + seed), seed, n, level))
+    out += tiny_lr(np.random.default_rng(30_000 + seed), seed, n)
+    out += drift(np.random.default_rng(40_000 + seed), seed, n, level)
+    return out
+
+
+def tiny_lr(rng: np.random.Generator, seed: int, n: int) -> list[Trace]:
+    """A loss that hovers with mini-batch noise (too much for the flat band) because the learning rate
+    is about 0: the scheduler's rate 0 in the log, learning_rate 0 in the config (no lr column), a
+    warm-up far longer than the run. Hard negatives: the same noise under the configured rate, a healthy
+    warm-up and cosine decay to 0 whose loss levels off."""
+    out = []
+    noise = float(rng.uniform(0.02, 0.05))
+    level = float(rng.uniform(1.5, 3.0))
+    hover = lambda k: level * (1 + rng.normal(0, noise))  # noqa: E731
+
+    def made(name: str, labels: set[str], lr, cfg: dict, loss=hover) -> Trace:
+        points = _points(rng, 2, n, loss=loss)
+        for p in points:
+            p.lr = None if lr is None else float(lr(p.step))
+        return Trace(f"{name}-{seed}", _losses(points, cfg), labels)
+
+    out.append(made("lr0-scheduler", {"loss_stuck"}, lambda k: 0.0, _config(lr_scheduler_type="polynomial")))
+    out.append(made("lr0-config", {"loss_stuck"}, None, _config(learning_rate=0)))
+    ramp = lambda k: 1e-4 * k / 100_000  # noqa: E731
+    out.append(made("lr-endless-warmup", {"loss_stuck"}, ramp, _config(warmup_steps=100_000)))
+    out.append(made("hovering-at-lr", set(), lambda k: 1e-4, _config()))
+    total = n // (2 * MICRO_S)
+    cosine = lambda k: 1e-4 * min(1.0, k / 10) * 0.5 * (1 + math.cos(math.pi * k / total))  # noqa: E731
+    falls = lambda k: (2.5 * math.exp(-k / 30) + 0.8) * (1 + rng.normal(0, noise))  # noqa: E731
+    out.append(made("cosine-to-0", set(), cosine, _config(warmup_steps=10), loss=falls))
+    return out
+
+
+def drift(rng: np.random.Generator, seed: int, n: int, level: float) -> list[Trace]:
+    """Four GPUs of one job, each at its own steady offset (rank 0 keeps more, uneven data), one of
+    them moving away from the rest: memory kept on that rank only (a slow climb by 6-9 % of the card,
+    under what a leak is called at), a rank that starts getting far longer sequences (a step up that
+    stays), a process that stopped allocating (a step down). Hard negatives: the same offsets held, and
+    all four moving together."""
+    out = []
+    offsets = rng.uniform(-4, 4, 4) * GiB + np.array([2.0, 0, 0, 0]) * GiB
+    k = np.arange(n, dtype=float)
+
+    def made(name: str, labels: set[str], gpu: int = -1, move=None, common=None) -> Trace:
+        mem = {}
+        for g in range(4):
+            y = _memory(rng, n, level + offsets[g])
+            if g == gpu:
+                y += move
+            if common is not None:
+                y += common
+            mem[g] = [(float(T0 + i), int(max(v, 0)), TOTAL) for i, v in enumerate(y)]
+        s = Series(
+            memory=mem,
+            points=_points(rng, 2, n),
+            config=_config(),
+            gpu_names={g: "AMD Instinct MI300X" for g in range(4)},
+            devices=list(range(4)),
+            running=True,
+        )
+        return Trace(f"{name}-{seed}", s, labels)
+
+    gpu = int(rng.integers(0, 4))
+    k0 = float(rng.uniform(200, 300))
+    share = float(rng.uniform(0.06, 0.09))
+    climb = share * TOTAL * np.clip((k - k0) / (n - k0), 0, 1)
+    out.append(made("drift-climb", {"gpu_drift", "vram_plateau"}, gpu, climb))
+    step = float(rng.uniform(0.06, 0.15)) * TOTAL * np.clip((k - k0) / 20, 0, 1)
+    out.append(made("drift-step-up", {"gpu_drift", "vram_plateau"}, gpu, step))
+    out.append(made("drift-step-down", {"gpu_drift", "vram_plateau"}, gpu, -step))
+    out.append(made("uneven-steady", {"vram_plateau"}))
+    together = 0.08 * TOTAL * np.clip((k - k0) / (n - k0), 0, 1)
+    out.append(made("all-rising", set(), common=together))
     return out
 
 
@@ -472,6 +545,7 @@ def write_run(trace: Trace, folder: Path) -> Path:
             json.dumps(
                 {"current_steps": p.step, "total_steps": 150, "t": p.t}
                 | ({"eval_loss": p.eval_loss} if p.eval_loss is not None else {"loss": p.loss})
+                | ({"lr": p.lr} if p.lr is not None else {})
             )
             + "\n"
             for p in s.points

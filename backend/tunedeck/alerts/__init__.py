@@ -29,6 +29,7 @@ KINDS = (
     "fp16_overflow",
     "loss_overfit",
     "vram_plateau",
+    "gpu_drift",
     *HARDWARE_KINDS,
 )
 Severity = Literal["info", "warning", "critical"]

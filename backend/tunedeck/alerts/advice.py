@@ -270,6 +270,39 @@ def unstick(s: Series) -> Tip:
     )
 
 
+def tiny_lr(s: Series, *, slip: bool, ramp: bool, peak: float) -> Tip:
+    """A loss flat under a learning rate of about 0: what set it so."""
+    usual = usual_lr(s.config)
+    if slip:  # the configured rate itself (0, or a typo's exponent)
+        lr = _num(s.config.get("learning_rate"))
+        said = f"learning_rate is {lr:g}" if lr is not None else "learning_rate is unset"
+        if usual is None:
+            return Tip(f"{said}, far too low for the weights to move: raise it")
+        return Tip(
+            f"{said}, far below the {usual.low:.0e} to {usual.high:.0e} {usual.what} use: the updates are too "
+            f"small to move the weights; set it to {usual.typical:g} (the run starts over; the loss should "
+            "then fall within the first hundred steps)",
+            {"learning_rate": usual.typical},
+        )
+    if ramp:
+        ws, ratio = _num(s.config.get("warmup_steps")), _num(s.config.get("warmup_ratio"))
+        now = f"warmup_steps {ws:g}" if ws else f"warmup_ratio {ratio:g}" if ratio else "its warm-up"
+        return Tip(
+            f"the learning rate is still climbing its warm-up ramp ({now}), at {peak:.2g} so far: the warm-up "
+            "is far longer than the run; set warmup_steps: 0 and warmup_ratio: 0.1 (the rate reaches "
+            "learning_rate after a tenth of the steps)",
+            {"warmup_steps": 0, "warmup_ratio": 0.1},
+        )
+    kind = str(s.config.get("lr_scheduler_type") or "cosine")
+    new = "cosine" if kind != "cosine" else "constant_with_warmup"
+    return Tip(
+        f"the scheduler (lr_scheduler_type {kind}{' with lr_scheduler_kwargs' if s.config.get('lr_scheduler_kwargs') else ''}) "
+        f"gives about 0 from the start although learning_rate is set: set lr_scheduler_type: {new} with no "
+        "lr_scheduler_kwargs (the rate then starts at learning_rate after the warm-up)",
+        {"lr_scheduler_type": new},
+    )
+
+
 def revive(s: Series) -> Tip:
     """Gradients that are exactly zero: the weights no longer change."""
     if wrecking := wrecking_lr(s):

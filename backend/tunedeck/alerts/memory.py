@@ -679,6 +679,12 @@ class Gpu:
             return closed
         return np.vstack((closed, np.array(self._cur, dtype=np.float64)))
 
+    def block_levels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(middle time, mean smoothed level, lowest smoothed level, first sample's index) of each
+        plateau block, the open one last: the whole run's memory at a bounded size."""
+        b = self._block_rows()
+        return (b[:, 1] + b[:, 2]) / 2, b[:, 6] / b[:, 3], b[:, 4], b[:, 0]
+
     def _plateau_findings(self, j: Judging) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
         least half of the run after warm-up (judged on the blocks, so to within 1/BLOCKS of the run).

@@ -103,6 +103,7 @@ def parse_trainer_log(text: str | Iterable[str], t0: float) -> tuple[list[Point]
                 step=int(step) if step is not None else None,
                 loss=num("loss"),
                 eval_loss=num("eval_loss"),
+                lr=num("lr"),
             )
         )
         lines.append({"t": last_t, "raw": raw})

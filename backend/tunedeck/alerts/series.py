@@ -20,6 +20,7 @@ class Point:
     eval_loss: float | None = None
     throughput: float | None = None  # tokens/s (the hardware detectors judge a drop of it)
     grad_norm: float | None = None  # tunedeck_log.jsonl's, of the same logging event
+    lr: float | None = None  # the learning rate the scheduler gave at this step (trainer_log's `lr`)
 
 
 @dataclass

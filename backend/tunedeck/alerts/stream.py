@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from tunedeck.alerts import drift
 from tunedeck.alerts.hardware import Hardware
 from tunedeck.alerts.memory import Gpu, OutOfOrder
 from tunedeck.alerts.phases import EvalPhases
@@ -88,6 +89,10 @@ class Run:
                 if named and node:
                     f.message = f"{node} {f.message}"  # "node-b GPU 0: ..."
                 out.append(f)
+        for f in drift.findings(self.gpus, j, loading):
+            if named and f.node:
+                f.message = f"{f.node} {f.message}"
+            out.append(f)
         alive = max((g.t_last for g in self.gpus.values() if g.n), default=None)
         host = any(g.n for (_, gpu), g in self.gpus.items() if gpu == -1)
         gpus = bool(self.meta.devices) or any(gpu >= 0 for _, gpu in self.gpus)

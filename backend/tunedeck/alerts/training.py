@@ -79,6 +79,15 @@ STUCK_HIGH = 0.9
 STUCK_FROZEN = 0.001
 STUCK_FLOOR = 0.3
 EARLY_LOSS = 5
+# A flat loss under a learning rate of about 0 (a scheduler mistake, a warm-up far longer than the run,
+# learning_rate 0): batch noise often exceeds the STUCK_SPREAD band, so flat is judged against the
+# noise instead: over the last STUCK_POINTS to RECENT logged losses, the fitted slope is not LR_SIGMAS
+# standard errors below zero, while the learning rate the scheduler gave peaked so far at no more than
+# LR_TINY of the configured learning_rate (logged at STUCK_POINTS points at least), or the configured
+# one is itself FAR_BELOW under the usual range of the finetuning type (advice.USUAL_LR).
+LR_TINY = 0.01
+LR_SIGMAS = 3.0
+LR_DEFAULT = 5e-5  # the Trainer's learning_rate when train.yaml sets none
 # Overfitting: after its lowest, the eval loss stands OVERFIT_RISE above it at OVERFIT_EVALS evals in a
 # row (the last of them), and 4 of its noise's sigmas (from the MAD of the last evals' steps from one
 # to the next, which a steady trend does not inflate), while the train loss (the smoothed mean at each
@@ -175,6 +184,16 @@ class Training:
         self.stuck = Occurrences()  # points at which the loss stood stuck
         self.stuck_run: tuple[int | None, int, float, float, int | None] | None = None
         self.stuck_now = False
+        self.lr_cfg = advice.number((config or {}).get("learning_rate"))
+        usual = advice.usual_lr(config or {})
+        ref = LR_DEFAULT if self.lr_cfg is None else self.lr_cfg
+        self.lr_slip = usual is not None and ref < usual.low / advice.FAR_BELOW  # 0 included
+        self.lr_peak = -math.inf  # the highest learning rate logged so far
+        self.lr_n = 0  # points that logged one
+        self.lr_recent: deque[float] = deque(maxlen=RECENT)
+        self.lr_stuck = Occurrences()  # points at which the loss stood flat under a learning rate of ~0
+        self.lr_run: tuple[int | None, int, float, float, float, int | None] | None = None
+        self.lr_now = False
         # Eval losses: the lowest (loss, step, train loss then), how many since stood over it by
         # OVERFIT_RISE in a row, and the newest (loss, step, train loss, t).
         self.eval_lo: tuple[float, int | None, float] | None = None
@@ -198,6 +217,9 @@ class Training:
                 self.zero_grads.add(p.t)
             else:
                 self.zero_run = None
+        if p.lr is not None and math.isfinite(p.lr):
+            self.lr_peak, self.lr_n = max(self.lr_peak, p.lr), self.lr_n + 1
+            self.lr_recent.append(p.lr)
         bad_loss = p.loss is not None and not math.isfinite(p.loss)
         if bad_loss or (p.eval_loss is not None and not math.isfinite(p.eval_loss)):
             if not self.bad.n:
@@ -258,6 +280,33 @@ class Training:
                 self.stuck_run = (f[0], f[1], level, start, step)
                 break
 
+    def lr_tiny(self) -> bool:
+        """Whether the learning rate has been about 0 all along: configured so, or so in the log."""
+        ref = LR_DEFAULT if self.lr_cfg is None else self.lr_cfg
+        return self.lr_slip or (self.lr_n >= STUCK_POINTS and self.lr_peak <= LR_TINY * ref)
+
+    def _lr_flat(self, t: float, step: int | None) -> None:
+        self.lr_now = False
+        n = len(self.recent)
+        if n < STUCK_POINTS or not self.lr_tiny():
+            return
+        y = np.fromiter((x[2] for x in self.recent), np.float64, n)
+        x = np.arange(n) - (n - 1) / 2
+        sxx = float(np.dot(x, x))
+        slope = float(np.dot(x, y)) / sxx
+        resid = y - y.mean() - slope * x
+        se = math.sqrt(float(np.dot(resid, resid)) / (n - 2) / sxx)
+        if slope >= -LR_SIGMAS * se:
+            self.lr_now = True
+            self.lr_stuck.add(t)
+            first = self.recent[0][1] if self.lr_run is None else self.lr_run[0]
+            self.lr_run = (first, n, float(y.mean()), slope, se, step)
+
+    def lr_ramp(self) -> bool:
+        """Whether the logged learning rate still climbs (a warm-up ramp): most of its changes rise."""
+        d = np.diff(np.array(self.lr_recent))
+        return len(d) >= 2 and float(np.mean(d > 0)) >= 0.8
+
     def _eval(self, t: float, step: int | None, loss: float) -> None:
         train = self.sm
         self.eval_last = (loss, step, train, t)
@@ -277,6 +326,7 @@ class Training:
         self._flat(t, step, loss)
         self.finite += 1
         self.recent.append((t, step, loss))
+        self._lr_flat(t, step)
         self._ten.append(loss)
         # From the FIRST_MEAN-th point on (the mean of what there is until SMOOTH came): a loss that
         # blows up within the first SMOOTH points has a minimum to diverge from.
@@ -475,6 +525,8 @@ class Training:
         ]
 
     def _stuck(self, s: Series, running: bool) -> list[Finding]:
+        if self.lr_run is not None:  # the cause is known: named rather than the flat band's guess
+            return self._lr_stuck(s, running)
         if self.stuck_run is None:
             return []
         step0, n, level, start, last = self.stuck_run
@@ -492,6 +544,34 @@ class Training:
                 running and self.stuck_now,
                 self.stuck.n,
                 self.stuck.first,
+                tip.change,
+            )
+        ]
+
+    def _lr_stuck(self, s: Series, running: bool) -> list[Finding]:
+        assert self.lr_run is not None
+        step0, n, level, slope, se, last = self.lr_run
+        per = f"{100 * slope * 100 / level:+.2f}% of its level per 100 points" if level else f"{slope:+.3g}"
+        ref = LR_DEFAULT if self.lr_cfg is None else self.lr_cfg
+        if self.lr_slip:
+            lr = f"learning_rate is {ref:g}"
+        else:
+            lr = f"the learning rate peaked at {self.lr_peak:.3g}, {100 * self.lr_peak / ref:.2g}% of learning_rate {ref:g}"
+        tip = advice.tiny_lr(s, slip=self.lr_slip, ramp=self.lr_ramp(), peak=self.lr_peak)
+        return [
+            Finding(
+                "loss_stuck",
+                "warning",
+                None,
+                self.lr_stuck.times(),
+                step0,
+                f"loss flat since step {step0} (to step {last}), at {level:.4g} over the last {n} logged points: its slope, {per}, "
+                f"is within its noise ({LR_SIGMAS:.0f} standard errors: ±{LR_SIGMAS * 100 * se * 100 / abs(level or 1):.2f}%), "
+                f"while {lr}: the weights barely change",
+                tip.text,
+                running and self.lr_now,
+                self.lr_stuck.n,
+                self.lr_stuck.first,
                 tip.change,
             )
         ]

@@ -122,6 +122,7 @@ def _metric_rows(q: Select) -> Select:
         METRICS.c.nonfinite,
         METRICS.c.throughput,
         METRICS.c.grad_norm,
+        METRICS.c.lr,
     )
 
 
@@ -424,7 +425,7 @@ class Tracker:
             del self.jobs[job_id]
             return
         st.line, st.fresh = rows[-1][2], True
-        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6]), r[8], r[9]) for r in rows)
+        st.run.feed_points(Point(r[3], r[4], *_loss(r[7], r[5], r[6]), r[8], r[9], r[10]) for r in rows)
 
     def _logs(self, job_id: int, rows: list) -> None:
         st = self.jobs.get(job_id)
