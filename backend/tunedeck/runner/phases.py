@@ -17,7 +17,10 @@ build is also seen where it runs: torch runs `ninja -v` in the op's build folder
 `cwd=build_directory`), a child of the trainer that the runner finds (`building`). Older DeepSpeed
 (`load(verbose=True)`) prints the lines the table has.
 
-`Phases` keeps O(1) state; the runner feeds it every output line and trainer_log.jsonl line.
+`Phases` keeps O(1) state; the runner feeds it every output line and trainer_log.jsonl line. The
+runner reads stdout (LLaMA-Factory's records) and stderr (transformers', torch's, tqdm) in two threads,
+so two lines of the two streams printed within the same moment may come in either order: the table
+relies on no such pair beginning different phases (a phase's first lines, of either stream, are its own).
 """
 
 from __future__ import annotations
