@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
+import pytest
+from pydantic import ValidationError
 from sqlalchemy import Integer, func, select, text
 from sqlmodel import Session
 
 from tests.utils.wait import DEADLINE
 from tunedeck.contract.lflog import COUNTS, METRICS, parse_point, seconds
-from tunedeck.schemas import MetricOut
+from tunedeck.contract.protocol import TelemetryBatch
+from tunedeck.schemas import JobOut, MetricOut
 from tunedeck.services.charts.metrics import metric_series
 from tunedeck.services.ingest.writer import IngestWriter, apply_batch
 from tunedeck.services.live.feed import Cursor, job_events
@@ -264,3 +268,44 @@ def test_a_batch_moves_only_its_own_job(tmp_path):
     assert got == {a: (None, None), b: (4, 4242), c: (None, None)}
     # Only the sample columns the table has, and only those the batch gave.
     assert memory_columns({"line": [0], "t": [1.0], "util": None, "bogus": [1]}) == {"line": [0], "t": [1.0]}
+
+
+def test_a_jobs_phase_is_the_newest_reported_and_outlives_its_end(tmp_path):
+    """Phase states (runner/phases.py) set the job's phase and since when; a batch replayed late does not
+    move it back; the exit keeps the last one; the REST answer and the job stream carry both."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id = new_job(engine)
+    T = 1_900_000_000.0
+
+    def phase(seq: int, name: str, t: float, *more: dict) -> dict:
+        return {"seq": seq, "states": [{"event": "phase", "phase": name, "t": t}, *more]}
+
+    writer = IngestWriter(engine)
+    writer.start()
+    writer.submit(job_id, phase(0, "loading_model", T)).result(timeout=DEADLINE)
+    writer.submit(job_id, phase(1, "building_op", T + 300)).result(timeout=DEADLINE)
+    writer.submit(job_id, phase(0, "loading_model", T)).result(timeout=DEADLINE)  # a late replay
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        out = JobOut.of(job).model_dump(mode="json")
+    began = datetime.fromtimestamp(T + 300, timezone.utc).isoformat()[:19]
+    assert (out["phase"], out["phase_at"][:19]) == ("building_op", began), out
+    events, _, _ = job_events(engine, job_id, Cursor(), limit=100)
+    (row,) = [e.data for e in events if e.event == "job"]
+    assert row["phase"] == "building_op" and row["phase_at"] == out["phase_at"]
+    exited = {"event": "exited", "exit_code": 1, "cancelled": False, "cause": "boom"}
+    writer.submit(job_id, phase(2, "training", T + 400, exited)).result(timeout=DEADLINE)
+    writer.stop()
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        assert job.status == JobStatus.failed and job.phase == "training"  # where it was when it ended
+
+    for state, where in (
+        ({"event": "phase", "phase": "napping", "t": T}, ("states", 0, "phase")),
+        ({"event": "phase", "phase": "training"}, ("states", 0)),
+        ({"event": "phase", "phase": "training", "t": float("inf")}, ("states", 0, "t")),
+    ):
+        with pytest.raises(ValidationError) as e:
+            TelemetryBatch.model_validate({"seq": 0, "states": [state]})
+        assert e.value.errors()[0]["loc"] == where, e.value.errors()

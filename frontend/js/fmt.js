@@ -43,8 +43,31 @@ export function nonfiniteText(word) { return word === "nan" ? "NaN" : word; }
 
 export function when(iso) {
   if (!iso) return "–";
-  const d = new Date(/Z|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z");
-  return d.toLocaleString();
+  return utc(iso).toLocaleString();
+}
+
+// What a trainer is doing, in the words the job's log says it (contract/protocol.py PHASES holds the same).
+export const PHASES = {
+  waiting_for_ranks: "waiting for the other ranks",
+  loading_model: "loading the model",
+  preparing_dataset: "tokenizing the dataset",
+  building_op: "building a DeepSpeed op",
+  training: "training",
+  evaluating: "evaluating",
+  predicting: "generating predictions",
+  saving: "saving a checkpoint",
+  exporting: "exporting the model",
+  serving: "serving chat requests",
+};
+
+function utc(iso) { return new Date(/Z|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z"); }
+
+// A job's phase in words, with how long it has lasted while the job runs: "building a DeepSpeed op (5m 2s)".
+export function phaseText(j, now = Date.now()) {
+  if (!j.phase) return "";
+  const words = PHASES[j.phase] || j.phase.replace(/_/g, " ");
+  if (j.status !== "running" || !j.phase_at) return words;
+  return `${words} (${duration((now - utc(j.phase_at).getTime()) / 1000)})`;
 }
 
 export function statusBadge(status) { return h("span", { class: `badge s-${status}`, "data-status": status, text: status }); }

@@ -3,7 +3,7 @@
 import { alertItem, deviceLabel } from "./alert-list.js";
 import { describe, downloadLink, get, live, optional, post } from "./api.js";
 import { config, defaultSmoothing, Ema, empty, framed, GiB, layout, loadPlotly, mode, onZoom, plain, plotlyReady, range, throttled } from "./charts.js";
-import { $, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { $, bytes, duration, h, nav, nonfiniteText, num, phaseText, progressBar, verdictBadge, when } from "./fmt.js";
 import { mayAct, onMe } from "./identity.js";
 import { actionsFiles, actionsFor, actionsMe, setupActions } from "./job-actions.js";
 import { AXES, fromSteps, fromTime, mapping, TITLES, toSteps, toTime, usable, xOf } from "./job-axis.js";
@@ -51,6 +51,7 @@ function showJob(j) {
   document.title = `tunedeck · ${j.name}`;
   $("#title").textContent = `#${j.id} ${j.name}`;
   $("#status").replaceChildren(verdictBadge(j));
+  showPhase(j);
   $("#owner").textContent = j.owner ? `by ${j.owner}` : "";
   const p = j.progress || {};
   $("#bar").replaceChildren(progressBar(p, true));
@@ -78,6 +79,17 @@ function showJob(j) {
   scheduleAlerts();
 }
 setupActions(showJob);
+
+// What the trainer is doing (and for how long) while it runs; where a failed or stopped run was when it ended.
+function showPhase(j) {
+  const el = $("#phase");
+  const shown = j.phase && j.status !== "succeeded" && j.status !== "queued";
+  el.hidden = !shown;
+  el.dataset.phase = shown ? j.phase : "";
+  el.textContent = !shown ? "" : j.status === "running" ? `· ${phaseText(j)}` : `· ended while ${phaseText(j)}`;
+}
+// Its duration moves on between the stream's updates.
+setInterval(() => { if (state.job && state.job.status === "running") showPhase(state.job); }, 5000);
 
 // Stop only for whom the server lets stop this job (its owner, an admin, anyone in open mode); hidden
 // until the page knows who is asking.

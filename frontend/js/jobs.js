@@ -1,7 +1,7 @@
 // The team page: the jobs its filters find (team-list.js), live from the team stream (which sends every
 // job's current row first, then each change).
 import { live } from "./api.js";
-import { $, alertSummaryBadge, bytes, duration, h, nav, nonfiniteText, num, progressBar, verdictBadge, when } from "./fmt.js";
+import { $, alertSummaryBadge, bytes, duration, h, nav, nonfiniteText, num, phaseText, progressBar, verdictBadge, when } from "./fmt.js";
 import { onMe } from "./identity.js";
 import { actions } from "./team-actions.js";
 import { choices, Listing } from "./team-list.js";
@@ -37,6 +37,12 @@ function waiting(j) {
   return [h("div", { class: "muted waiting", text: `#${j.queue_position}${priority} · ${j.waiting_for}` })];
 }
 
+// What a running job is doing and for how long, beside its status: "running · building a DeepSpeed op (5m 2s)".
+function phase(j) {
+  if (j.status !== "running" || !j.phase) return [];
+  return [h("span", { class: "muted phase", "data-phase": j.phase, text: ` · ${phaseText(j)}` })];
+}
+
 function row(j) {
   const p = j.progress || {};
   const steps = p.total_steps ? `${p.current_steps ?? 0}/${p.total_steps}` : "";
@@ -44,7 +50,7 @@ function row(j) {
     h("td", { class: "num", text: j.id }),
     h("td", {}, h("a", { href: `/jobs/${j.id}`, text: j.name }), j.kind && j.kind !== "train" ? h("span", { class: "muted", text: ` · ${j.kind}` }) : null),
     h("td", { text: j.owner || "–", title: j.owner ? null : "made without a token: whoever may write here may act on it" }),
-    h("td", {}, verdictBadge(j), ...waiting(j)),
+    h("td", {}, verdictBadge(j), ...phase(j), ...waiting(j)),
     h("td", { text: gpus(j) }),
     h("td", {}, progressBar(p), " ", h("span", { class: "muted num", text: steps })),
     h("td", { class: "num", text: j.status === "running" ? duration(p.eta_seconds) : "–" }),
@@ -99,6 +105,8 @@ onMe((m) => {
 
 const listing = new Listing(render);
 listing.load();
+// A phase's duration moves on between the stream's updates: a running job's row is drawn again.
+setInterval(() => { if ([...jobs.values()].some((j) => j.status === "running" && j.phase)) render(); }, 10000);
 live({}, { jobs: (rows) => {
   for (const j of rows) jobs.set(j.id, j);
   listing.streamed(rows);

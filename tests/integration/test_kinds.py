@@ -16,6 +16,7 @@ from tests.utils.browser import shot
 from tests.utils.factories import create_token
 from tests.utils.servers import OUTPUT, PYTHON, Server, demo_config, job_processes
 from tests.utils.wait import until
+from tunedeck.contract.protocol import PHASES
 
 pytestmark = pytest.mark.slow
 ENDED = ("succeeded", "failed", "cancelled")
@@ -102,6 +103,30 @@ def metric(res: dict, split: str, name: str) -> float:
     found = [m["value"] for m in res["metrics"] if m["split"] == split and m["name"] == name]
     assert found, (split, name, res["metrics"])
     return found[0]
+
+
+def noted_phases(server: Server, job: dict) -> list[str]:
+    """The phases a job's runner noted in its log, in order (one runner line as each began)."""
+    named = {words: key for key, words in PHASES.items()}
+    return [
+        named[g["text"].removeprefix("phase: ").split(" (")[0]]
+        for g in server.all(job["id"], "logs")
+        if g["stream"] == "runner" and g["text"].startswith("phase: ")
+    ]
+
+
+def test_phases_follow_the_trainers_output(server, trained, exported):
+    """The module's real fine-tune goes loading -> training -> saving in that order (with its dataset
+    and evaluation between), and keeps its last phase once finished; the export ends exporting."""
+    seen = noted_phases(server, trained)
+    load, train = seen.index("loading_model"), seen.index("training")
+    assert load < train < seen.index("saving", train), seen
+    assert "preparing_dataset" in seen[:train] and "evaluating" in seen, seen
+    job = server.api.get(f"/api/jobs/{trained['id']}").json()
+    assert job["phase"] == seen[-1] and job["phase_at"], (job["phase"], seen)
+    merged = noted_phases(server, exported)
+    assert merged[0] == "loading_model" and merged[-1] == "exporting", merged
+    assert server.api.get(f"/api/jobs/{exported['id']}").json()["phase"] == "exporting"
 
 
 def test_eval_job_reports_the_adapters_loss(server, assets, trained):

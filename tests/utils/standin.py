@@ -8,6 +8,9 @@ tunedeck for real except the training. The stand-in writes the environment it wa
 - `stubborn`: ignores SIGABRT and SIGTERM, says so, and waits for a SIGKILL;
 - `held`: makes the FIFO `release` in its run folder, prints `first line`, blocks until a writer
   opens the FIFO (`release(run_dir)`), prints `last line` and exits 0;
+- `phased`: prints the start of an op build (torch's line, on stderr as torch's logger writes it),
+  makes the FIFO `release`, blocks like `held`, then prints the build's end and "Running training"
+  (transformers' line, stderr too) and exits 0;
 - anything else: prints `stand-in step 1..3` and exits 0.
 """
 
@@ -33,6 +36,14 @@ if "stubborn" in name:
     print("stand-in ignores SIGABRT and SIGTERM", flush=True)
     while True:
         signal.pause()
+if "phased" in name:  # an op build's lines (torch's), held like `held`, then training (transformers')
+    print("Building extension module cpu_adam...", file=sys.stderr, flush=True)
+    os.mkfifo("release")
+    with open("release") as fifo:
+        fifo.read(1)
+    print("Loading extension module cpu_adam...", file=sys.stderr, flush=True)
+    print("[INFO|trainer.py:1469] 2026-12-03 06:08:39,506 >> ***** Running training *****", file=sys.stderr, flush=True)
+    sys.exit(0)
 if "held" in name:
     os.mkfifo("release")
     print("first line", flush=True)

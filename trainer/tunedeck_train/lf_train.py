@@ -131,6 +131,14 @@ def _torchrun(yaml_path: str) -> int:
         os.path.abspath(__file__),
         yaml_path,
     ]
+    # The runner reads this line as the start of the wait for the other ranks (tunedeck/runner/phases.py):
+    # torchrun itself says nothing until the process group is up.
+    print(
+        f"tunedeck: starting torchrun: {argv[6]} process(es) on node {argv[4]} of {argv[2]}, "
+        f"rendezvous at {argv[8]}:{argv[10]}",
+        file=sys.stderr,
+        flush=True,
+    )
     return subprocess.run(argv, env=env).returncode
 
 

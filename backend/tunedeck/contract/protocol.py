@@ -12,7 +12,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    WrapValidator,
+    model_validator,
+)
 from pydantic import Field as PField
 from pydantic_core import PydanticCustomError
 
@@ -100,10 +108,41 @@ class LogIn(Strict):
     text: str = PField(max_length=65536)
 
 
-class RunnerState(Strict):
-    """A runner's report about the training process."""
+# What a trainer can be doing, as runners report it (runner/phases.py reads it from the output) and
+# the words the pages and the job's log say it in (frontend/js/fmt.js PHASES holds the same words).
+PHASES = {
+    "waiting_for_ranks": "waiting for the other ranks",
+    "loading_model": "loading the model",
+    "preparing_dataset": "tokenizing the dataset",
+    "building_op": "building a DeepSpeed op",
+    "training": "training",
+    "evaluating": "evaluating",
+    "predicting": "generating predictions",
+    "saving": "saving a checkpoint",
+    "exporting": "exporting the model",
+    "serving": "serving chat requests",
+}
 
-    event: str = PField(pattern="^(started|exited)$")
+
+class RunnerState(Strict):
+    """A runner's report about the training process: it started, it is in a new phase, it exited."""
+
+    event: str = PField(pattern="^(started|phase|exited)$")
+    phase: str | None = PField(
+        None, pattern=f"^({'|'.join(PHASES)})$", description="with `phase`: the one the trainer entered"
+    )
+    t: float | None = PField(
+        None,
+        allow_inf_nan=False,
+        description="with `phase`: when it began (the runner's clock, epoch seconds)",
+    )
+
+    @model_validator(mode="after")
+    def _phase_named(self) -> RunnerState:
+        if self.event == "phase" and (self.phase is None or self.t is None):
+            raise ValueError("a phase event names its `phase` and when it began (`t`)")
+        return self
+
     trainer_pid: int | None = PField(None, ge=1, le=2**22, description="a Linux pid (at most PID_MAX_LIMIT)")
     exit_code: int | None = PField(None, ge=-(2**31), le=2**31)
     cancelled: bool = False

@@ -37,6 +37,7 @@ from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import RunnerConfig, node_name
 from tunedeck.runner import stacks
 from tunedeck.runner.causes import Causes
+from tunedeck.runner.phases import Change, Phases, op_being_built
 from tunedeck.runner.report import Reporter
 from tunedeck.runner.tail import JsonlTail, LineSplitter
 from tunedeck.runner.watch import FileWatch
@@ -46,6 +47,7 @@ from tunedeck.telemetry.sampler import Sampler
 # Found, not imported: the runner, like the server, never loads the training packages.
 TRAIN_SCRIPT = procs.script("tunedeck_train.lf_train")
 RANK_LINE_BASE = 1 << 40  # rank r numbers its log lines and memory samples from r << 40: never rank 0's
+BUILD_CHECK_S = 1.0  # how often the trainer's tree is looked at for an op build (phases.op_being_built)
 
 
 def _limit_as(limit: int | None):
@@ -97,6 +99,9 @@ class Runner:
         self._lock = threading.Lock()
         self._log_line = rank * RANK_LINE_BASE
         self._causes = Causes()  # what the trainer died of, read from all its output
+        self._phases = Phases(self.cfg.command)  # what it is doing, from the same output
+        self._trainer_pid: int | None = None
+        self._build_checked = 0.0
         # The human log, raw bytes; open for the run.
         self._raw = open(run_dir / self._file(runfiles.TRAIN_LOG), "ab")
         self.sampler: Sampler | None = None  # memory of the job's own devices
@@ -147,16 +152,30 @@ class Runner:
         memory = self._sampler_drain()
         if not (metrics or memory or flush):
             return False
-        logs = []
+        logs: list[dict[str, Any]] = []
+        changes: list[Change] = []
         with self._lock:
             while self._lines:
                 stream, t, text = self._lines.popleft()
+                change = None
                 if stream != "runner":
                     self._causes.feed(text, stream)
-                if self.rank:
-                    text = f"[rank {self.rank}] {text}"
-                logs.append({"line": self._log_line, "t": t, "stream": stream, "text": text[:65536]})
-                self._log_line += 1
+                    change = self._phases.line(text, t)
+                self._log(logs, stream, t, text)
+                if change is not None:  # the log says when each phase began, after the line that began it
+                    changes.append(change)
+                    self._log(logs, "runner", t, str(change))
+        for c in [*(self._phases.point(m["raw"], m["t"]) for m in metrics), self._build_check(now)]:
+            if c is not None:
+                changes.append(c)
+                self._log(logs, "runner", c.t, str(c))
+        # Rank 0's runner reports the job's phase (every local rank's output comes through it); the
+        # server keeps the newest, so one state a batch says it.
+        states = (
+            [{"event": "phase", "phase": changes[-1].phase, "t": changes[-1].t}]
+            if changes and not self.rank
+            else []
+        )
         sent = bool(metrics or logs or memory)
         limit = self.cfg.batch_max
         while metrics or logs or memory:
@@ -164,8 +183,24 @@ class Runner:
             take_l = logs[: max(0, limit - len(take_m))]
             take_s = memory[: max(0, limit - len(take_m) - len(take_l))]
             metrics, logs, memory = metrics[len(take_m) :], logs[len(take_l) :], memory[len(take_s) :]
-            self.reporter.add(metrics=take_m, logs=take_l, memory=take_s)
+            last_part = not (metrics or logs or memory)
+            self.reporter.add(metrics=take_m, logs=take_l, memory=take_s, states=states if last_part else ())
         return sent
+
+    def _log(self, logs: list[dict[str, Any]], stream: str, t: float, text: str) -> None:
+        if self.rank:
+            text = f"[rank {self.rank}] {text}"
+        logs.append({"line": self._log_line, "t": t, "stream": stream, "text": text[:65536]})
+        self._log_line += 1
+
+    def _build_check(self, now: float) -> Change | None:
+        """An op build under the trainer, looked for at most every BUILD_CHECK_S: DeepSpeed builds
+        its ops without a line (runner/phases.py)."""
+        pid = self._trainer_pid
+        if pid is None or self.ended or time.monotonic() - self._build_checked < BUILD_CHECK_S:
+            return None
+        self._build_checked = time.monotonic()
+        return self._phases.building(op_being_built(pid), now)
 
     # ---------------------------------------------------------------- stopping
     def _stop_sequence(self, trainer: subprocess.Popen) -> None:
@@ -227,6 +262,7 @@ class Runner:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
         self.trainer_pid = trainer.pid
         (self.run_dir / self._file(runfiles.TRAINER_PID)).write_text(str(trainer.pid))
+        self._trainer_pid = trainer.pid
         watch = self.watch = self._start_watch()  # after the fork (preexec_fn): no new thread while it runs
         self.sampler = self._start_sampler(trainer.pid)
         if self.rank == 0:  # the job's trainer pid and its end are rank 0's to tell

@@ -57,6 +57,15 @@ class JobBase(SQLModel):
     parent_id: int | None = Field(default=None, description="the job this one resumes or was cloned from")
     tags: str | None = Field(default=None, sa_column=Column(Text))  # JSON list of strings
     notes: str | None = Field(default=None, sa_column=Column(Text))
+    # What the trainer is doing, read by its runner from its output (runner/phases.py PHASES), and
+    # since when (the runner's clock as it read the line); a finished job keeps its last phase.
+    phase: str | None = Field(
+        default=None,
+        description="what the trainer is doing, from its own output: loading_model, preparing_dataset, "
+        "building_op, waiting_for_ranks, training, evaluating, predicting, saving, exporting, serving; "
+        "a finished job keeps the last one (where a failed run was when it ended)",
+    )
+    phase_at: datetime | None = Field(default=None, description="when `phase` began (UTC)")
 
 
 class JobProgress(SQLModel):

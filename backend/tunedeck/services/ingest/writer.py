@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from itertools import repeat
 from typing import Any, Protocol
 
@@ -195,6 +196,8 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     for s in batch.get("states", ()):
         if s["event"] == "started":
             conn.execute(update(JOBS).where(JOBS.c.id == job_id).values(trainer_pid=s.get("trainer_pid")))
+        elif s["event"] == "phase":
+            enter_phase(conn, job_id, s["phase"], s["t"])
         elif s["event"] == "exited":
             cancelled, cause = s.get("cancelled", False), s.get("cause")
             status = final_status(exit_code=s.get("exit_code"), cancelled=cancelled)
@@ -207,6 +210,18 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
         update(JOBS)
         .where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))
         .values(last_batch_seq=batch["seq"])
+    )
+
+
+def enter_phase(conn: Connection, job_id: int, phase: str, t: float) -> None:
+    """The trainer entered `phase` at `t` (runner/phases.py): kept unless a newer one is stored, so a
+    batch replayed late changes nothing. A finished job keeps its last phase (README, job fields)."""
+    at = datetime.fromtimestamp(t, timezone.utc)
+    conn.execute(
+        update(JOBS)
+        .where(JOBS.c.id == job_id)
+        .where(or_(JOBS.c.phase_at.is_(None), JOBS.c.phase_at <= at))
+        .values(phase=phase, phase_at=at)
     )
 
 
