@@ -2,6 +2,7 @@
 import { ApiError, describe, get, optional, post } from "./api.js";
 import { $, bytes, h, nav } from "./fmt.js";
 import { GROUPS, KINDS } from "./form-fields.js";
+import { addDatasetBox, folderOf, loadRegistered, modelOptions, registeredOptions } from "./assets-fields.js";
 
 nav("/new");
 const form = $("#form");
@@ -269,7 +270,7 @@ for (const ev of ["input", "click", "keyup"]) $("#extra").addEventListener(ev, e
 function datalist(id, values) {
   let list = document.getElementById(id);
   if (!list) { list = h("datalist", { id }); document.body.append(list); }
-  list.replaceChildren(...values.map((v) => h("option", { value: v })));
+  list.replaceChildren(...values.map((v) => (typeof v === "string" ? h("option", { value: v }) : v)));
 }
 
 async function loadTemplates() {
@@ -283,7 +284,8 @@ async function refreshDatasets() {
   const dir = $("#f-dataset_dir").value.trim();
   $("#f-dataset").setAttribute("list", "datasets-list");
   knownDatasets = null;
-  if (!dir) { datalist("datasets-list", []); hint("dataset_dir", ""); return; }
+  // No dataset_dir: every dataset the server has registered is offered (choosing one sets its folder).
+  if (!dir) { await loadRegistered(); datalist("datasets-list", registeredOptions()); hint("dataset_dir", ""); return; }
   try {
     const out = await get("/api/ui/datasets", { dataset_dir: dir });
     knownDatasets = out.datasets;
@@ -330,9 +332,25 @@ async function modelTemplate() {
 }
 
 $("#f-dataset_dir").addEventListener("change", async () => { await refreshDatasets(); previewDataset(); });
-$("#f-dataset").addEventListener("change", previewDataset);
+$("#f-dataset").addEventListener("change", async () => {
+  const name = $("#f-dataset").value.split(",")[0].trim();
+  const dir = !$("#f-dataset_dir").value.trim() && folderOf(name);
+  if (dir) { $("#f-dataset_dir").value = dir; await refreshDatasets(); }
+  previewDataset();
+});
 $("#f-model_name_or_path").addEventListener("change", modelTemplate);
 fieldOf("dataset").closest("fieldset").append(h("div", { id: "dataset-preview" }));
+fieldOf("dataset").append(addDatasetBox(async (out) => {
+  $("#f-dataset_dir").value = out.dataset_dir;
+  await refreshDatasets();
+  $("#f-dataset").value = out.name;
+  previewDataset();
+}));
+
+async function loadModels() {
+  datalist("models-list", await modelOptions());
+  $("#f-model_name_or_path").setAttribute("list", "models-list");
+}
 $("[data-field=extra]").append(h("div", { class: "help", id: "extra-help" }));
 
 // ------------------------------------------------------------------ presets and import
@@ -375,7 +393,7 @@ $("#load-preset").addEventListener("click", async () => {
 });
 
 async function loadPresets() {
-  await Promise.all([loadHelp(), loadTemplates()]);
+  await Promise.all([loadHelp(), loadTemplates(), loadModels(), refreshDatasets()]);
   const presets = (await optional("/api/presets")) || [];
   for (const p of presets) {
     if (p.kind === "yaml" || p.kind === "yml") $("#preset").append(h("option", { value: p.name, text: p.name }));
