@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck.checks import hubcache
-from tunedeck.checks.reach import CONFIG_JSON_MAX
 from tunedeck.checks.tables import fitting_templates
 from tunedeck.config import Settings
 
 DEPTH = 3  # levels below a root looked into: <root>/models/<org>/<name> is 3
 MAX_FOLDERS = 2000  # folders looked into per walk, over every root together
+CONFIG_MAX = 16 << 20  # a config.json larger than this is no model config (as the submit check holds)
 HEADER_MAX = 100 << 20  # a safetensors header larger than this is not read
 WEIGHTS = (".safetensors", ".bin", ".pt", ".gguf")
 
@@ -41,7 +41,7 @@ def models(settings: Settings) -> list[dict[str, Any]]:
     except OSError:
         repos = []
     for repo in repos[:MAX_FOLDERS]:
-        snap = hubcache._snapshot_of(repo)
+        snap = hubcache.snapshot_of(repo)
         if snap is not None and (snap / "config.json").is_file() and snap.resolve() not in seen:
             seen.add(snap.resolve())
             hub_id = repo.name[len("models--") :].replace("--", "/")
@@ -93,7 +93,7 @@ def describe(folder: Path, *, source: str, hub_id: str | None = None) -> dict[st
         "problem": None,
     }
     try:
-        if (folder / "config.json").stat().st_size > CONFIG_JSON_MAX:
+        if (folder / "config.json").stat().st_size > CONFIG_MAX:
             raise ValueError("config.json is too large to be a model config")
         config = json.loads((folder / "config.json").read_text())
         if not isinstance(config, dict):

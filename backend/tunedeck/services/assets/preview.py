@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from tunedeck.checks import catalog, datasets, hubcache, reach
+from tunedeck.checks import catalog, datasets
 from tunedeck.checks.tables import fitting_templates
 from tunedeck.config import Settings
 from tunedeck.problems import SpecError, detail
@@ -33,15 +33,14 @@ def _bad(key: str, msg: str) -> SpecError:
 
 def model_folder(model: str, settings: Settings) -> Path:
     """A model folder inside the roots, or a hub id's copy in the HF cache; 422 at `model` otherwise."""
-    if "\0" in model:
-        raise _bad("model", "a path must not contain a NUL character")
-    folder = reach.confine(model, settings) if reach.is_pathlike(model, settings) else None
-    if folder is None and reach.HUB_ID.fullmatch(model):
-        folder = hubcache.snapshot(model)
-    if folder is None:
-        raise _bad("model", f"{model!r} is neither a folder inside the allowed roots nor in the HF cache")
-    if not (folder / "config.json").is_file():
-        raise _bad("model", f"{folder} holds no config.json")
+    try:
+        folder = catalog.model_folder(model, settings)
+        if not (folder / "config.json").is_file():
+            raise _bad("model", f"{folder} holds no config.json")
+    except catalog.CatalogError as e:
+        raise _bad("model", str(e)) from None
+    except OSError as e:  # a name too long for the OS
+        raise _bad("model", f"cannot be read: {e.strerror or e}") from None
     return folder
 
 
@@ -66,16 +65,19 @@ def _file(folder: Path, entry: dict[str, Any], settings: Settings) -> Path:
     file_name = entry.get("file_name")
     if not isinstance(file_name, str) or not file_name or "\0" in file_name:
         raise _bad("name", "the dataset has no local file to preview (a hub dataset?)")
-    path = reach.confine(str(folder / file_name), settings)
+    path = catalog.confined(str(folder / file_name), settings)
     if path is None:
         raise _bad("name", f"its file {file_name!r} is outside the allowed roots")
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES)
-        if not files:
-            raise _bad("name", f"{file_name!r} holds no data file to preview")
-        path = files[0]
-    if not path.is_file() or path.suffix.lower() not in SUFFIXES:
-        raise _bad("name", f"{path.name} is not a file tunedeck previews ({', '.join(SUFFIXES)})")
+    try:
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES)
+            if not files:
+                raise _bad("name", f"{file_name!r} holds no data file to preview")
+            path = files[0]
+        if not path.is_file() or path.suffix.lower() not in SUFFIXES:
+            raise _bad("name", f"{path.name} is not a file tunedeck previews ({', '.join(SUFFIXES)})")
+    except OSError as e:
+        raise _bad("name", f"its file cannot be read: {e.strerror or e}") from None
     return path
 
 
@@ -114,7 +116,10 @@ def preview(
     path = _file(folder, entry, settings)
     model_dir = model_folder(model, settings)
     chosen = template_for(model_dir, template)
-    stat = path.stat()
+    try:
+        stat = path.stat()
+    except OSError as e:
+        raise _bad("name", f"its file cannot be read: {e.strerror or e}") from None
     key = (
         str(path),
         stat.st_size,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tunedeck import procs
-from tunedeck.checks import catalog, reach
+from tunedeck.checks import catalog
 from tunedeck.config import Settings
 from tunedeck.problems import SpecError, detail
 from tunedeck.services.assets.formats import Detected, FormatError, detect, kind_of, read_rows
@@ -58,8 +58,12 @@ def folder_for(dataset_dir: str | None, settings: Settings) -> Path:
         raise _bad("dataset_dir", str(e)) from None
     if folder == settings.runs_dir.resolve() or folder.is_relative_to(settings.runs_dir.resolve()):
         raise _bad("dataset_dir", "the run folders are tunedeck's own: choose another folder")
-    if folder.exists() and not folder.is_dir():
-        raise _bad("dataset_dir", f"{folder} is not a folder")
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise _bad("dataset_dir", f"{folder} is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a name too long for the OS, a file in the way, no permission
+        raise _bad("dataset_dir", f"cannot be used: {e.strerror or e}") from None
     return folder
 
 
@@ -148,7 +152,6 @@ def add_upload(
         raise _bad("file", str(e)) from None
     suffix = Path(filename).suffix.lower()
     folder = folder_for(dataset_dir, settings)
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{name}{suffix}"
     _taken(name, folder)
     if target.exists():
@@ -192,18 +195,22 @@ def add_upload(
 def add_path(*, name: str, path: str, dataset_dir: str | None, settings: Settings) -> dict[str, Any]:
     """Define `name` for a file already inside the allowed roots (left where it is)."""
     check_name(name)
-    if "\0" in path:
-        raise _bad("path", "a path must not contain a NUL character")
-    real = reach.confine(path, settings)  # resolved: a link that leads out is outside too
+    try:
+        real = catalog.confined(path, settings)  # resolved: a link that leads out is outside too
+    except catalog.CatalogError as e:
+        raise _bad("path", str(e)) from None
     if real is None:
         raise _bad("path", f"{path!r} is outside the allowed roots")
-    if not real.is_file():
-        raise _bad("path", f"{real} is not a file")
+    try:
+        if not real.is_file():
+            raise _bad("path", f"{real} is not a file")
+        size = real.stat().st_size
+    except OSError as e:
+        raise _bad("path", f"cannot be read: {e.strerror or e}") from None
     try:
         kind_of(real.name)
     except FormatError as e:
         raise _bad("path", str(e)) from None
-    size = real.stat().st_size
     if size > settings.dataset_max_bytes:
         raise TooLarge(f"{real} is larger than TUNEDECK_DATASET_MAX_BYTES ({settings.dataset_max_bytes})")
     folder = folder_for(dataset_dir, settings)
@@ -212,7 +219,6 @@ def add_path(*, name: str, path: str, dataset_dir: str | None, settings: Setting
         found = examine(real, settings)
     except FormatError as e:
         raise _bad("path", f"{real.name}: {e}") from None
-    folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder):
         info = _current(folder)
         if name in info:
