@@ -311,7 +311,33 @@ async function previewDataset() {
       h("pre", { class: "rows", text: out.rows.map((r) => JSON.stringify(r, null, 1)).join("\n") }));
   } catch (e) {
     box.replaceChildren(h("div", { class: "hint", text: `No preview: ${describe(e)}` }));
+    return;
   }
+  const model = $("#f-model_name_or_path").value.trim();
+  if (model) box.append(renderedBox(name, model));
+}
+
+// What the model will see: the rows with the chosen template, by the model's tokenizer (a few seconds).
+function renderedBox(name, model) {
+  const said = h("div", { class: "hint", id: "rendered-said" });
+  const show = h("button", { type: "button", id: "render-rows", text: "Show with the chat template" });
+  const out = h("pre", { class: "rows", id: "rendered-rows", hidden: true });
+  show.addEventListener("click", async () => {
+    said.textContent = "Rendering with the model's tokenizer…";
+    const cutoff = $("#f-cutoff_len").value.trim();
+    try {
+      const got = await get(`/api/datasets/${encodeURIComponent(name)}/preview`, {
+        model, template: $("#f-template").value.trim(), cutoff_len: cutoff, rows: 3, dataset_dir: $("#f-dataset_dir").value.trim(),
+      });
+      out.textContent = got.rows.map((r) => (r.error ? `row ${r.row}: ${r.error}`
+        : `── row ${r.row}: ${r.tokens} tokens${r.over_cutoff ? ` (over cutoff_len ${got.cutoff_len}: cut)` : ""}\n${r.text}`)).join("\n");
+      out.hidden = false;
+      said.textContent = `Template ${got.template}, cutoff_len ${got.cutoff_len}`;
+    } catch (e) {
+      said.textContent = `Not rendered: ${describe(e)}`;
+    }
+  });
+  return h("div", {}, show, said, out);
 }
 
 // A model folder says which template it needs (config.json model_type): fill it when none is set.

@@ -55,6 +55,19 @@ def test_a_dataset_uploaded_from_the_form_is_offered_and_models_are_listed(
     assert listed["my_chat"]["formatting"] == "sharegpt" and listed["my_chat"]["rows"] == 2
     page.wait_for_function("document.querySelector('#dataset-preview').textContent.includes('my_chat')")
 
+    # With a model chosen, the rows as the model will see them: its chat template, its tokenizer's count.
+    page.fill("#f-model_name_or_path", model)
+    page.dispatch_event("#f-model_name_or_path", "change")
+    page.fill("#f-cutoff_len", "16")
+    page.dispatch_event("#f-dataset", "change")
+    page.click("#render-rows", timeout=30_000)
+    page.wait_for_function(
+        "document.querySelector('#rendered-said').textContent.startsWith('Template')", timeout=120_000
+    )
+    assert page.text_content("#rendered-said") == "Template qwen, cutoff_len 16"
+    rendered = page.text_content("#rendered-rows")
+    assert "<|im_start|>user\nhi<|im_end|>" in rendered and "(over cutoff_len 16: cut)" in rendered, rendered
+
     # A bad file is refused where it was chosen, naming the row.
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"instruction": "q", "output": "a"}, {"instruction": "q2"}]))

@@ -187,6 +187,8 @@ def _how_to_add(name: str, folder: Path, settings: Settings) -> str:
     if elsewhere := [p for p in datasets.where_defined(name, settings) if p != folder]:
         return f"set `dataset_dir: {elsewhere[0]}` (its {DATASET_INFO} defines {name!r})"
     return (
+        f"register it: `tunedeck datasets add {name} FILE` (JSON, JSONL, CSV or Parquet; the format is "
+        "detected), POST /api/datasets, or the form's 'add a dataset…'; or "
         f"add {name!r} to {folder / DATASET_INFO} with the data file beside it, e.g. "
         f'{{"{name}": {{"file_name": "{name}.json"}}}} for a JSON list of '
         '{"instruction", "input", "output"} rows (alpaca; sharegpt: add "formatting": "sharegpt" and '
