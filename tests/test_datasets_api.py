@@ -103,6 +103,31 @@ def test_an_upload_of_each_format_is_detected_and_its_entry_written(app):
     assert (rows["chat"]["rows"], rows["chat"]["formatting"]) == (2, "sharegpt")
 
 
+def test_roles_are_known_pairs_whichever_comes_first_and_tool_turns_are_turns(app):
+    rows = [
+        # The first row a bad one (the assistant speaks first): the known pair still decides the roles.
+        {"conversations": [{"from": "gpt", "value": "x"}, {"from": "human", "value": "y"}]},
+        {
+            "conversations": [
+                {"from": "human", "value": "weather?"},
+                {"from": "function_call", "value": "{}"},
+                {"from": "observation", "value": "sunny"},
+                {"from": "gpt", "value": "Sunny."},
+            ],
+            "tools": "[]",
+        },
+    ]
+    r = upload(app, "tools", "t.json", json.dumps(rows).encode())
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["msg"].endswith(
+        "row 1, column 'conversations', turn 1: role 'gpt' where 'human' was expected"
+    )
+    r = upload(app, "tools", "t.json", json.dumps(rows[1:]).encode())
+    assert r.status_code == 201, r.text
+    assert r.json()["columns"] == {"messages": "conversations", "tools": "tools"}
+    assert (r.json()["tags"]["user_tag"], r.json()["tags"]["assistant_tag"]) == ("human", "gpt")
+
+
 def test_parquet_is_read_by_the_trainers_python(app, tmp_path):
     import subprocess
 
@@ -179,7 +204,7 @@ def test_a_name_that_exists_is_409_and_over_the_limit_is_413(app):
     far.write_bytes(big)
     r = app.api.post("/api/datasets", data={"name": "big", "path": str(far)})
     assert r.status_code == 413 and "TUNEDECK_DATASET_MAX_BYTES" in r.json()["detail"], r.text
-    for bad in ("", "a,b", "../x", "-x"):
+    for bad in ("", "a,b", "../x", "-x", "dataset_info"):
         r = upload(app, bad, "d.json", json.dumps(ALPACA).encode())
         assert r.status_code == 422, (bad, r.text)
         assert r.json()["detail"][0]["loc"] == ["body", "name"], r.text

@@ -10,7 +10,6 @@ pyarrow, which the server does not load: the trainer's Python reads its rows (re
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,10 @@ MESSAGES = ("conversations", "messages", "conversation", "dialog")
 # Role and content tag pairs a sharegpt turn may carry, with the role values for each side.
 TAGS = (("from", "value"), ("role", "content"))
 SYSTEM_ROLES = ("system",)
+# The role pairs LLaMA-Factory's tags default to (sharegpt's) and OpenAI's, user side first; a tool's
+# answer stands on the user's side and a function call on the assistant's (its observation/function tags).
+KNOWN_ROLES = (("human", "gpt"), ("user", "assistant"))
+TOOL_SIDES = ({"observation", "tool"}, {"function_call"})
 SHOWN_ERRORS = 5  # problems named in one answer; the count says how many more
 
 
@@ -70,37 +73,42 @@ def kind_of(name: str) -> str:
 
 
 def read_rows(path: Path, kind: str) -> list[Any]:
-    """Every row of a JSON, JSON Lines or CSV file (objects as the file has them)."""
+    """Every row of a JSON, JSON Lines or CSV file (objects as the file has them). Lines and CSV
+    records are read as they come: the file's text is never held whole beside its rows."""
     try:
-        data = path.read_bytes()
+        with path.open(encoding="utf-8-sig", newline="") as fh:
+            if kind == "json":
+                return _json_rows(fh.read())
+            return _jsonl_rows(fh) if kind == "jsonl" else _csv_rows(fh)
+    except UnicodeDecodeError as e:
+        raise FormatError(f"not UTF-8 text (at byte {e.start} of a block)") from None
     except OSError as e:
         raise FormatError(f"cannot read the file: {e.strerror or e}") from None
+
+
+def _json_rows(text: str) -> list[Any]:
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise FormatError(f"not UTF-8 text (byte {e.start})") from None
-    if kind == "json":
-        try:
-            rows = json.loads(text)
-        except ValueError as e:
-            raise FormatError(f"not JSON: {e}") from None
-        if not isinstance(rows, list):
-            raise FormatError(f"a .json dataset must be a list of rows, not a {type(rows).__name__}")
-        return rows
-    if kind == "jsonl":
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except ValueError as e:
-                    raise FormatError(f"line {n}: not JSON: {e}") from None
-        return out
-    return _csv_rows(text)
+        rows = json.loads(text)
+    except ValueError as e:
+        raise FormatError(f"not JSON: {e}") from None
+    if not isinstance(rows, list):
+        raise FormatError(f"a .json dataset must be a list of rows, not a {type(rows).__name__}")
+    return rows
 
 
-def _csv_rows(text: str) -> list[dict[str, Any]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+def _jsonl_rows(lines: Iterable[str]) -> list[Any]:
+    out = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError as e:
+                raise FormatError(f"line {n}: not JSON: {e}") from None
+    return out
+
+
+def _csv_rows(fh: Iterable[str]) -> list[dict[str, Any]]:
+    reader = csv.reader(fh)
     try:
         header = next(reader, None)
         if not header or not any(h.strip() for h in header):
@@ -196,7 +204,11 @@ def _sharegpt(rows: list[dict[str, Any]], messages: str, columns: list[str]) -> 
                 seen.append(r)
         if len(seen) >= 2:
             break
-    user, assistant = (seen + ["human", "gpt"])[:2] if len(seen) < 2 else seen[:2]
+    known = next((p for p in KNOWN_ROLES if any(r in p for r in seen)), None)
+    if known is not None:
+        user, assistant = known
+    else:
+        user, assistant = (seen + ["human", "gpt"])[:2]
     problems = []
     for n, row in enumerate(rows, 1):
         turns = row.get(messages)
@@ -210,7 +222,7 @@ def _sharegpt(rows: list[dict[str, Any]], messages: str, columns: list[str]) -> 
             if not isinstance(turn, dict) or not isinstance(turn.get(content), str):
                 problems.append(f"{where}, turn {i + 1}: needs {role!r} and a text {content!r}")
                 break
-            if turn.get(role) != want:
+            if turn.get(role) != want and turn.get(role) not in TOOL_SIDES[i % 2]:
                 problems.append(f"{where}, turn {i + 1}: role {turn.get(role)!r} where {want!r} was expected")
                 break
         else:

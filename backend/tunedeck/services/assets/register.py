@@ -47,6 +47,8 @@ def _bad(field: str, msg: str) -> SpecError:
 def check_name(name: str) -> str:
     if not NAME.fullmatch(name):
         raise _bad("name", "1-100 letters, digits, '_', '.' or '-', starting with a letter or digit")
+    if name.lower().startswith("dataset_info"):  # its file would be dataset_info.json itself
+        raise _bad("name", f"{name!r} is the name of LLaMA-Factory's own file: choose another")
     return name
 
 
