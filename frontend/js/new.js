@@ -321,7 +321,8 @@ async function previewDataset() {
 function renderedBox(name, model) {
   const said = h("div", { class: "hint", id: "rendered-said" });
   const show = h("button", { type: "button", id: "render-rows", text: "Show with the chat template" });
-  const out = h("pre", { class: "rows", id: "rendered-rows", hidden: true });
+  // Not a <pre>: the preview's own rows are the box's one <pre>.
+  const out = h("div", { class: "rows rendered", id: "rendered-rows", hidden: true });
   show.addEventListener("click", async () => {
     said.textContent = "Rendering with the model's tokenizer…";
     const cutoff = $("#f-cutoff_len").value.trim();
