@@ -193,6 +193,12 @@ class Settings(BaseSettings):
         description="Largest body of `POST /api/runs/import` (its files stream to disk; 413 beyond). A "
         "200k-step trainer_log.jsonl is about 50 MB.",
     )
+    dataset_max_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=1024,
+        description="Largest dataset file `POST /api/datasets` registers, uploaded or named by path (413 "
+        "beyond); every row of it is read and checked.",
+    )
     token: str | None = Field(None, description="Bearer token the CLI sends to the server.")
     memory_raw_retention_days: float | None = Field(
         30.0,

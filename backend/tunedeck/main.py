@@ -31,6 +31,7 @@ from tunedeck.api import compare as compare_api
 from tunedeck.api import datasets as datasets_api
 from tunedeck.api import lifecycle as lifecycle_api
 from tunedeck.api import memory as memory_api
+from tunedeck.api import models as models_api
 from tunedeck.api import nodes as nodes_api
 from tunedeck.api import results as results_api
 from tunedeck.api import runs as runs_api
@@ -194,11 +195,15 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         results_api,
         compare_api,
         datasets_api,
+        models_api,
         chat_api,
         prometheus,
     ):
-        # An import's files stream to disk: its route has a limit of its own.
-        limit = settings.import_max_bytes if module is runs_api else None
+        # An import's files and a dataset upload stream to disk: their routes have limits of their own.
+        limit = {
+            runs_api: settings.import_max_bytes,
+            datasets_api: settings.dataset_max_bytes + datasets_api.FORM_ROOM,
+        }.get(module)
         app.include_router(module.router, responses=COMMON, max_body_size=limit)
     ui.mount(app)  # the browser pages and their static files
     logging.getLogger("tunedeck").setLevel(logging.INFO)

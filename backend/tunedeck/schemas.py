@@ -299,6 +299,59 @@ class DatasetList(BaseModel):
     datasets: list[DatasetOut]
 
 
+class DatasetAdded(BaseModel):
+    """A dataset just registered: where its entry is, and what its file was found to hold."""
+
+    name: str
+    dataset_dir: str = PField(description="the folder whose dataset_info.json now defines it")
+    file: str
+    size_bytes: int
+    rows: int
+    formatting: str = PField(description="alpaca or sharegpt, as detected")
+    columns: dict[str, str] = PField(
+        description="the entry's column mapping (LLaMA-Factory's names → the file's)"
+    )
+    tags: dict[str, str] = PField(description="sharegpt: the role and content tags of a turn")
+    detected: str = PField(description="what was detected, in one sentence")
+    entry: dict[str, Any] = PField(description="the dataset_info.json entry as written")
+
+
+class PreviewRow(BaseModel):
+    row: int
+    text: str | None = PField(None, description="the row as the model sees it: the chat template applied")
+    tokens: int | None = None
+    response_tokens: int | None = PField(None, description="tokens of the answer turns (the ones trained on)")
+    over_cutoff: bool | None = PField(None, description="longer than cutoff_len: LLaMA-Factory cuts it")
+    error: str | None = None
+
+
+class DatasetRendered(BaseModel):
+    name: str
+    file: str
+    model: str
+    template: str
+    cutoff_len: int
+    formatting: str
+    rows: list[PreviewRow]
+
+
+class ModelOut(BaseModel):
+    path: str
+    name: str
+    source: str = PField(description="roots: a folder inside the allowed roots; hf_cache: the HF cache")
+    hub_id: str | None
+    model_type: str | None
+    architecture: str | None
+    dtype: str | None
+    parameters: int | None = PField(description="from the safetensors headers (null: not safetensors)")
+    templates: list[str] = PField(description="LLaMA-Factory's templates for its family, best first")
+    problem: str | None
+
+
+class ModelList(BaseModel):
+    models: list[ModelOut]
+
+
 class CompareLast(BaseModel):
     """Where a job ended: each column's last logged value (null: never logged)."""
 

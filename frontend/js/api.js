@@ -100,6 +100,11 @@ export function downloadLink(url, text, name, onError, attrs = {}) {
   return a;
 }
 
+// A multipart form (an upload): the browser sets the Content-Type with its boundary.
+export async function postForm(path, formData) {
+  return send(path, { method: "POST", body: formData });
+}
+
 // An endpoint another part of the server may not offer yet: null instead of an error on 404/405.
 export async function optional(path, params) {
   try { return await get(path, params); } catch (e) {

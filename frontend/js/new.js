@@ -2,6 +2,7 @@
 import { ApiError, describe, get, optional, post } from "./api.js";
 import { $, bytes, chatHolds, h, nav } from "./fmt.js";
 import { GROUPS, KINDS } from "./form-fields.js";
+import { addDatasetBox, folderOf, loadRegistered, modelOptions, registeredOptions } from "./assets-fields.js";
 
 nav("/new");
 const form = $("#form");
@@ -298,7 +299,7 @@ for (const ev of ["input", "click", "keyup"]) $("#extra").addEventListener(ev, e
 function datalist(id, values) {
   let list = document.getElementById(id);
   if (!list) { list = h("datalist", { id }); document.body.append(list); }
-  list.replaceChildren(...values.map((v) => h("option", { value: v })));
+  list.replaceChildren(...values.map((v) => (typeof v === "string" ? h("option", { value: v }) : v)));
 }
 
 async function loadTemplates() {
@@ -312,7 +313,8 @@ async function refreshDatasets() {
   const dir = $("#f-dataset_dir").value.trim();
   $("#f-dataset").setAttribute("list", "datasets-list");
   knownDatasets = null;
-  if (!dir) { datalist("datasets-list", []); hint("dataset_dir", ""); return; }
+  // No dataset_dir: every dataset the server has registered is offered (choosing one sets its folder).
+  if (!dir) { await loadRegistered(); datalist("datasets-list", registeredOptions()); hint("dataset_dir", ""); return; }
   try {
     const out = await get("/api/ui/datasets", { dataset_dir: dir });
     knownDatasets = out.datasets;
@@ -338,7 +340,34 @@ async function previewDataset() {
       h("pre", { class: "rows", text: out.rows.map((r) => JSON.stringify(r, null, 1)).join("\n") }));
   } catch (e) {
     box.replaceChildren(h("div", { class: "hint", text: `No preview: ${describe(e)}` }));
+    return;
   }
+  const model = $("#f-model_name_or_path").value.trim();
+  if (model) box.append(renderedBox(name, model));
+}
+
+// What the model will see: the rows with the chosen template, by the model's tokenizer (a few seconds).
+function renderedBox(name, model) {
+  const said = h("div", { class: "hint", id: "rendered-said" });
+  const show = h("button", { type: "button", id: "render-rows", text: "Show with the chat template" });
+  // Not a <pre>: the preview's own rows are the box's one <pre>.
+  const out = h("div", { class: "rows rendered", id: "rendered-rows", hidden: true });
+  show.addEventListener("click", async () => {
+    said.textContent = "Rendering with the model's tokenizer…";
+    const cutoff = $("#f-cutoff_len").value.trim();
+    try {
+      const got = await get(`/api/datasets/${encodeURIComponent(name)}/preview`, {
+        model, template: $("#f-template").value.trim(), cutoff_len: cutoff, rows: 3, dataset_dir: $("#f-dataset_dir").value.trim(),
+      });
+      out.textContent = got.rows.map((r) => (r.error ? `row ${r.row}: ${r.error}`
+        : `── row ${r.row}: ${r.tokens} tokens${r.over_cutoff ? ` (over cutoff_len ${got.cutoff_len}: cut)` : ""}\n${r.text}`)).join("\n");
+      out.hidden = false;
+      said.textContent = `Template ${got.template}, cutoff_len ${got.cutoff_len}`;
+    } catch (e) {
+      said.textContent = `Not rendered: ${describe(e)}`;
+    }
+  });
+  return h("div", {}, show, said, out);
 }
 
 // A model folder says which template it needs (config.json model_type): fill it when none is set.
@@ -359,9 +388,25 @@ async function modelTemplate() {
 }
 
 $("#f-dataset_dir").addEventListener("change", async () => { await refreshDatasets(); previewDataset(); });
-$("#f-dataset").addEventListener("change", previewDataset);
+$("#f-dataset").addEventListener("change", async () => {
+  const name = $("#f-dataset").value.split(",")[0].trim();
+  const dir = !$("#f-dataset_dir").value.trim() && folderOf(name);
+  if (dir) { $("#f-dataset_dir").value = dir; await refreshDatasets(); }
+  previewDataset();
+});
 $("#f-model_name_or_path").addEventListener("change", modelTemplate);
 fieldOf("dataset").closest("fieldset").append(h("div", { id: "dataset-preview" }));
+fieldOf("dataset").append(addDatasetBox(async (out) => {
+  $("#f-dataset_dir").value = out.dataset_dir;
+  await refreshDatasets();
+  $("#f-dataset").value = out.name;
+  previewDataset();
+}));
+
+async function loadModels() {
+  datalist("models-list", await modelOptions());
+  $("#f-model_name_or_path").setAttribute("list", "models-list");
+}
 $("[data-field=extra]").append(h("div", { class: "help", id: "extra-help" }));
 
 // ------------------------------------------------------------------ presets and import
@@ -497,7 +542,7 @@ $("#preset-form").addEventListener("submit", async (ev) => {
 });
 
 async function loadPresets() {
-  await Promise.all([loadHelp(), loadTemplates()]);
+  await Promise.all([loadHelp(), loadTemplates(), loadModels(), refreshDatasets()]);
   await listPresets();
   const params = new URLSearchParams(location.search);
   const want = params.get("preset");

@@ -147,6 +147,7 @@ def test_a_dataset_with_no_dataset_info_is_refused_naming_what_exists(app_factor
     ws_info = app.workspace / "data" / "dataset_info.json"
     fix = d["msg"].split(" — fix: ")[1]
     assert f"add 'identity' to {ws_info}" in fix and '"file_name": "identity.json"' in fix, d
+    assert "`tunedeck datasets add identity FILE`" in fix and "POST /api/datasets" in fix, d
     # A name another folder defines: the fix is that folder.
     config["dataset"] = "demo_identity"
     d = by_loc(app.api.post("/api/jobs", json={"name": "seed", "config": config}))[("config", "dataset")]

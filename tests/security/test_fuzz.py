@@ -314,6 +314,22 @@ def valid_variants(op, assets: Path) -> list[st.SearchStrategy]:
                 ),
             )
         ],
+        # Datasets: a file inside the roots registered under a new name, the demo's previewed by its model.
+        "POST /api/datasets": [
+            replaced(
+                op,
+                body=st.fixed_dictionaries(
+                    {"name": NAMES, "path": st.just(str(assets / "demo" / "data" / "demo_identity.json"))}
+                ),
+            )
+        ],
+        "GET /api/datasets/{name}/preview": [
+            replaced(
+                op,
+                path_parameters=st.just({"name": "demo_identity"}),
+                query=st.just({"model": str(assets / "demo" / "model"), "rows": 1}),
+            )
+        ],
         "GET /api/ui/model-templates": [
             replaced(op, query=st.just({"model": str(assets / "demo" / "model")}))
         ],

@@ -187,6 +187,8 @@ def _how_to_add(name: str, folder: Path, settings: Settings) -> str:
     if elsewhere := [p for p in datasets.where_defined(name, settings) if p != folder]:
         return f"set `dataset_dir: {elsewhere[0]}` (its {DATASET_INFO} defines {name!r})"
     return (
+        f"register it: `tunedeck datasets add {name} FILE` (JSON, JSONL, CSV or Parquet; the format is "
+        "detected), POST /api/datasets, or the form's 'add a dataset…'; or "
         f"add {name!r} to {folder / DATASET_INFO} with the data file beside it, e.g. "
         f'{{"{name}": {{"file_name": "{name}.json"}}}} for a JSON list of '
         '{"instruction", "input", "output"} rows (alpaca; sharegpt: add "formatting": "sharegpt" and '
@@ -261,14 +263,27 @@ def preview(dataset_dir: str | None, name: str, settings: Settings, *, rows: int
     }
 
 
-def model_templates(model: str, settings: Settings) -> dict[str, Any]:
-    """The templates a model folder (inside the roots) or a cached hub id needs, from its config.json."""
+def confined(value: str, settings: Settings) -> Path | None:
+    """A user's path resolved (links followed) inside the allowed roots; None outside them."""
+    return reach.confine(_no_nul(value, "path"), settings)
+
+
+def model_folder(model: str, settings: Settings) -> Path:
+    """A model folder inside the roots, or a cached hub id's snapshot; CatalogError at `model` otherwise."""
     _no_nul(model, "model")
     folder = reach.confine(model, settings) if reach.is_pathlike(model, settings) else None
     if folder is None and reach.HUB_ID.fullmatch(model):
         folder = hubcache.snapshot(model)
     if folder is None:
-        raise CatalogError(f"{model!r} is neither a folder inside the allowed roots nor in the HF cache")
+        raise CatalogError(
+            f"{model!r} is neither a folder inside the allowed roots nor in the HF cache", key="model"
+        )
+    return folder
+
+
+def model_templates(model: str, settings: Settings) -> dict[str, Any]:
+    """The templates a model folder (inside the roots) or a cached hub id needs, from its config.json."""
+    folder = model_folder(model, settings)
     try:
         if (folder / "config.json").stat().st_size > reach.CONFIG_JSON_MAX:
             raise CatalogError(f"{folder / 'config.json'} is too large to be a model config")

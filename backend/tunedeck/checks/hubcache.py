@@ -32,7 +32,7 @@ def datasets_cache() -> Path:
     return _hf_home() / "datasets"
 
 
-def _snapshot_of(repo_dir: Path) -> Path | None:
+def snapshot_of(repo_dir: Path) -> Path | None:
     """The snapshot `refs/main` points to, else the newest one."""
     snapshots = repo_dir / "snapshots"
     try:
@@ -58,7 +58,7 @@ def snapshot(repo_id: str, *, kind: str = "model", cache_dir: Path | None = None
     else:
         roots = [hub_cache(), datasets_cache()] if kind == "dataset" else [hub_cache()]
     for root in roots:
-        found = _snapshot_of(root / folder)
+        found = snapshot_of(root / folder)
         if found is not None:
             return found
         if kind == "dataset":  # a dataset `datasets` prepared itself: `org___name/<config>/...`

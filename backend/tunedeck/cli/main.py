@@ -500,6 +500,11 @@ from tunedeck.cli.jobs import register as _register_jobs
 
 _register_jobs(app)
 
+# `tunedeck datasets list | add | preview`, `tunedeck models` (datasets and local models, through the server)
+from tunedeck.cli.datasets import register as _register_datasets
+
+_register_datasets(app)
+
 # `tunedeck analyze RUN_DIR` (alerts for a run tunedeck did not launch)
 from tunedeck.cli.analyze import register as _register_analyze
 
