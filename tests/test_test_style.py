@@ -20,6 +20,8 @@ WAIT = TESTS / "utils" / "wait.py"
 CLOCK_USERS = {
     "tests/security/test_fuzz.py": "tallies the seconds each fuzz operation took, for the run's report",
     "tests/test_node_telemetry.py": "dates its scripted samples half a minute back, as a runner's are",
+    "tests/test_stacks.py": "dates a batch's points hours back, so that the job has stalled",
+    "tests/ui/test_alerts_ui.py": "dates a batch's points hours back, so that the job has stalled",
 }
 
 

@@ -67,6 +67,13 @@ NEEDS_A_MODEL = {
     "GET /api/jobs/{job_id}/v1/models",
     "POST /api/jobs/{job_id}/v1/chat/completions",
 }
+# A stack dump is asked of, sent for and read back from a running job: these answer 2xx in the runner
+# test below, where a job runs.
+STACKS = (
+    "POST /api/jobs/{job_id}/stacks",
+    "POST /api/jobs/{job_id}/telemetry/stacks",
+    "GET /api/jobs/{job_id}/stacks",
+)
 JOB_READS = [STREAM] + [
     f"GET /api/jobs/{{job_id}}{tail}"
     for tail in ("", "/metrics", "/logs", "/config", "/files", "/series", "/memory", "/alerts", "/estimate")
@@ -534,7 +541,10 @@ def test_every_operation_conforms_and_reaches_the_data(fuzz_server, schema, seed
     assert [
         label
         for label in labels
-        if label != TELEMETRY and label not in NEEDS_A_MODEL and not TALLY.two_xx(label)
+        if label != TELEMETRY
+        and label not in NEEDS_A_MODEL
+        and label not in STACKS
+        and not TALLY.two_xx(label)
     ] == []
 
 
@@ -658,9 +668,33 @@ def test_runner_telemetry_conforms(server_factory, assets):
         exercise(case, headers)
 
     run()
+    fuzz_stacks(server, schema, job["id"], token)
     server.api.post(f"/api/jobs/{job['id']}/cancel", headers=WRITE)
     assert TALLY.failures_of(TALLY.phase) == [], "\n".join(TALLY.failures_of(TALLY.phase))
     assert TALLY.two_xx(TELEMETRY) > 0
+    assert [label for label in STACKS if not TALLY.two_xx(label)] == []
+
+
+def fuzz_stacks(server, schema, job: int, token: str) -> None:
+    """A dump asked of the running job, a node's report on it (the runner's token) and the dumps read back:
+    each once by a valid case, then fuzzed for conformance."""
+    ask, report, read = (schema[path][method] for method, path in (s.split(" ", 1) for s in STACKS))
+    user = WRITE  # this server runs open: no sign-in, the CSRF header only
+    asked = exercise(ask.Case(path_parameters={"job_id": job}), user)
+    assert asked.status_code == 202, asked.text
+    body = {"request": asked.json()["request"], "processes": [{"pid": 1, "rank": 0, "threads": []}]}
+    case = report.Case(path_parameters={"job_id": job}, media_type="application/json", body=body)
+    sent = exercise(case, headers_for(token))
+    assert sent.status_code == 200, sent.text
+    assert exercise(read.Case(path_parameters={"job_id": job}), user).status_code == 200
+    for op, headers in ((ask, user), (report, headers_for(token)), (read, user)):
+
+        @given(case=st.one_of(op.as_strategy(), op.as_strategy(path_parameters={"job_id": job})))
+        @bounded(CASES // 3)
+        def run(case) -> None:
+            exercise(case, headers)
+
+        run()
 
 
 # ---------------------------------------------------------------- afterwards: the stored rows

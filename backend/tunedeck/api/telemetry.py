@@ -134,7 +134,13 @@ def _check_runner(state: Any, job_id: int, authorization: str | None, batch: dic
         raise RequestValidationError([{"loc": e.loc, "msg": e.msg, "type": "value_error"}]) from None
 
 
-@router.post("/{job_id}/telemetry", response_model=Stored, responses=errors(404, 413), openapi_extra=BODY)
+@router.post(
+    "/{job_id}/telemetry",
+    response_model=Stored,
+    response_model_exclude_none=True,  # `stacks` only once a dump was asked for
+    responses=errors(404, 413),
+    openapi_extra=BODY,
+)
 async def ingest(
     job_id: int,
     batch: Annotated[dict[str, Any], Depends(batch_of)],
