@@ -61,7 +61,7 @@ def test_a_stall_asks_each_runner_for_stacks_and_the_dumps_say_where_each_rank_w
     # Steps a second apart that ended hours ago (past any save or evaluation allowance): a stall.
     points = [{"current_steps": i, "total_steps": 100, "loss": 2.0} for i in range(1, 21)]
     r = post_telemetry(app.api, job.id, "r", seq=0, points=points, t=time.time() - 20000)
-    assert r.status_code == 200 and r.json()["stacks"] is None, r.text
+    assert r.status_code == 200 and "stacks" not in r.json(), r.text  # no dump asked yet
     until(
         lambda: any(
             a["kind"] == "stall" and a["open"] for a in app.api.get(f"/api/jobs/{job.id}/alerts").json()

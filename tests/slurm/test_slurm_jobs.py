@@ -122,6 +122,7 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
         return (
             got["status"] == "queued"
             and (got["waiting_for"] or "").startswith("Slurm job")
+            and "not yet looked" not in got["waiting_for"]  # until Slurm's scheduler has judged it
             and got["waiting_for"]
         )
 
