@@ -266,6 +266,8 @@ def test_a_batch_moves_only_its_own_job(tmp_path):
     with Session(engine) as s:
         got = {j: (s.get(Job, j).current_steps, s.get(Job, j).trainer_pid) for j in (a, b, c)}
     assert got == {a: (None, None), b: (4, 4242), c: (None, None)}
+    with Session(engine) as s:  # the batch's number too: the replay guard of one job only
+        assert [s.get(Job, j).last_batch_seq for j in (a, c)] == [-1, -1]
     # Only the sample columns the table has, and only those the batch gave.
     assert memory_columns({"line": [0], "t": [1.0], "util": None, "bogus": [1]}) == {"line": [0], "t": [1.0]}
 
@@ -309,3 +311,46 @@ def test_a_jobs_phase_is_the_newest_reported_and_outlives_its_end(tmp_path):
         with pytest.raises(ValidationError) as e:
             TelemetryBatch.model_validate({"seq": 0, "states": [state]})
         assert e.value.errors()[0]["loc"] == where, e.value.errors()
+
+
+def test_a_batch_as_the_wire_brings_it_moves_its_job(tmp_path):
+    """A batch decoded from the JSON a runner sends (its strings are not the code's own constants):
+    the trainer's pid, its phase, memory rows with an optional column the runner filled, and an exit
+    on a SIGTERM that no cancel of tunedeck's sent: a failure that names the outside stop and its cause."""
+    from tunedeck.services.ingest.writer import OUTSIDE_STOP, plain
+
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    job_id, beside = new_job(engine), new_job(engine)
+    wire = {
+        "seq": 3,
+        "memory": [
+            {
+                "line": i,
+                "t": 10.0 + i,
+                "gpu": 0,
+                "used_bytes": 2**30 + i,
+                "total_bytes": 2**34,
+                "power_w": 250.0,
+            }
+            for i in range(3)
+        ],
+        "states": [
+            {"event": "started", "trainer_pid": 777},
+            {"event": "phase", "phase": "training", "t": 1_900_000_000.0},
+            {"event": "exited", "exit_code": 143, "cancelled": True, "cause": "SIGTERM"},
+        ],
+    }
+    batch = plain(TelemetryBatch.model_validate_json(json.dumps(wire)))
+    writer = IngestWriter(engine)  # job states move inside the writer's own transaction
+    writer.start()
+    writer.submit(job_id, batch).result(timeout=DEADLINE)
+    writer.stop()
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        assert (job.trainer_pid, job.phase, job.status) == (777, "training", JobStatus.failed)
+        assert job.error == f"{OUTSIDE_STOP} (SIGTERM)" and job.exit_code == 143
+        assert s.get(Job, beside).status == JobStatus.running
+    with engine.connect() as conn:
+        power = conn.execute(text("SELECT power_w FROM memory_samples ORDER BY line")).scalars().all()
+    assert power == [250.0, 250.0, 250.0]

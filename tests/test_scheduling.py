@@ -171,6 +171,15 @@ def test_the_hang_debugging_knobs_pytorch_asks_for_are_allowed_and_the_flight_re
     )  # the trainer's cwd: the run
     assert launched["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
     assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in jobenv.launch({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})
+    # The recorder's newer name (every backend, gloo too): allowed, and its dump lands in the run as well.
+    assert app.submit({**base, "env": {"TORCH_FR_BUFFER_SIZE": "500"}})["id"]
+    newer = jobenv.launch({"TORCH_FR_BUFFER_SIZE": "500"})
+    assert (
+        newer["TORCH_FR_DUMP_TEMP_FILE"]
+        == newer["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+        == "flight_recorder_rank_"
+    )
+    assert "TORCH_FR_DUMP_TEMP_FILE" not in jobenv.launch({"TORCH_FR_BUFFER_SIZE": "0"})
     errs = _errors(
         app.api.post(
             "/api/jobs",
@@ -181,6 +190,8 @@ def test_the_hang_debugging_knobs_pytorch_asks_for_are_allowed_and_the_flight_re
                     "FI_PROVIDER_PATH": "/tmp/prov",  # loads libraries from a folder
                     "TORCH_DISTRIBUTED_DEBUG": "LOUD",
                     "TORCH_NCCL_TRACE_BUFFER_SIZE": "-5",
+                    "TORCH_FR_BUFFER_SIZE": "lots",
+                    "TORCH_FR_DUMP_TEMP_FILE": "/etc/y",
                 },
             },
         )
@@ -189,6 +200,8 @@ def test_the_hang_debugging_knobs_pytorch_asks_for_are_allowed_and_the_flight_re
     assert "load or write a file" in errs[("env", "FI_PROVIDER_PATH")]
     assert errs[("env", "TORCH_DISTRIBUTED_DEBUG")] == "must be OFF, INFO or DETAIL"
     assert "whole number of entries" in errs[("env", "TORCH_NCCL_TRACE_BUFFER_SIZE")]
+    assert "whole number of entries" in errs[("env", "TORCH_FR_BUFFER_SIZE")]
+    assert "not a variable a job may set" in errs[("env", "TORCH_FR_DUMP_TEMP_FILE")]
 
 
 def test_a_queued_jobs_priority_changes_by_its_owner_or_an_admin(app_factory, assets):

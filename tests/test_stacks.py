@@ -100,6 +100,7 @@ def test_a_stall_asks_each_runner_for_stacks_and_the_dumps_say_where_each_rank_w
         (3, "node-b", 22),
     ]
     assert [n["node"] for n in got["nodes"]] == ["node-a", "node-b"]
+    assert got["flight_recorder"] is None  # the job did not turn the recorder on
     assert got["nodes"][0]["processes"][1]["threads"][0]["frames"][0]["name"] == "all_reduce"
 
     # The owner asks again: a new number, its own dumps; the first stays readable by number.
@@ -113,6 +114,37 @@ def test_a_stall_asks_each_runner_for_stacks_and_the_dumps_say_where_each_rank_w
     )
     answer = post_telemetry(app.api, job.id, "r", seq=next(seq), start_line=900, logs=["."]).json()
     assert answer["stacks"] == 2
+
+    # With the flight recorder on, each rank's record comes beside its frames, across nodes.
+    def recorded(pid: int, rank: int, enqueued: int, completed: int) -> dict:
+        pending = [{"pg": "0", "seq": completed + 1, "op": "all_reduce", "sizes": [[4096]]}]
+        flight = {
+            "source": "asked",
+            "groups": [{"pg": "0", "last_enqueued": enqueued, "last_completed": completed}],
+            "pending": pending if enqueued > completed else [],
+        }
+        return {**process(pid, rank, IN_ALL_REDUCE), "flight": flight}
+
+    for body in (
+        report(2, "node-a", 0, recorded(12, 0, 41, 40), recorded(13, 1, 41, 40)),
+        report(
+            2,
+            "node-b",
+            1,
+            recorded(21, 2, 40, 40),
+            {
+                "pid": 22,
+                "rank": 3,
+                "flight": {"source": "asked", "error": "it did not answer: a stopped or lost rank"},
+            },
+        ),
+    ):
+        r = app.api.post(f"/api/jobs/{job.id}/telemetry/stacks", json=body, headers=runner)
+        assert r.status_code == 200, r.text
+    assert app.api.get(f"/api/jobs/{job.id}/stacks").json()["flight_recorder"] == (
+        "ranks 0–1 in all_reduce #41, not completed; rank 2 never entered #41 (completed #40); "
+        "rank 3 no flight record (it did not answer: a stopped or lost rank)"
+    )
 
 
 def test_stack_dumps_nobody_asked_for_strangers_and_ended_jobs_are_refused(app, assets):

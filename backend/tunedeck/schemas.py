@@ -708,5 +708,10 @@ class StacksOut(BaseModel):
     asked_at: float = PField(description="Unix time of the request")
     reason: str
     summary: str | None = PField(description="'ranks 0–2 in all_reduce (backward), rank 3 in data loading'")
+    flight_recorder: str | None = PField(
+        None,
+        description="what the ranks' flight recorders say (the job's env turns it on): 'rank 0 in all_gather "
+        "#2, not completed; rank 1 never entered #2 (completed #1)'",
+    )
     ranks: list[RankPlace]
     nodes: list[dict[str, Any]] = PField(description="each node's report: every process dumped, its threads")

@@ -9,6 +9,9 @@ function render(box, jobId, got) {
   box.replaceChildren(
     h("div", { class: "stacks-summary" }, h("b", { text: "Where each rank waits: " }),
       got.summary || "no runner has sent its dump yet (they send with their next batch)"),
+    got.flight_recorder
+      ? h("div", { class: "stacks-flight" }, h("b", { text: "Flight recorder: " }), got.flight_recorder)
+      : null,
     got.ranks.length
       ? h("ul", { class: "stacks-ranks" }, ...got.ranks.map((r) =>
         h("li", { text: `rank ${r.rank} on ${r.node || "this node"} (pid ${r.pid}): ${r.where}` })))

@@ -161,7 +161,18 @@ def test_a_stall_shows_where_each_rank_waits_from_the_dumps_it_asked_for(server,
     body = {  # what the runner of the job's one node sends for the request
         "request": 1,
         "node": "gpu-a",
-        "processes": [{"pid": 4321, "rank": 0, "threads": [{"name": "MainThread", "frames": frames}]}],
+        "processes": [
+            {
+                "pid": 4321,
+                "rank": 0,
+                "threads": [{"name": "MainThread", "frames": frames}],
+                "flight": {  # the job turned torch's flight recorder on
+                    "source": "asked",
+                    "groups": [{"pg": "0", "last_enqueued": 9, "last_completed": 8}],
+                    "pending": [{"pg": "0", "seq": 9, "op": "all_reduce"}],
+                },
+            }
+        ],
     }
     r = server.api.post(
         f"/api/jobs/{job.id}/telemetry/stacks", json=body, headers={"Authorization": "Bearer h"}
@@ -177,6 +188,9 @@ def test_a_stall_shows_where_each_rank_waits_from_the_dumps_it_asked_for(server,
     stall.locator("button.stacks-show").click()
     expect(stall.locator(".stacks-summary")).to_have_text(
         "Where each rank waits: rank 0 in all_reduce (backward)", timeout=WAIT
+    )
+    expect(stall.locator(".stacks-flight")).to_have_text(
+        "Flight recorder: rank 0 in all_reduce #9, not completed"
     )
     expect(stall.locator(".stacks-ranks li")).to_have_text(
         ["rank 0 on gpu-a (pid 4321): all_reduce (backward)"]

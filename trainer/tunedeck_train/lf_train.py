@@ -319,9 +319,76 @@ def collective_check(yaml_path: str | None = None) -> str:
     return line
 
 
+# torch's flight recorder (TORCH_FR_BUFFER_SIZE, or the older TORCH_NCCL_TRACE_BUFFER_SIZE) keeps each
+# rank's last collectives. On a stack-dump request the runner writes a number to FLIGHT_REQUEST in the
+# run folder; a thread of each rank answers with the recorder's JSON dump in flight_recorder_rank_<RANK>.json
+# (torch's own JSON, never its pickle). The thread runs while the main thread waits in a collective: torch
+# releases the GIL there.
+FLIGHT_REQUEST = "flight_recorder.request"
+FLIGHT_ANSWER = "flight_recorder_rank_{rank}.json"
+
+
+def flight_recorder_on(env=os.environ) -> bool:
+    size = env.get("TORCH_FR_BUFFER_SIZE") or env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "0"
+    return size.isdigit() and int(size) > 0
+
+
+def _flight_dumps() -> list:
+    """The recorder's entries of every backend this torch has (NCCL's and the CPU/gloo one)."""
+    import torch._C._distributed_c10d as c10d
+
+    out = []
+    for name in ("_dump_nccl_trace_json", "_dump_fr_trace_json"):
+        dump = getattr(c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            out.append(json.loads(dump()))
+        except Exception as e:  # a backend this build has but this run never made
+            out.append({"error": f"{name}: {e}"[:500]})
+    return out
+
+
+def answer_flight_requests(folder: str, rank: int, poll_s: float = 0.5) -> None:
+    """Forever: each new request number in FLIGHT_REQUEST is answered with this rank's dumps."""
+    request = os.path.join(folder, FLIGHT_REQUEST)
+    answer = os.path.join(folder, FLIGHT_ANSWER.format(rank=rank))
+    done = 0
+    while True:
+        try:
+            with open(request, encoding="utf-8") as f:
+                asked = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            asked = 0
+        if asked > done:
+            body = json.dumps({"request": asked, "rank": rank, "dumps": _flight_dumps()})
+            tmp = f"{answer}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(body)
+            os.replace(tmp, answer)
+            done = asked
+        time.sleep(poll_s)
+
+
+def start_flight_answers(folder: str | None = None) -> bool:
+    """Under torchrun with the flight recorder on: answer the runner's requests from a daemon thread."""
+    if not flight_recorder_on() or "RANK" not in os.environ:
+        return False
+    import threading
+
+    threading.Thread(
+        target=answer_flight_requests,
+        args=(folder or os.getcwd(), int(os.environ["RANK"])),
+        name="tunedeck-flight-recorder",
+        daemon=True,
+    ).start()
+    return True
+
+
 def _run(yaml_path: str) -> None:
     from llamafactory.train.tuner import run_exp
 
+    start_flight_answers()
     if _enabled("TUNEDECK_COLLECTIVE_CHECK") and int(os.getenv("WORLD_SIZE", "1")) > 1:
         collective_check(yaml_path)
     sys.argv = [sys.argv[0], yaml_path]  # LLaMA-Factory reads the YAML named on the command line

@@ -13,6 +13,8 @@ import fnmatch
 import re
 from typing import Any
 
+from tunedeck.contract.stacks import FLIGHT_RECORDER_PREFIX
+
 PATTERNS = (
     "NCCL_*",
     "RCCL_*",
@@ -26,6 +28,7 @@ PATTERNS = (
     # TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT, ...), c10d's debug level and C++ logs;
     # libfabric's (Slingshot's CXI provider) FI_*.
     "TORCH_NCCL_*",
+    "TORCH_FR_BUFFER_SIZE",  # the flight recorder's newer name, for every backend (gloo too)
     "TORCH_DISTRIBUTED_DEBUG",
     "TORCH_CPP_LOG_LEVEL",
     "TORCH_SHOW_CPP_STACKTRACES",
@@ -35,14 +38,12 @@ PATTERNS = (
     "TUNEDECK_COLLECTIVE_TIMEOUT_S",
     "TUNEDECK_COLLECTIVE_MB",
 )
-# The flight recorder writes its dump where this prefix says (default /tmp): the run folder (the
-# trainer's working directory), where the job's files are listed and downloaded.
-FLIGHT_RECORDER_PREFIX = "flight_recorder_rank_"
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 LOADS_OR_WRITES = re.compile(r"_(PLUGIN|LIB|LIBS|PATH|FILE|DIR)$")
 NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 MAX_VARIABLES = 32
 MAX_VALUE = 1024
+FLIGHT_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 ALLOCATOR = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 ALLOWED_TEXT = (
     f"allowed: {', '.join(PATTERNS)}; not the visibility variables (tunedeck sets them from `devices`) "
@@ -69,7 +70,7 @@ def _value_problem(name: str, value: str) -> str | None:
         return "must be one line of text (no NUL, newline or carriage return)"
     if name == "OMP_NUM_THREADS" and not (value.isdigit() and 1 <= int(value) <= 4096):
         return "must be a whole number of threads from 1 to 4096"
-    if name == "TORCH_NCCL_TRACE_BUFFER_SIZE" and not (value.isdigit() and int(value) <= 10**7):
+    if name in FLIGHT_BUFFER and not (value.isdigit() and int(value) <= 10**7):
         return "must be a whole number of entries (0 turns the flight recorder off), at most 10000000"
     if name == "TORCH_DISTRIBUTED_DEBUG" and value not in ("OFF", "INFO", "DETAIL"):
         return "must be OFF, INFO or DETAIL"
@@ -97,12 +98,15 @@ def problems(env: dict[str, Any]) -> list[tuple[list[Any], str]]:
 def launch(env: dict[str, str]) -> dict[str, str]:
     """The job's variables as the trainer gets them. LLaMA-Factory's torchrun launch overwrites
     PYTORCH_CUDA_ALLOC_CONF (which on ROCm also masks PYTORCH_HIP_ALLOC_CONF) unless OPTIM_TORCH=0;
-    the other thing that switch does is kept. With the flight recorder on (TORCH_NCCL_TRACE_BUFFER_SIZE),
-    a collective that times out dumps it, into the run folder."""
+    the other thing that switch does is kept. With the flight recorder on (TORCH_FR_BUFFER_SIZE or
+    TORCH_NCCL_TRACE_BUFFER_SIZE), a collective that times out dumps it where the prefix says (torch's
+    default is /tmp): into the run folder, the trainer's working directory, where the job's files are
+    listed and where the runner reads it."""
     out = dict(env)
-    if out.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0") not in ("", "0"):
+    if any(out.get(k, "0") not in ("", "0") for k in FLIGHT_BUFFER):
         out.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         out["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = FLIGHT_RECORDER_PREFIX
+        out["TORCH_FR_DUMP_TEMP_FILE"] = FLIGHT_RECORDER_PREFIX
     if any(k in out for k in ALLOCATOR):
         out["OPTIM_TORCH"] = "0"
         out["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"

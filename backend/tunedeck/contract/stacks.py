@@ -20,6 +20,12 @@ from pydantic import Field as PField
 from tunedeck.contract.protocol import NODE_PATTERN
 
 MAX_THREADS = 256
+# The flight recorder's files in a run folder (tunedeck_train/lf_train.py writes the answers and keeps
+# the same names: the trainer imports nothing of tunedeck). The timeout dump is torch's own pickle,
+# written at TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank when TORCH_NCCL_DUMP_ON_TIMEOUT is on.
+FLIGHT_RECORDER_PREFIX = "flight_recorder_rank_"
+FLIGHT_REQUEST = "flight_recorder.request"
+FLIGHT_ANSWER = FLIGHT_RECORDER_PREFIX + "{rank}.json"
 MAX_FRAMES = 200
 
 
@@ -41,12 +47,38 @@ class Thread(Strict):
     )
 
 
+class FlightCollective(Strict):
+    pg: str = PField(max_length=100, description="the process group's id")
+    seq: int = PField(ge=-1, le=2**62, description="collective_seq_id in that group")
+    op: str = PField(max_length=200, description="all_reduce, all_gather, ... (the backend's prefix cut)")
+    sizes: list[list[int]] = PField([], max_length=16, description="its input tensors' shapes")
+
+
+class FlightGroup(Strict):
+    pg: str = PField(max_length=100)
+    last_enqueued: int = PField(ge=-1, le=2**62)
+    last_completed: int = PField(ge=-1, le=2**62)
+
+
+class FlightRecord(Strict):
+    """A rank's flight recorder, read by its runner: per group, the last collective it entered and the
+    last that completed; the collectives entered and not completed, oldest first."""
+
+    source: str = PField(
+        max_length=200, description="'asked' (a live dump) or the file torch wrote on a timeout"
+    )
+    groups: list[FlightGroup] = PField([], max_length=64)
+    pending: list[FlightCollective] = PField([], max_length=32)
+    error: str | None = PField(None, max_length=2000)
+
+
 class ProcessDump(Strict):
     pid: int = PField(ge=1, le=2**22)
     rank: int | None = PField(None, ge=0, le=2**20, description="the process's RANK (torchrun's global rank)")
     command: str = PField("", max_length=2000)
     threads: list[Thread] = PField([], max_length=MAX_THREADS)
     error: str | None = PField(None, max_length=2000, description="why this process could not be dumped")
+    flight: FlightRecord | None = PField(None, description="its flight recorder, when the job turned it on")
 
 
 class StackReport(Strict):
@@ -146,4 +178,45 @@ def summary(reports: list[StackReport]) -> str:
     parts = sorted(groups.items(), key=lambda kv: min(kv[1]))
     return ", ".join(
         f"{'ranks' if len(ranks) > 1 else 'rank'} {_ranges(ranks)} in {where}" for where, ranks in parts
+    )
+
+
+def _flight_phrases(records: dict[int, FlightRecord | None]) -> dict[str, list[int]]:
+    """Per rank, what its recorder says of the group where the ranks part: waiting in a collective that
+    has not completed, or never having entered the newest one another rank entered."""
+    newest: dict[str, int] = {}
+    for record in records.values():
+        for g in record.groups if record else ():
+            newest[g.pg] = max(newest.get(g.pg, -1), g.last_enqueued)
+    several = len(newest) > 1
+    phrases: dict[str, list[int]] = {}
+    for rank, record in records.items():
+        if record is None or record.error:
+            said = f"no flight record ({record.error})" if record else "no flight record (it did not answer)"
+            phrases.setdefault(said, []).append(rank)
+            continue
+        ops = {(c.pg, c.seq): c.op for c in record.pending}
+        said = ""
+        for g in sorted(record.groups, key=lambda g: g.pg):
+            where = f" of group {g.pg}" if several else ""
+            if g.last_completed < g.last_enqueued:
+                seq = g.last_completed + 1
+                said = f"in {ops.get((g.pg, seq), 'a collective')} #{seq}{where}, not completed"
+                break
+            if g.last_enqueued < newest[g.pg]:
+                said = f"never entered #{g.last_enqueued + 1}{where} (completed #{g.last_completed})"
+                break
+        phrases.setdefault(said or "all its collectives completed", []).append(rank)
+    return phrases
+
+
+def flight_summary(reports: list[StackReport]) -> str | None:
+    """'rank 0 in all_gather #2, not completed; rank 1 never entered #2 (completed #1)', or None when no
+    rank's process has a flight record."""
+    records = {p.rank: p.flight for r in reports for p in r.processes if p.rank is not None}
+    if not any(records.values()):
+        return None
+    parts = sorted(_flight_phrases(records).items(), key=lambda kv: min(kv[1]))
+    return "; ".join(
+        f"{'ranks' if len(ranks) > 1 else 'rank'} {_ranges(ranks)} {said}" for said, ranks in parts
     )

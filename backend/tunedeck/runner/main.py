@@ -296,7 +296,11 @@ class Runner:
 
     def _dump_stacks(self, request: int) -> None:
         found = stacks.collect(
-            self.trainer_pid, request=request, node=self.reporter.node, runner_rank=self.rank
+            self.trainer_pid,
+            request=request,
+            node=self.reporter.node,
+            runner_rank=self.rank,
+            folder=self.run_dir,
         )
         status = self.reporter.post("stacks", found.model_dump())
         dumped = sum(1 for p in found.processes if not p.error)

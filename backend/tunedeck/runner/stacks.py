@@ -5,22 +5,54 @@ py-spy runs with `--nonblocking`: it reads the process's memory without pausing 
 stops a rank in a collective, and it still reads a process that is itself stopped (SIGSTOP), where a
 blocking dump fails to suspend it. Each dump is bounded in time; a process that cannot be dumped says
 why (py-spy missing, no permission to read another process: CAP_SYS_PTRACE in a container).
+
+When the job turned torch's flight recorder on, each rank's record comes too: a live one, asked of the
+rank's own answering thread (tunedeck_train/lf_train.py) through a request file in the run folder, and
+the dump torch itself wrote on a collective's timeout. That dump is a pickle, and a pickle is code: it is
+read only when every opcode in it builds plain data (no global, no call), and by an unpickler that
+finds no class.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
+import pickletools
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from tunedeck.contract.stacks import MAX_FRAMES, MAX_THREADS, ProcessDump, StackReport
+from tunedeck.contract.stacks import (
+    FLIGHT_ANSWER,
+    FLIGHT_RECORDER_PREFIX,
+    FLIGHT_REQUEST,
+    MAX_FRAMES,
+    MAX_THREADS,
+    FlightCollective,
+    FlightGroup,
+    FlightRecord,
+    ProcessDump,
+    StackReport,
+)
 
 DUMP_TIMEOUT_S = 30.0
+FLIGHT_WAIT_S = 20.0  # for every rank's answering thread to write its record (it looks twice a second)
+MAX_FLIGHT_BYTES = 64 * 2**20
+# The opcodes of a pickle of dicts, lists, tuples, strings, bytes, numbers, booleans and None (any
+# protocol): nothing that names a global, calls one, or sets an object's state.
+PLAIN_OPCODES = frozenset(
+    "PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE INT BININT BININT1 BININT2 LONG LONG1 "
+    "LONG4 FLOAT BINFLOAT STRING BINSTRING SHORT_BINSTRING UNICODE SHORT_BINUNICODE BINUNICODE "
+    "BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 EMPTY_LIST APPEND APPENDS LIST EMPTY_TUPLE TUPLE "
+    "TUPLE1 TUPLE2 TUPLE3 EMPTY_DICT DICT SETITEM SETITEMS EMPTY_SET ADDITEMS FROZENSET GET BINGET "
+    "LONG_BINGET PUT BINPUT LONG_BINPUT MEMOIZE".split()
+)
 
 
 def py_spy() -> str | None:
@@ -85,8 +117,20 @@ def dump_process(pid: int, spy: str, *, timeout_s: float = DUMP_TIMEOUT_S) -> di
         return {"error": f"py-spy printed no stack list: {e}"[:1900]}
 
 
-def collect(root_pid: int | None, *, request: int, node: str, runner_rank: int) -> StackReport:
-    """Dumps of the trainer process and each Python descendant of it on this node."""
+def _flight_on(p: psutil.Process) -> bool:
+    try:
+        env = p.environ()
+    except (psutil.Error, OSError):
+        return False
+    size = env.get("TORCH_FR_BUFFER_SIZE") or env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "0"
+    return size.isdigit() and int(size) > 0
+
+
+def collect(
+    root_pid: int | None, *, request: int, node: str, runner_rank: int, folder: Path | None = None
+) -> StackReport:
+    """Dumps of the trainer process and each Python descendant of it on this node, with each rank's
+    flight record when the job has the recorder on (read in `folder`, the run folder)."""
     spy = py_spy()
     if spy is None:
         return StackReport(
@@ -105,6 +149,7 @@ def collect(root_pid: int | None, *, request: int, node: str, runner_rank: int) 
             request=request, node=node, runner_rank=runner_rank, error="no trainer process runs"
         )
     dumps = []
+    ranked: dict[int, psutil.Process] = {}  # a rank's first process: its DataLoader workers share its RANK
     for p in tree:
         if not _python(p):
             continue
@@ -114,4 +159,123 @@ def collect(root_pid: int | None, *, request: int, node: str, runner_rank: int) 
             command = ""
         got = dump_process(p.pid, spy)
         dumps.append(ProcessDump(pid=p.pid, rank=_rank(p), command=command, **got))
+        if dumps[-1].rank is not None:
+            ranked.setdefault(dumps[-1].rank, p)
+    if folder is not None and any(_flight_on(p) for p in ranked.values()):
+        records = flight_records(folder, sorted(ranked), request)
+        firsts = {p.pid: rank for rank, p in ranked.items()}
+        dumps = [
+            d.model_copy(update={"flight": records[firsts[d.pid]]}) if d.pid in firsts else d for d in dumps
+        ]
     return StackReport(request=request, node=node, runner_rank=runner_rank, processes=dumps)
+
+
+class _NoClasses(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"a flight record names {module}.{name}: refused")
+
+
+def plain_pickle(data: bytes) -> Any:
+    """The data a pickle of plain containers holds; ValueError for any other pickle, before it runs."""
+    if len(data) > MAX_FLIGHT_BYTES:
+        raise ValueError(f"{len(data)} bytes: at most {MAX_FLIGHT_BYTES}")
+    try:
+        for op, _, pos in pickletools.genops(data):
+            if op.name not in PLAIN_OPCODES:
+                raise ValueError(f"opcode {op.name} at byte {pos} builds more than plain data: not read")
+        return _NoClasses(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError, TypeError) as e:
+        raise ValueError(f"not a readable pickle: {e}") from None
+
+
+def _int(value: Any, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def flight_record(dumps: list[Any], source: str) -> FlightRecord:
+    """The groups' positions and the collectives not completed, from torch's dump dicts (its JSON
+    and its pickle say the same keys)."""
+    groups: dict[str, FlightGroup] = {}
+    pending: list[FlightCollective] = []
+    errors = []
+    for dump in dumps:
+        if not isinstance(dump, dict):
+            continue
+        if dump.get("error"):
+            errors.append(str(dump["error"]))
+            continue
+        for pg, st in (dump.get("pg_status") or {}).items():
+            if isinstance(st, dict):
+                g = FlightGroup(
+                    pg=str(pg)[:100],
+                    last_enqueued=max(-1, _int(st.get("last_enqueued_collective"))),
+                    last_completed=max(-1, _int(st.get("last_completed_collective"))),
+                )
+                groups[g.pg] = g
+        for e in dump.get("entries") or []:
+            if not isinstance(e, dict) or e.get("is_p2p"):
+                continue
+            pg, seq = str(e.get("pg_id", ""))[:100], max(-1, _int(e.get("collective_seq_id")))
+            if pg in groups and seq > groups[pg].last_completed:
+                op = str(e.get("profiling_name", "")).split(":", 1)[-1][:200]
+                sizes = [
+                    [_int(d, 0) for d in shape[:8]]
+                    for shape in (e.get("input_sizes") or [])[:16]
+                    if isinstance(shape, list)
+                ]
+                pending.append(FlightCollective(pg=pg, seq=seq, op=op, sizes=sizes))
+    pending.sort(key=lambda c: (c.pg, c.seq))
+    some = bool(groups) or not errors
+    return FlightRecord(
+        source=source,
+        groups=list(groups.values())[:64],
+        pending=pending[:32],
+        error=None if some else "; ".join(errors)[:2000],
+    )
+
+
+def flight_records(folder: Path, ranks: list[int], request: int, *, wait_s: float = FLIGHT_WAIT_S) -> dict:
+    """Per rank: its live record (asked through the request file), else torch's timeout dump, else
+    why none."""
+    try:
+        (folder / FLIGHT_REQUEST).write_text(str(request))
+    except OSError as e:
+        return {r: FlightRecord(source="asked", error=f"cannot ask: {e}") for r in ranks}
+    out: dict[int, FlightRecord] = {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        for rank in ranks:
+            if rank in out:
+                continue
+            try:
+                got = json.loads((folder / FLIGHT_ANSWER.format(rank=rank)).read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(got, dict) and _int(got.get("request")) >= request:
+                out[rank] = flight_record(got.get("dumps") or [], "asked")
+        if len(out) == len(ranks) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for rank in ranks:
+        if rank not in out:
+            out[rank] = _timeout_dump(folder, rank)
+    return out
+
+
+def _timeout_dump(folder: Path, rank: int) -> FlightRecord:
+    path = folder / f"{FLIGHT_RECORDER_PREFIX}{rank}"
+    source = f"torch's timeout dump {path.name}"
+    try:
+        size = path.stat().st_size
+        if size > MAX_FLIGHT_BYTES:
+            return FlightRecord(source=source, error=f"{size} bytes: at most {MAX_FLIGHT_BYTES} are read")
+        data = path.read_bytes()
+    except OSError:
+        return FlightRecord(source="asked", error="it did not answer: a stopped or lost rank")
+    try:
+        return flight_record([plain_pickle(data)], source)
+    except ValueError as e:
+        return FlightRecord(source=source, error=str(e)[:2000])

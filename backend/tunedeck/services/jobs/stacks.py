@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunedeck.contract.stacks import StackReport, ranks_places, summary
+from tunedeck.contract.stacks import StackReport, flight_summary, ranks_places, summary
 
 KEEP_REQUESTS = 20  # a job's older dumps beyond this are removed when a new one is asked for
 
@@ -110,4 +110,5 @@ class StackStore:
             ],
             "ranks": ranks_places(reports),
             "summary": summary(reports) if reports else None,
+            "flight_recorder": flight_summary(reports),
         }
