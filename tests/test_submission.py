@@ -91,6 +91,22 @@ def test_each_file_of_a_spec_is_read_once_per_request(app_factory, assets, opens
             assert "LF009" in {f["code"] for f in r.json()["findings"]}  # the model's files were looked at
 
 
+def test_the_estimate_of_a_multi_node_spec_counts_its_nodes(app_factory, assets):
+    """The API estimates a spec of 2 nodes × 4 GPUs as the 8 ranks ZeRO-3 shards over, whatever the executor."""
+    app = app_factory()
+    config = demo_config(assets, finetuning_type="full")
+
+    def per_gpu(gpus: int, nodes: int) -> dict:
+        spec = {"name": "n", "config": config, "deepspeed": ds_auto(), "gpus": gpus, "nodes": nodes}
+        r = app.api.post("/api/estimate", json={**spec, "device_total_bytes": 64 * GiB})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    across, eight, four = per_gpu(4, 2), per_gpu(8, 1), per_gpu(4, 1)
+    assert across["per_gpu_bytes"] == eight["per_gpu_bytes"] < four["per_gpu_bytes"]
+    assert (across["nodes"], across["ranks"]) == (2, 8)
+
+
 def test_lint_preview_and_submit_refuse_the_same_things(app_factory, assets):
     app = app_factory()
     ds = ds_auto()

@@ -588,7 +588,12 @@ class Estimate(BaseModel):
     trainable_params: int
     method: str
     zero_stage: int | None
-    gpus: int
+    gpus: int = PField(description="GPUs per node, as the spec gives them (0: a CPU run)")
+    nodes: int = PField(1, description="nodes, each with `gpus` GPUs")
+    ranks: int | None = PField(
+        None,
+        description="the ranks ZeRO shards over: nodes × GPUs (one a node on the CPU); none in older estimates",
+    )
     dtype_bytes: int
     gradient_checkpointing: bool
     tokens_per_micro_batch: int

@@ -23,7 +23,7 @@ function input(key, kind, hint) {
 $("#g-job").append(
   h("div", { class: "field", "data-field": "name" }, h("label", { for: "f-name", text: "job name" }), h("input", { id: "f-name", name: "name", required: true, placeholder: "qwen2-lora-sft" })),
   h("div", { class: "field", "data-field": "gpus" }, h("label", { for: "f-gpus", text: "GPUs (0 = CPU)" }), h("input", { id: "f-gpus", name: "gpus", type: "number", min: "0", step: "1" })),
-  h("div", { class: "field", "data-field": "nodes" }, h("label", { for: "f-nodes", text: "Nodes (GPUs on each; Ray)" }), h("input", { id: "f-nodes", name: "nodes", type: "number", min: "1", step: "1", value: "1" })),
+  h("div", { class: "field", "data-field": "nodes" }, h("label", { for: "f-nodes", text: "Nodes (GPUs on each; Ray or Slurm)" }), h("input", { id: "f-nodes", name: "nodes", type: "number", min: "1", step: "1", value: "1" })),
   h("div", { class: "field", "data-field": "kind" }, h("label", { for: "f-kind", text: "kind" }),
     h("select", { id: "f-kind", name: "kind" }, ...["train", "eval", "predict", "export", "chat"].map((k) => h("option", { value: k, text: k })))),
   // The queue's own fields (the REST API's priority, devices and env): blank is the server's default.
@@ -254,6 +254,7 @@ $("#check").addEventListener("click", () => guarded(async () => {
   if (est instanceof ApiError && est.status === 404) parts.push(h("div", { class: "notice", text: "The memory estimate is not available on this server yet." }));
   else if (est instanceof Error) parts.push(h("div", { class: "error", text: `estimate: ${describe(est)}` }));
   else parts.push(h("div", { style: "margin-top:8px" }, h("b", { text: "Estimate: " }), `${bytes(est.per_gpu_bytes)} per GPU`,
+    est.nodes > 1 ? ` (${est.nodes} nodes × ${est.gpus || "CPU"}: ZeRO shards over ${est.ranks} ranks)` : "",
     est.device_total_bytes ? ` of ${bytes(est.device_total_bytes)} — ${est.fits ? "fits" : "does NOT fit"}` : "",
     ...(est.warnings || []).map((w) => h("div", { class: "notice", text: w }))));
   box.replaceChildren(...parts);

@@ -170,6 +170,27 @@ def test_seed_qwen2_7b_lora_zero3_near_14_gb():
     assert full["per_gpu_bytes"] / GiB > 60
 
 
+def test_nodes_count_every_rank_zero_shards_over():
+    """2 nodes × 4 GPUs shard as 8 GPUs on one node do, not as the 4 of one node (issue 26's 45.1 → 28.0 GB)."""
+    full = {**SEED_YAML, "finetuning_type": "full"}
+    one_by_four, two_by_four, one_by_eight = (
+        est.estimate(model_config=QWEN2_7B, config=full, ds=SEED_DS, gpus=g, nodes=n)
+        for n, g in ((1, 4), (2, 4), (1, 8))
+    )
+    assert two_by_four["per_gpu_bytes"] == one_by_eight["per_gpu_bytes"] < one_by_four["per_gpu_bytes"]
+    assert (two_by_four["nodes"], two_by_four["gpus"], two_by_four["ranks"]) == (2, 4, 8)
+    # On the CPU a node is one rank: 3 nodes shard as 3 GPUs do.
+    cpu = est.estimate(model_config=QWEN2_7B, config=full, ds=SEED_DS, gpus=0, nodes=3)
+    three = est.estimate(model_config=QWEN2_7B, config=full, ds=SEED_DS, gpus=3)
+    assert cpu["breakdown"]["optimizer"] == three["breakdown"]["optimizer"] and cpu["ranks"] == 3
+    # Stage-less DeepSpeed on one GPU a node still replicates the model on every node: warned.
+    stage0 = {**SEED_DS, "zero_optimization": {"stage": 0}}
+    warned = est.estimate(model_config=QWEN2_7B, config=full, ds=stage0, gpus=1, nodes=2)["warnings"]
+    assert any("every GPU holds the whole model" in w for w in warned), warned
+    with pytest.raises(est.EstimateError, match="nodes must be 1 or more"):
+        est.estimate(model_config=QWEN2_7B, config=full, ds=SEED_DS, gpus=4, nodes=0)
+
+
 def test_warns_when_it_exceeds_the_device():
     e = est.estimate(model_config=QWEN2_7B, config=SEED_YAML, ds=SEED_DS, gpus=4, device_total_bytes=10 * GiB)
     assert e["fits"] is False and "exceeds the device's 10.0 GiB" in e["warnings"][0]
@@ -205,6 +226,18 @@ def test_cli_json(tmp_path):
     out = json.loads(r.stdout)
     assert out["per_gpu_bytes"] == sum(out["breakdown"].values())
     assert out["zero_stage"] == 3 and out["gpus"] == 4  # the YAML's `deepspeed: ds_z3_rocm` preset was read
+    args = [sys.executable, "-m", "tunedeck.cli.main", "estimate", str(CONFIGS / "qwen2_lora_sft.yaml")]
+    args += ["--model-config", str(tmp_path / "config.json")]
+
+    def cli(*more: str) -> str:
+        r = subprocess.run([*args, *more], check=False, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    across = json.loads(cli("--gpus", "4", "--nodes", "2", "--json"))
+    assert across["per_gpu_bytes"] == json.loads(cli("--gpus", "8", "--json"))["per_gpu_bytes"]
+    assert across["per_gpu_bytes"] < out["per_gpu_bytes"] and across["ranks"] == 8
+    assert "2 nodes × 4 GPU(s): " in cli("--gpus", "4", "--nodes", "2")
     r = subprocess.run(
         [sys.executable, "-m", "tunedeck.cli.main", "estimate", str(CONFIGS / "qwen2_lora_sft.yaml")],
         check=False,

@@ -126,6 +126,11 @@ def test_import_yaml_fills_fields(server_factory, assets, page, tmp_path):
     out = page.inner_text("#preview-out")
     assert "neftune_noise_alpha: 5" in out and "zero_optimization" in out
     shot(page, "new-job-imported")
+    # The estimate counts the nodes: ZeRO-3 shards over one rank a node on the CPU.
+    page.fill("#f-nodes", "2")
+    page.click("#check")
+    page.wait_for_function("document.querySelector('#checks').textContent.includes('Estimate:')")
+    assert "(2 nodes × CPU: ZeRO shards over 2 ranks)" in page.inner_text("#checks")
     assert page.errors == []
 
 

@@ -260,17 +260,23 @@ def estimate(
     config: dict[str, Any],
     ds: dict[str, Any] | None,
     gpus: int,
+    nodes: int = 1,
     device_total_bytes: int | None = None,
     cpu_runtime_bytes: int = 0,
 ) -> dict[str, Any]:
-    """The per-GPU figure, its breakdown (bytes), and warnings; `gpus=0` estimates a CPU run."""
+    """The per-GPU figure, its breakdown (bytes), and warnings; `gpus=0` estimates a CPU run.
+
+    `gpus` is per node, as a job spec gives it: ZeRO partitions over every rank of every node
+    (`nodes` × `gpus`; one rank a node on the CPU)."""
+    if nodes < 1:
+        raise EstimateError(f"nodes must be 1 or more, not {nodes}")
     s = shapes(model_config)
     counts = count_params(s)
     trainable, method = trainable_params(config, s, counts)
     half = truthy(config.get("fp16")) or truthy(config.get("bf16")) or truthy(config.get("pure_bf16"))
     w = 2 if half else 4
     z = zero_of(ds)
-    n = max(gpus, 1)
+    n = max(gpus, 1) * nodes  # the ranks ZeRO shards over
     breakdown = model_states(
         total=counts["total"], trainable=trainable, largest=counts["largest_layer"], n=n, w=w, z=z
     )
@@ -292,7 +298,7 @@ def estimate(
             f"{device_total_bytes / GiB:.1f} GiB: use ZeRO-3, offload, a smaller micro batch or "
             "cutoff_len, or gradient checkpointing"
         )
-    if ds is not None and z["stage"] in (None, 0) and gpus > 1:
+    if ds is not None and z["stage"] in (None, 0) and n > 1:
         warnings.append("DeepSpeed config without zero_optimization.stage: every GPU holds the whole model")
     return {
         "per_gpu_bytes": int(per_gpu),
@@ -305,6 +311,8 @@ def estimate(
         "method": method,
         "zero_stage": z["stage"],
         "gpus": gpus,
+        "nodes": nodes,
+        "ranks": n,
         "dtype_bytes": w,
         "gradient_checkpointing": bool(act["_checkpointing"]),
         "tokens_per_micro_batch": act["_tokens"],

@@ -221,6 +221,7 @@ def _estimate(
     model_config: dict[str, Any] | None,
     model: Any,
     gpus: int,
+    nodes: int,
     node: Node,
     settings: Settings,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -238,6 +239,7 @@ def _estimate(
             config=config,
             ds=ds,
             gpus=gpus,
+            nodes=nodes,
             device_total_bytes=node.device_total_bytes,
             cpu_runtime_bytes=settings.estimate_cpu_runtime_bytes,
         ), None
@@ -333,7 +335,9 @@ def resolve(spec: JobSpec, settings: Settings, node: Node) -> Submission:
         config, ds_config, gpus=gpus, preflight=node.preflight, model_config=model_config, mca=False
     )
     if kind.name == "train":
-        estimate, estimate_error = _estimate(config, ds_config, model_config, model, gpus, node, settings)
+        estimate, estimate_error = _estimate(
+            config, ds_config, model_config, model, gpus, spec.nodes, node, settings
+        )
     else:  # the estimator models training memory (optimizer state, gradients, activations)
         estimate, estimate_error = (
             None,

@@ -71,7 +71,10 @@ def _datasets(file: Path) -> list[dict]:
 
 def estimate(
     file: Annotated[Path, typer.Argument(help="a LLaMA-Factory train YAML", exists=True)],
-    gpus: Annotated[int, typer.Option(help="GPUs (ZeRO partitions over them); 0 = CPU")] = 1,
+    gpus: Annotated[int, typer.Option(help="GPUs per node (ZeRO partitions over them); 0 = CPU")] = 1,
+    nodes: Annotated[
+        int, typer.Option(min=1, help="nodes, each with --gpus GPUs (ZeRO partitions over all the ranks)")
+    ] = 1,
     model_config: Annotated[
         Path | None,
         typer.Option(help="the model's config.json, when the model is a hub id not in the local cache"),
@@ -118,16 +121,18 @@ def estimate(
         config=config,
         ds=ds,
         gpus=gpus,
+        nodes=nodes,
         device_total_bytes=total,
         cpu_runtime_bytes=get_settings().estimate_cpu_runtime_bytes,
     )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
+    where = f"{gpus} GPU(s)" if nodes == 1 else f"{nodes} nodes × {gpus} GPU(s)"
     typer.echo(
         f"{result['method']} of {result['params'] / 1e9:.2f}B params ({result['trainable_params'] / 1e6:.1f}M "
         f"trainable), ZeRO {result['zero_stage'] if result['zero_stage'] is not None else '-'}, "
-        f"{gpus} GPU(s): {result['per_gpu_bytes'] / GiB:.2f} GiB per GPU"
+        f"{where}: {result['per_gpu_bytes'] / GiB:.2f} GiB per GPU"
     )
     for k, v in sorted(result["breakdown"].items(), key=lambda kv: -kv[1]):
         typer.echo(f"  {k:<18} {v / GiB:8.2f} GiB")
