@@ -99,6 +99,22 @@ class Settings(BaseSettings):
         description="Slurm time limit (`--time`, e.g. `4:00:00` or `1-12`) for jobs that name none; "
         "unset: the partition's default.",
     )
+    slurm_warn_s: int = Field(
+        120,
+        ge=0,
+        le=3600,
+        description="Seconds before a Slurm job's time limit that Slurm warns its runners (`--signal=USR1@N`): "
+        "each rank stops after the step and saves a checkpoint, and the job is resumed from it "
+        "(`auto_resume_attempts`). 0: no warning (the time limit kills the run where it is).",
+    )
+    auto_resume_attempts: int = Field(
+        5,
+        ge=0,
+        le=100,
+        description="How many times in a row a train job stopped by its allocation's time limit (a runner "
+        "warned with SIGUSR1, on any executor) is resumed from the checkpoint it saved, each attempt a "
+        "new job whose `parent_id` is the last; 0: never.",
+    )
     ray_address: str = Field(
         "auto",
         description="Address of the Ray cluster the `ray` executor joins (`ray.init(address=...)`); "

@@ -37,6 +37,7 @@ from tunedeck.api import results as results_api
 from tunedeck.api import runs as runs_api
 from tunedeck.api import stacks as stacks_api
 from tunedeck.api.answers import COMMON
+from tunedeck.api.deps import node_of
 from tunedeck.config import Settings, get_settings
 from tunedeck.contract.strictjson import StrictJSONResponse
 from tunedeck.scheduling import executors
@@ -50,6 +51,7 @@ from tunedeck.services.ingest.store_process import ProcessStore
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.services.jobs.chat import ChatIdle
 from tunedeck.services.jobs.jobstate import JobState
+from tunedeck.services.jobs.resume import Resumer
 from tunedeck.services.jobs.stacks import StackStore
 from tunedeck.services.live.events import Broadcaster
 from tunedeck.services.views.nodes import NodeInventory
@@ -135,7 +137,11 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         # Every background thread, started in this order and stopped in reverse: each is up before
         # anything that feeds it (the scheduler's first pass reattaches runners and replays outboxes).
         idle = ChatIdle(engine=engine, settings=settings, executor=executor, state=jobstate)
-        workers = [notifier, alerts, writer, scheduler, Retention(engine, settings), idle]
+        # A run its time limit stopped with a checkpoint is submitted again, checked against this node.
+        resumer = Resumer(
+            engine=engine, settings=settings, node=lambda: node_of(app.state), wake=scheduler.wake
+        )
+        workers = [notifier, alerts, writer, scheduler, Retention(engine, settings), idle, resumer]
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
         app.state.workers, app.state.jobstate = workers, jobstate
         app.state.notifier, app.state.alerts = notifier, alerts

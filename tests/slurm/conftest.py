@@ -181,6 +181,9 @@ def slurm_server(slurm_cluster, assets, tmp_path_factory):
         SLURM_CONF=str(slurm_cluster.conf),
         TUNEDECK_EXECUTOR="slurm",
         TUNEDECK_CANCEL_ABORT_GRACE_S="60",
+        # Slurm warns a job this long before its time limit (up to a minute early): only the time-limit
+        # test gives a limit short enough for that to matter.
+        TUNEDECK_SLURM_WARN_S="150",
     )
     yield server.start()
     server.stop()

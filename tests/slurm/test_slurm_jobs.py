@@ -162,3 +162,37 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
         ),
         "the Slurm job ended",
     )
+
+
+def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_server, assets):
+    """A 4-minute limit with the server's 150 s warning: Slurm sends the runner SIGUSR1 (`--signal`), the
+    trainer stops after a step with a checkpoint, the job fails naming the time limit and a new attempt,
+    submitted by the server through sbatch, continues from the next step; cancelled, nothing is left."""
+    config = demo_config(assets, max_steps=10**4, save_steps=10**4, eval_steps=10**4, logging_steps=1)
+    first = slurm_server.submit({"name": "limited", "config": config, "gpus": 1, "slurm": {"time": "4"}})
+    script = slurm_server.api.get(f"/api/jobs/{first['id']}/config").json()["batch_script"]
+    assert "#SBATCH --signal=USR1@150" in script and "#SBATCH --time=4" in script, script
+    stopped = slurm_server.wait(first["id"], ENDED, timeout=420)
+    assert stopped["status"] == "failed", stopped
+    assert stopped["error"].startswith("stopped for its allocation's time limit"), stopped["error"]
+    saved = slurm_server.api.get(f"/api/jobs/{first['id']}/checkpoints").json()
+    last = max(p["step"] for p in slurm_server.all(first["id"], "metrics") if p.get("step") is not None)
+    assert saved and saved[-1]["step"] == last, (saved, last)
+
+    def resumed() -> int | None:
+        said = slurm_server.api.get(f"/api/jobs/{first['id']}").json()["auto_resume"] or ""
+        assert not said.startswith("not"), said
+        return int(said.removeprefix("resumed as job ")) if said.startswith("resumed") else None
+
+    child = slurm_server.api.get(f"/api/jobs/{until(resumed, 'the next attempt')}").json()
+    assert child["parent_id"] == first["id"]
+    points = until(
+        lambda: [p for p in slurm_server.all(child["id"], "metrics") if p.get("step") is not None],
+        "the next attempt's first points",
+        timeout=300,
+    )
+    assert points[0]["step"] == last + 1, points[:3]
+    assert slurm_server.api.post(f"/api/jobs/{child['id']}/cancel").status_code == 200
+    ended = slurm_server.wait(child["id"], ENDED, timeout=300)
+    assert ended["status"] == "cancelled", ended
+    assert until(lambda: not left(stopped) and not left(ended), "no process of either attempt left")

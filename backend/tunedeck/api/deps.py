@@ -22,7 +22,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 def get_node(request: Request) -> Node:
     """This node as a submission is checked against, from the cached inventory and preflight."""
-    state = request.app.state
+    return node_of(request.app.state)
+
+
+def node_of(state) -> Node:
+    """`get_node` for the app's state (the server's own submissions: an automatic resume)."""
     cluster = state.executor.cluster()
     if cluster is not None:  # a cluster's nodes (Ray): this host's hardware says nothing of them
         nodes = tuple(cluster)

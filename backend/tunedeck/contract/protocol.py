@@ -146,6 +146,11 @@ class RunnerState(Strict):
     trainer_pid: int | None = PField(None, ge=1, le=2**22, description="a Linux pid (at most PID_MAX_LIMIT)")
     exit_code: int | None = PField(None, ge=-(2**31), le=2**31)
     cancelled: bool = False
+    time_limit: bool = PField(
+        False,
+        description="with `exited`: the runner was warned that its allocation ends (SIGUSR1, Slurm's "
+        "`--signal`) and stopped the trainer after a step, with a checkpoint",
+    )
     cause: str | None = PField(None, max_length=2000)
 
 

@@ -50,11 +50,18 @@ RANK_LINE_BASE = 1 << 40  # rank r numbers its log lines and memory samples from
 BUILD_CHECK_S = 1.0  # how often the trainer's tree is looked at for an op build (phases.op_being_built)
 
 
-def _limit_as(limit: int | None):
-    """RLIMIT_AS for the trainer (CPU nodes): an allocation past it fails as out-of-memory."""
-    if not limit:
-        return None
-    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def _trainer_start(limit: int | None):
+    """In the trainer's child before exec: RLIMIT_AS (CPU nodes: an allocation past it fails as
+    out-of-memory), and SIGUSR1 ignored. Slurm's time-limit warning (`--signal`) reaches every process
+    of the step, and its default action would end the trainer and its workers (an ignored signal stays
+    ignored across exec): the runner alone takes it, and stops the trainer after the step."""
+
+    def start() -> None:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return start
 
 
 def read_token() -> str:
@@ -95,6 +102,7 @@ class Runner:
         )  # set by the trainer_log watch, the sampler, cancel and the trainer's exit
         self.watch: FileWatch | None = None
         self.cancelled = False
+        self.time_limited = False  # warned that the allocation ends (SIGUSR1): stop, save, be resumed
         self._lines: deque[tuple[str, float, str]] = deque()  # (stream, t, text) from reader threads
         self._lock = threading.Lock()
         self._log_line = rank * RANK_LINE_BASE
@@ -256,7 +264,7 @@ class Runner:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_limit_as(self.cfg.rlimit_as_bytes),
+                preexec_fn=_trainer_start(self.cfg.rlimit_as_bytes),
             )
         except OSError as e:
             return self._finish(exit_code=127, cause=f"cannot start llamafactory-cli: {e}")
@@ -385,6 +393,13 @@ class Runner:
             self.note(f"memory sampler not started: {e}")
             return None
 
+    def time_limit_ahead(self) -> None:
+        """SIGUSR1 (Slurm's `--signal` before the time limit): stop as a cancel does, after the step with a
+        checkpoint, and say so in the exit, so the server resumes the run from it."""
+        if not self.ended:
+            self.time_limited = True
+        self.stop_requested()
+
     def stop_requested(self) -> None:
         """SIGTERM or SIGINT: cancel the training, or, once it has ended, leave."""
         if self.ended:
@@ -414,7 +429,13 @@ class Runner:
         if self.watch is not None:
             self.watch.close()
         self._collect()
-        state = {"event": "exited", "exit_code": exit_code, "cancelled": self.cancelled, "cause": cause}
+        state = {
+            "event": "exited",
+            "exit_code": exit_code,
+            "cancelled": self.cancelled,
+            "time_limit": self.time_limited and self.cancelled,
+            "cause": cause,
+        }
         # result.json first: a server that never hears from us reads it from the run folder.
         (self.run_dir / self._file(runfiles.RESULT)).write_text(json.dumps(state))
         if self.rank == 0:
@@ -466,4 +487,5 @@ def cli() -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: runner.time_limit_ahead())
     sys.exit(runner.run())

@@ -66,6 +66,11 @@ class JobBase(SQLModel):
         "a finished job keeps the last one (where a failed run was when it ended)",
     )
     phase_at: datetime | None = Field(default=None, description="when `phase` began (UTC)")
+    auto_resume: str | None = Field(
+        default=None,
+        description="for a job its allocation's time limit stopped (with a checkpoint): `pending` until "
+        "it is resumed, then `resumed as job N`, or why it was not",
+    )
 
 
 class JobProgress(SQLModel):

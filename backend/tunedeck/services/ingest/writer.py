@@ -142,6 +142,13 @@ OUTSIDE_STOP = (
 )
 
 
+TIME_LIMIT = (
+    "stopped for its allocation's time limit: the runner was warned (SIGUSR1, Slurm's --signal) and the "
+    "trainer stopped after a step, saving a checkpoint"
+)
+RESUME_PENDING = "pending"  # jobs.auto_resume: services/jobs/resume.py resumes it (or says why not)
+
+
 def _cancel_asked(conn: Connection, job_id: int) -> bool:
     """Whether a cancel of this job was asked for (the API, the CLI, the idle chat stop)."""
     return conn.execute(select(JOBS.c.cancel_requested_at).where(JOBS.c.id == job_id)).scalar() is not None
@@ -201,11 +208,16 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
         elif s["event"] == "exited":
             cancelled, cause = s.get("cancelled", False), s.get("cause")
             status = final_status(exit_code=s.get("exit_code"), cancelled=cancelled)
+            more = {}
             if cancelled and not _cancel_asked(conn, job_id):
-                # The runner stopped on a SIGTERM or SIGINT that no cancel of tunedeck's sent: its
-                # cluster or the machine ended it. That is a failure, whatever the trainer saved.
-                status, cause = JobStatus.failed, OUTSIDE_STOP + (f" ({cause})" if cause else "")
-            finish(conn, job_id, status=status, exit_code=s.get("exit_code"), error=cause)
+                # The runner stopped on a signal that no cancel of tunedeck's sent: its cluster or the
+                # machine ended it. That is a failure, whatever the trainer saved; a warning of the
+                # time limit's end is one the next attempt continues from (auto_resume).
+                stop = TIME_LIMIT if s.get("time_limit") else OUTSIDE_STOP
+                status, cause = JobStatus.failed, stop + (f" ({cause})" if cause else "")
+                if s.get("time_limit"):
+                    more["auto_resume"] = RESUME_PENDING
+            finish(conn, job_id, status=status, exit_code=s.get("exit_code"), error=cause, **more)
     conn.execute(
         update(JOBS)
         .where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))
@@ -226,10 +238,16 @@ def enter_phase(conn: Connection, job_id: int, phase: str, t: float) -> None:
 
 
 def finish(
-    conn: Connection, job_id: int, *, status: JobStatus, exit_code: int | None, error: str | None
+    conn: Connection,
+    job_id: int,
+    *,
+    status: JobStatus,
+    exit_code: int | None,
+    error: str | None,
+    **columns: Any,
 ) -> bool:
     """The runner's exit report ends its job (once: False when it had already ended)."""
-    return jobstate.move(conn, job_id, status, exit_code=exit_code, error=error)
+    return jobstate.move(conn, job_id, status, exit_code=exit_code, error=error, **columns)
 
 
 def durable(conn: Connection) -> None:

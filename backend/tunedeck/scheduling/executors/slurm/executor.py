@@ -239,6 +239,7 @@ class SlurmExecutor:
             run_dir=str(run_dir),
             comment=self.comment,
             nice=nice(queueplan.asked(job).priority),
+            warn_s=s.slurm_warn_s,
             **self._slurm_options(given),
         )
         text = batch.render()  # ValueError before anything is written for a value it cannot hold

@@ -13,6 +13,8 @@ Cancel: a Slurm signal reaches every process of a step (proctrack signals the wh
 trainer would get it too, and LLaMA-Factory stops gracefully on SIGABRT only from its workers. The
 server asks for a graceful stop through the run folder instead (`CANCEL`): each task then sends
 SIGTERM to its own runner, which runs the usual SIGABRT → SIGTERM → SIGKILL sequence on its node.
+The time-limit warning (SIGUSR1, `slurm_warn_s` before the limit) is the runner's: it stops the trainer
+after the step with a checkpoint, which the next attempt resumes (services/jobs/resume.py).
 """
 
 from __future__ import annotations
@@ -124,6 +126,9 @@ def task(run_dir: str) -> int:
     if (folder / CANCEL).exists():  # cancelled while Slurm was starting it
         return 0
     log = folder / runfiles.ranked(runfiles.RUNNER_LOG, rank)
+    # The time-limit warning (`--signal=USR1@N`) would end this task and a runner not yet listening:
+    # ignored until the runner is up (it inherits that, then takes the signal itself), then passed on.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     runner = procs.start_runner(cfg.train_python, run_dir, [str(rank)], job_key(run_dir, rank), token, log)
     stopping = False
 
@@ -137,6 +142,14 @@ def task(run_dir: str) -> int:
                 pass
 
     signal.signal(signal.SIGTERM, stop)  # Slurm's own end (a time limit, scancel): the runner's too
+
+    def warned(_signum=None, _frame=None) -> None:  # the runner may have had it from Slurm too: once is taken
+        try:
+            runner.send_signal(signal.SIGUSR1)
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGUSR1, warned)
     while True:
         try:
             return runner.wait(timeout=LOOK_S)

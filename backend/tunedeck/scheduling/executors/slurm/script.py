@@ -33,6 +33,7 @@ class BatchJob:
     time: str | None = None
     constraint: str | None = None
     nice: int = 0
+    warn_s: int = 0  # seconds before the time limit that Slurm sends every step's tasks SIGUSR1
 
     def check(self) -> None:
         """ValueError for any value that is not what its field may hold (the spec's models checked
@@ -50,7 +51,7 @@ class BatchJob:
                 raise ValueError(f"slurm.{name} {value!r} is not a Slurm {name}")
         if not COMMENT.fullmatch(self.comment):
             raise ValueError(f"comment {self.comment!r}")
-        for name in ("job_id", "nodes", "gpus", "nice"):
+        for name in ("job_id", "nodes", "gpus", "nice", "warn_s"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a whole number, not {getattr(self, name)!r}")
         if self.nodes < 1:
@@ -73,6 +74,8 @@ class BatchJob:
                 out.append(f"--{name}={value}")
         if self.nice:
             out.append(f"--nice={self.nice}")
+        if self.warn_s:  # to the runners (srun's tasks), not the batch shell: they stop and save
+            out.append(f"--signal=USR1@{self.warn_s}")
         return out
 
     def argv(self, script: str, output: str) -> list[str]:
