@@ -29,7 +29,7 @@ def warn_at_step(server, job: dict, step: int) -> None:
     os.kill(pid, signal.SIGUSR1)
 
 
-def test_a_time_limit_warning_saves_and_the_next_attempt_continues(server_factory, assets):
+def test_a_time_limit_warning_saves_and_the_next_attempt_continues(server_factory, assets, page):
     server = server_factory(TUNEDECK_AUTO_RESUME_ATTEMPTS="1")
     config = demo_config(assets, max_steps=10**4, save_steps=10**4, eval_steps=10**4, logging_steps=1)
     first = server.submit({"name": "long", "config": config, "gpus": 0})
@@ -55,6 +55,9 @@ def test_a_time_limit_warning_saves_and_the_next_attempt_continues(server_factor
     child_id = int(resumed.removeprefix("resumed as job "))
     child = server.api.get(f"/api/jobs/{child_id}").json()
     assert child["parent_id"] == first["id"] and child["owner"] == stopped["owner"]
+    page.goto(f"{server.url}/jobs/{first['id']}")  # the stopped attempt's page links the next one
+    page.locator("#auto-resume a").wait_for(timeout=30_000)
+    assert page.locator("#auto-resume a").get_attribute("href") == f"/jobs/{child_id}"
     train = yaml.safe_load(server.api.get(f"/api/jobs/{child_id}/config").json()["train_yaml"])
     assert Path(train["resume_from_checkpoint"]).name == saved[-1]["name"]
 
@@ -78,3 +81,8 @@ def test_a_time_limit_warning_saves_and_the_next_attempt_continues(server_factor
     note = server.api.get(f"/api/jobs/{child_id}").json()["auto_resume"]
     assert note.startswith("not resumed: 1 attempts in a row met the time limit"), note
     assert [j["id"] for j in server.api.get("/api/jobs").json()["jobs"]] == [child_id, first["id"]]
+    page.goto(f"{server.url}/jobs/{child_id}")
+    page.wait_for_function(
+        "(document.querySelector('#auto-resume') || {}).textContent?.startsWith('not resumed')"
+    )
+    assert page.errors == []

@@ -69,7 +69,8 @@ function showJob(j) {
   // `error` also carries the cause of a stop or a clean exit: red only for failures.
   $("#error").replaceChildren(
     ...(j.stopped ? [h("div", { class: "notice", id: "stopped", text: j.stopped })] : []),
-    ...(j.error ? [h("div", { class: j.status === "failed" ? "error" : "notice", text: j.error })] : []));
+    ...(j.error ? [h("div", { class: j.status === "failed" ? "error" : "notice", text: j.error })] : []),
+    ...(j.auto_resume ? [autoResume(j.auto_resume)] : []));
   $("#compare").href = `/compare?jobs=${j.id}`;
   $("#again").href = `/new?from=${j.id}`;
   $("#parent").hidden = !j.parent_id;
@@ -128,6 +129,13 @@ $("#report").addEventListener("click", async () => {
     refuse($("#refusals"), "Report failed", e);
   }
 });
+
+// A time-limited run: the next attempt the server made (a link), or why there is none.
+function autoResume(said) {
+  const next = /^resumed as job (\d+)$/.exec(said);
+  if (!next) return h("div", { class: "notice", id: "auto-resume", text: said === "pending" ? "Resuming from its checkpoint…" : said });
+  return h("div", { class: "notice", id: "auto-resume" }, "Resumed from its checkpoint as ", h("a", { href: `/jobs/${next[1]}`, text: `#${next[1]}` }));
+}
 
 // ------------------------------------------------------------------ metric charts
 async function loadSeries(range, until) {
