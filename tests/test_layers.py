@@ -151,6 +151,25 @@ def test_routes_and_services_check_specs_only_through_the_pipeline():
             assert not imported_modules(path) & CHECKS, module
 
 
+def test_the_routes_define_no_api_shape_of_their_own():
+    """Every request body, query model and answer is a class of schemas.py: no route module derives one
+    from pydantic's BaseModel, a Strict or JobSpec, or any class that schemas.py defines."""
+    shapes = {"BaseModel", "RootModel", "Strict", "JobSpec"} | {
+        node.name
+        for node in ast.parse((PACKAGE / "schemas.py").read_text()).body
+        if isinstance(node, ast.ClassDef)
+    }
+    found = [
+        f"{path.name}:{node.lineno}: {node.name}({base})"
+        for path in sorted((PACKAGE / "api").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        for base in (b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases)
+        if base in shapes
+    ]
+    assert found == []
+
+
 def reaches(module: str) -> set[str]:
     """Every tunedeck module that importing `module` runs: its imports, theirs, and their packages."""
     known = modules()
@@ -288,3 +307,14 @@ def test_every_public_service_is_used_in_the_package():
         and node.name not in used
     ]
     assert dead == []
+
+
+def test_a_stored_train_yaml_is_parsed_in_one_place():
+    """Job.config() reads the train.yaml that ran; nothing else parses the column on its own."""
+    parsers = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for n, text in enumerate(path.read_text().splitlines(), start=1)
+        if re.search(r"yaml\.\w*load\w*\([^)]*train_yaml", text)
+    ]
+    assert len(parsers) == 1 and parsers[0].startswith("store/tables.py:"), parsers

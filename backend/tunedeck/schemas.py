@@ -720,3 +720,165 @@ class StacksOut(BaseModel):
     )
     ranks: list[RankPlace]
     nodes: list[dict[str, Any]] = PField(description="each node's report: every process dumped, its threads")
+
+
+# ---------------------------------------------------------------- the routes' own bodies, queries, answers
+
+
+# The form's choices and help (api/forms.py)
+class KeyHelp(BaseModel):
+    help: str
+    type: str | None
+    default: Any = None
+    choices: list[Any] | None = None
+
+
+class HelpOut(BaseModel):
+    llamafactory_version: str | None
+    keys: dict[str, KeyHelp]
+
+
+class TemplatesOut(BaseModel):
+    llamafactory_version: str | None
+    templates: list[str]
+
+
+class DatasetsOut(BaseModel):
+    dataset_dir: str
+    datasets: list[str]
+
+
+class DatasetPreview(BaseModel):
+    name: str
+    file: str
+    formatting: str
+    columns: dict[str, Any] | None
+    rows: list[Any]
+
+
+class ModelTemplates(BaseModel):
+    model_type: str | None
+    templates: list[str]
+
+
+# A job's lifecycle: checkpoints, resume, clone, tags and notes, delete (api/lifecycle.py)
+Tag = Annotated[str, PField(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$")]
+
+
+class CheckpointOut(BaseModel):
+    name: str
+    step: int
+    mtime: datetime
+    bytes: int
+    holds: list[str] = PField(
+        description="adapter, model, optimizer, scheduler, rng, trainer_state, zero_shards"
+    )
+    zero_shards: int
+    resumable: bool = PField(description="weights, optimizer state and trainer state are all there")
+
+
+class ResumeIn(Strict):
+    checkpoint: str | None = PField(
+        None,
+        pattern=r"^checkpoint-\d{1,12}$",
+        description="a checkpoint of the job; default the newest resumable",
+    )
+
+
+class CloneIn(Strict):
+    overrides: dict[str, Any] = PField(
+        default_factory=dict, description="train.yaml keys to set (null drops a key); `deepspeed` too"
+    )
+    name: str | None = PField(None, **NAME_RULES)
+    env: dict[str, str | None] | None = PField(
+        None,
+        description="environment variables to set for the trainer (null drops one); same allow-list as a submit",
+    )
+    priority: int | None = PField(None, description="the new job's priority (default: the parent's)")
+    devices: list[int] | None = PField(None, description="specific GPU ids (default: the parent's)")
+    gpus: int | None = PField(None, description="GPUs (default: the parent's)")
+
+
+class JobPatch(Strict):
+    tags: list[Tag] | None = PField(None, max_length=20, description="the job's whole tag list")
+    notes: str | None = PField(None, max_length=10000)
+    priority: int | None = PField(
+        None, ge=0, le=10, description="a queued job's new priority (409 once it has started)"
+    )
+
+
+class Deleted(BaseModel):
+    id: int
+    files: Literal["keep", "remove"]
+
+
+# Results of eval, predict and export jobs (api/results.py)
+MAX_PREDICTION_ROWS = 200  # a page of generated predictions at most
+
+
+class ResultRow(BaseModel):
+    split: str = PField(description="train, eval or predict: the results file it comes from")
+    name: str = PField(description="the metric without its split prefix: loss, bleu-4, rouge-l, runtime, ...")
+    value: float
+
+
+class ExportOut(BaseModel):
+    files: list[FileOut]
+    total_bytes: int
+    weights_bytes: int = PField(description="the merged model's weight files")
+    base_weights_bytes: int | None = PField(description="the base model's weight files, when a local folder")
+    adapter_weights_bytes: int | None
+
+
+class ResultsOut(BaseModel):
+    job_id: int
+    kind: str
+    metrics: list[ResultRow]
+    predictions: int = PField(description="rows in generated_predictions.jsonl")
+    export: ExportOut | None
+
+
+class PredictionRow(BaseModel):
+    index: int
+    prompt: str
+    label: str
+    prediction: str
+
+
+class PredictionPage(BaseModel):
+    rows: list[PredictionRow]
+    offset: int
+    total: int
+
+
+class PageQuery(Strict):  # Strict: an unknown parameter is refused, not ignored
+    offset: int = PField(0, ge=0, le=2**31)
+    limit: int = PField(50, ge=1, le=MAX_PREDICTION_ROWS)
+
+
+# Starting a chat job on a finished job (api/chat.py)
+class ChatStart(Strict):
+    gpus: int | None = PField(None, ge=0, le=64, description="GPUs for the chat server; 0 = CPU")
+    max_new_tokens: int | None = PField(None, ge=1, le=1_000_000)
+    temperature: float | None = PField(None, ge=0, le=100, allow_inf_nan=False)
+    do_sample: bool | None = PField(
+        None, description="false: greedy answers (requests may still ask otherwise)"
+    )
+
+
+# The team-wide alert list's query (api/alerts.py)
+class TeamFilter(Strict):
+    """The team-wide list's filters; an unknown one is refused (a typo must not widen the list)."""
+
+    open: bool | None = None
+    after: int | None = PField(None, ge=0, le=2**62, description="an alert id: only alerts after it")
+    min_severity: Severity | None = PField(None, description="only alerts this severe or worse")
+    order: Literal["asc", "desc"] = PField("asc", description="by id: oldest (asc) or newest (desc) first")
+    limit: int = PField(1000, ge=1, le=1000)
+
+
+# A VRAM estimate's body: a job spec and, optionally, the device to fit (api/checks.py)
+class EstimateRequest(JobSpec):
+    device_total_bytes: int | None = PField(
+        None, gt=0, description="memory of one device; default: this node's smallest GPU (none on a CPU node)"
+    )

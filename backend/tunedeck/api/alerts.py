@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from tunedeck.api.answers import errors
-from tunedeck.schemas import AlertOut, Severity
+from tunedeck.schemas import AlertOut, TeamFilter
 from tunedeck.services.alerting import reconcile as service
 from tunedeck.store.db import SessionDep
 
 JobId = Annotated[int, Path(ge=0, le=2**62, description="job id")]
 router = APIRouter(prefix="/api", tags=["alerts"])
 Cursor = Annotated[int | None, Query(ge=0, le=2**62, description="an alert id: only alerts after it")]
-
-
-class TeamFilter(BaseModel):
-    """The team-wide list's filters; an unknown one is refused (a typo must not widen the list)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    open: bool | None = None
-    after: int | None = Field(None, ge=0, le=2**62, description="an alert id: only alerts after it")
-    min_severity: Severity | None = Field(None, description="only alerts this severe or worse")
-    order: Literal["asc", "desc"] = Field("asc", description="by id: oldest (asc) or newest (desc) first")
-    limit: int = Field(1000, ge=1, le=1000)
 
 
 @router.get("/jobs/{job_id}/alerts", response_model=list[AlertOut], responses=errors(404))

@@ -11,13 +11,12 @@ import json
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api import auth
 from tunedeck.api.answers import Responses, errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, principal_name
-from tunedeck.schemas import JobCreated
+from tunedeck.schemas import ChatStart, JobCreated
 from tunedeck.services.jobs import chat as service
 from tunedeck.services.jobs.records import get_job
 from tunedeck.store.db import SessionDep
@@ -31,17 +30,6 @@ PASSED: Responses = {
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
 }
-
-
-class ChatStart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    gpus: int | None = Field(None, ge=0, le=64, description="GPUs for the chat server; 0 = CPU")
-    max_new_tokens: int | None = Field(None, ge=1, le=1_000_000)
-    temperature: float | None = Field(None, ge=0, le=100, allow_inf_nan=False)
-    do_sample: bool | None = Field(
-        None, description="false: greedy answers (requests may still ask otherwise)"
-    )
 
 
 @router.post("/{job_id}/chat", **CREATES, responses=errors(404, 409))

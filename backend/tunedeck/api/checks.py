@@ -6,23 +6,16 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
-from pydantic import Field
 
 from tunedeck.api.answers import errors
 from tunedeck.api.deps import NodeDep, SettingsDep
 from tunedeck.checks.submission import resolve
-from tunedeck.schemas import Calibration, Estimate, JobEstimate, JobSpec, LintOut
+from tunedeck.schemas import Calibration, Estimate, EstimateRequest, JobEstimate, JobSpec, LintOut
 from tunedeck.services.charts import estimates as service
 from tunedeck.services.jobs.records import get_job
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api", tags=["checks"])
-
-
-class EstimateRequest(JobSpec):
-    device_total_bytes: int | None = Field(
-        None, gt=0, description="memory of one device; default: this node's smallest GPU (none on a CPU node)"
-    )
 
 
 @router.post("/lint", response_model=LintOut, responses=errors(413))

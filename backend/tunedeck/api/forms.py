@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from pydantic import BaseModel
 
 from tunedeck.api.deps import SettingsDep
 from tunedeck.checks import catalog
+from tunedeck.schemas import DatasetPreview, DatasetsOut, HelpOut, ModelTemplates, TemplatesOut
 
 router = APIRouter(prefix="/api/ui", tags=["ui"])
 KEYS_MAX = 400
@@ -54,41 +54,6 @@ def answered(key: str | None = None) -> Iterator[None]:
         raise HTTPException(
             status_code=422, detail=[{"loc": loc, "msg": msg, "type": "value_error"}]
         ) from None
-
-
-class KeyHelp(BaseModel):
-    help: str
-    type: str | None
-    default: Any = None
-    choices: list[Any] | None = None
-
-
-class HelpOut(BaseModel):
-    llamafactory_version: str | None
-    keys: dict[str, KeyHelp]
-
-
-class TemplatesOut(BaseModel):
-    llamafactory_version: str | None
-    templates: list[str]
-
-
-class DatasetsOut(BaseModel):
-    dataset_dir: str
-    datasets: list[str]
-
-
-class DatasetPreview(BaseModel):
-    name: str
-    file: str
-    formatting: str
-    columns: dict[str, Any] | None
-    rows: list[Any]
-
-
-class ModelTemplates(BaseModel):
-    model_type: str | None
-    templates: list[str]
 
 
 @router.get("/help", response_model=HelpOut, dependencies=[only("keys")])

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request
-from pydantic import BaseModel, ConfigDict
-from pydantic import Field as PField
 
 from tunedeck.api import auth
 from tunedeck.api.answers import errors
 from tunedeck.api.deps import CREATES, NodeDep, SettingsDep, job_created, only_query, principal_name
-from tunedeck.schemas import NAME_RULES, JobCreated, JobOut
+from tunedeck.schemas import CheckpointOut, CloneIn, Deleted, JobCreated, JobOut, JobPatch, ResumeIn
 from tunedeck.services.alerting.summary import job_out
 from tunedeck.services.jobs import checkpoints, lifecycle
 from tunedeck.services.jobs import records as service
@@ -20,58 +17,6 @@ from tunedeck.store.db import SessionDep
 from tunedeck.store.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["lifecycle"])
-Tag = Annotated[str, PField(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$")]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CheckpointOut(BaseModel):
-    name: str
-    step: int
-    mtime: datetime
-    bytes: int
-    holds: list[str] = PField(
-        description="adapter, model, optimizer, scheduler, rng, trainer_state, zero_shards"
-    )
-    zero_shards: int
-    resumable: bool = PField(description="weights, optimizer state and trainer state are all there")
-
-
-class ResumeIn(Strict):
-    checkpoint: str | None = PField(
-        None,
-        pattern=r"^checkpoint-\d{1,12}$",
-        description="a checkpoint of the job; default the newest resumable",
-    )
-
-
-class CloneIn(Strict):
-    overrides: dict[str, Any] = PField(
-        default_factory=dict, description="train.yaml keys to set (null drops a key); `deepspeed` too"
-    )
-    name: str | None = PField(None, **NAME_RULES)
-    env: dict[str, str | None] | None = PField(
-        None,
-        description="environment variables to set for the trainer (null drops one); same allow-list as a submit",
-    )
-    priority: int | None = PField(None, description="the new job's priority (default: the parent's)")
-    devices: list[int] | None = PField(None, description="specific GPU ids (default: the parent's)")
-    gpus: int | None = PField(None, description="GPUs (default: the parent's)")
-
-
-class JobPatch(Strict):
-    tags: list[Tag] | None = PField(None, max_length=20, description="the job's whole tag list")
-    notes: str | None = PField(None, max_length=10000)
-    priority: int | None = PField(
-        None, ge=0, le=10, description="a queued job's new priority (409 once it has started)"
-    )
-
-
-class Deleted(BaseModel):
-    id: int
-    files: Literal["keep", "remove"]
 
 
 def _principal(request: Request):

@@ -5,58 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from tunedeck.api.answers import errors
-from tunedeck.schemas import FileOut
+from tunedeck.schemas import ExportOut, PageQuery, PredictionPage, PredictionRow, ResultRow, ResultsOut
 from tunedeck.services.jobs import results as service
 from tunedeck.services.jobs.records import get_job
 from tunedeck.store.db import SessionDep
 
 router = APIRouter(prefix="/api/jobs", tags=["results"])
-MAX_ROWS = 200
-
-
-class ResultRow(BaseModel):
-    split: str = Field(description="train, eval or predict: the results file it comes from")
-    name: str = Field(description="the metric without its split prefix: loss, bleu-4, rouge-l, runtime, ...")
-    value: float
-
-
-class ExportOut(BaseModel):
-    files: list[FileOut]
-    total_bytes: int
-    weights_bytes: int = Field(description="the merged model's weight files")
-    base_weights_bytes: int | None = Field(description="the base model's weight files, when a local folder")
-    adapter_weights_bytes: int | None
-
-
-class ResultsOut(BaseModel):
-    job_id: int
-    kind: str
-    metrics: list[ResultRow]
-    predictions: int = Field(description="rows in generated_predictions.jsonl")
-    export: ExportOut | None
-
-
-class PredictionRow(BaseModel):
-    index: int
-    prompt: str
-    label: str
-    prediction: str
-
-
-class PredictionPage(BaseModel):
-    rows: list[PredictionRow]
-    offset: int
-    total: int
-
-
-class PageQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # an unknown parameter is refused, not ignored
-
-    offset: int = Field(0, ge=0, le=2**31)
-    limit: int = Field(50, ge=1, le=MAX_ROWS)
 
 
 @router.get("/{job_id}/results", response_model=ResultsOut, responses=errors(404))

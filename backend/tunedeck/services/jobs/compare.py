@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -14,17 +13,6 @@ from tunedeck.store.tables import Job, MetricPoint
 # eval_loss and no loss, so each column's own last value, not the last line's).
 LAST = ("step", "loss", "eval_loss", "grad_norm", "throughput")
 SAME_ALWAYS = frozenset({"output_dir"})  # each job's own folder: never a difference worth showing
-
-
-def config_of(job: Job) -> dict[str, Any]:
-    """The job's train.yaml as a mapping ({} where it has none, or none that parses)."""
-    import yaml  # loaded by the first comparison, not by every server start
-
-    try:
-        parsed = yaml.safe_load(job.train_yaml or "")
-    except yaml.YAMLError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def last_values(session: Session, job_id: int) -> dict[str, float | int | None]:
@@ -46,7 +34,7 @@ def compare(session: Session, *, job_ids: list[int]) -> tuple[list[tuple[Job, di
     """Each job with its last values, and the config keys that differ: key -> job id -> value (None
     where a job does not set it), values whole, as the job's train.yaml holds them."""
     jobs = [get_job(session, j) for j in job_ids]  # NotFound for the first unknown id
-    configs = {job.id: config_of(job) for job in jobs}
+    configs = {job.id: job.config() for job in jobs}
     keys = sorted({k for c in configs.values() for k in c} - SAME_ALWAYS)
     differ = {
         k: {str(j): configs[j].get(k) for j in configs}
