@@ -115,3 +115,13 @@ def test_the_lifespan_starts_every_worker_and_stops_them_all(app_factory):
     assert all(t is not None and t.is_alive() for t in threads)
     app.stop()
     assert not any(t.is_alive() for t in threads)
+
+
+def test_the_files_transport_adds_the_outbox_reader_before_the_scheduler(app_factory):
+    """Up before the scheduler's first pass (which replays outboxes of runners gone), fed by no route."""
+    app = app_factory(TUNEDECK_RUNNER_TRANSPORT="files")
+    names = [w.name for w in app.app.state.workers]
+    assert names.index("outbox-reader") == names.index("scheduler") - 1, names
+    reader = app.app.state.workers[names.index("outbox-reader")]
+    assert reader.writer is app.app.state.writer and reader._thread.is_alive()
+    app.stop()

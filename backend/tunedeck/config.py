@@ -162,6 +162,19 @@ class Settings(BaseSettings):
         "is written), polling every `runner_poll_s` where inotify cannot be had; `poll` always polls (a network "
         "file system written from another host).",
     )
+    runner_transport: Literal["http", "files"] = Field(
+        "http",
+        description="How runners report: `http` posts each batch to the server (`server_url`); `files` only "
+        "appends it to the runner's outbox in the run folder, and the server reads the outboxes from there "
+        "every `outbox_poll_s`: for compute nodes that cannot reach the server (behind an HPC login node) "
+        "but share its file system. Stack dumps go through the run folder too.",
+    )
+    outbox_poll_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="With `runner_transport=files`: how often the server reads each running job's outboxes.",
+    )
     runner_retry_max_s: float = Field(
         10.0, gt=0, description="Longest wait between a runner's retries while the server is away."
     )

@@ -45,6 +45,7 @@ from tunedeck.scheduling.scheduler import Scheduler
 from tunedeck.services.alerting.engine import AlertEngine
 from tunedeck.services.alerting.notify import Notifier
 from tunedeck.services.ingest.devices import Devices
+from tunedeck.services.ingest.outboxes import OutboxReader
 from tunedeck.services.ingest.retention import Retention
 from tunedeck.services.ingest.storage import StorageHealth
 from tunedeck.services.ingest.store_process import ProcessStore
@@ -142,6 +143,11 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             engine=engine, settings=settings, node=lambda: node_of(app.state), wake=scheduler.wake
         )
         workers = [notifier, alerts, writer, scheduler, Retention(engine, settings), idle, resumer]
+        if settings.runner_transport == "files":  # runners that cannot reach us: their outboxes, read here
+            reader = OutboxReader(
+                engine=engine, settings=settings, writer=writer, devices=app.state.devices, stacks=stacks
+            )
+            workers.insert(workers.index(scheduler), reader)
         app.state.settings, app.state.engine, app.state.node_gpus = settings, engine, node_gpus
         app.state.workers, app.state.jobstate = workers, jobstate
         app.state.notifier, app.state.alerts = notifier, alerts

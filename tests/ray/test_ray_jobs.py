@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.utils.servers import CONFIGS, demo_config, job_processes
+from tests.utils.servers import demo_config, job_processes, zero3
 from tests.utils.wait import until
 from tunedeck.store.hashes import token_hash
 
@@ -30,12 +30,6 @@ def placed(job: dict) -> list[dict]:
     """Where each rank ran, as the executor wrote it in the run folder."""
     path = Path(job["run_dir"]) / "placement.json"
     return until(lambda: path.exists() and json.loads(path.read_text()), f"placement of job {job['id']}")
-
-
-def zero3() -> dict:
-    ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
-    ds["fp16"]["enabled"] = False  # the CPU
-    return ds
 
 
 def keys(job: dict) -> list[str]:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.utils.servers import Server, free_port
@@ -144,6 +145,19 @@ class SlurmCluster:
             except ProcessLookupError:
                 continue
             until(lambda pid=pid: not _running(pid), f"Slurm daemon {pid} stopped", timeout=60)
+        for step in self.stepds():  # a node's slurmd killed by a test leaves its slurmstepd behind
+            step.kill()
+
+    def stepds(self) -> list[psutil.Process]:
+        """This cluster's slurmstepd processes (they run in its folder)."""
+        out = []
+        for p in psutil.process_iter(["name"]):
+            try:
+                if p.info["name"] == "slurmstepd" and p.cwd().startswith(str(self.root)):
+                    out.append(p)
+            except psutil.Error:
+                continue
+        return out
 
 
 def _running(pid: int) -> bool:
@@ -172,18 +186,21 @@ def slurm_cluster(tmp_path_factory):
         cluster.stop()
 
 
+def slurm_settings(cluster: SlurmCluster) -> dict[str, str]:
+    """A server's environment for the cluster: the slurm executor on its partition."""
+    return {
+        "SLURM_CONF": str(cluster.conf),
+        "TUNEDECK_EXECUTOR": "slurm",
+        "TUNEDECK_CANCEL_ABORT_GRACE_S": "60",
+        # Slurm warns a job this long before its time limit (up to a minute early): only the time-limit
+        # test gives a limit short enough for that to matter.
+        "TUNEDECK_SLURM_WARN_S": "150",
+    }
+
+
 @pytest.fixture(scope="module")
 def slurm_server(slurm_cluster, assets, tmp_path_factory):
     """The server, with the slurm executor on the cluster's partition; one per test module."""
-    server = Server(
-        tmp_path_factory.mktemp("slurmws") / "ws",
-        assets,
-        SLURM_CONF=str(slurm_cluster.conf),
-        TUNEDECK_EXECUTOR="slurm",
-        TUNEDECK_CANCEL_ABORT_GRACE_S="60",
-        # Slurm warns a job this long before its time limit (up to a minute early): only the time-limit
-        # test gives a limit short enough for that to matter.
-        TUNEDECK_SLURM_WARN_S="150",
-    )
+    server = Server(tmp_path_factory.mktemp("slurmws") / "ws", assets, **slurm_settings(slurm_cluster))
     yield server.start()
     server.stop()

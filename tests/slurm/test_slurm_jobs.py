@@ -1,17 +1,23 @@
 """Jobs on a two-node Slurm cluster (tests/slurm/conftest.py): the submit checks against what Slurm
-says, a 1-node job through sbatch and srun, a 2-node job that waits with Slurm's reason while
+says, a 1-node job through sbatch and srun, a 2-node ZeRO-3 job that waits with Slurm's reason while
 the nodes are held, trains across both nodes through a server kill -9 and restart, and a cancel that
-leaves nothing running. Real LLaMA-Factory runs of the tiny model, one shared server.
+leaves nothing running; a time limit's warning and the next attempt; a node whose slurmd dies mid-job.
+Real LLaMA-Factory runs of the tiny model, one shared server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
-from tests.utils.servers import demo_config, job_processes
+from tests.utils.servers import demo_config, job_processes, zero3
 from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
@@ -29,6 +35,17 @@ def assert_points_are_rank0s(server, job: dict) -> None:
     lines = [json.loads(x) for x in (Path(job["output_dir"]) / "trainer_log.jsonl").read_text().splitlines()]
     assert points and [p["step"] for p in points] == [x["current_steps"] for x in lines]
     assert [p["loss"] for p in points] == [x.get("loss") for x in lines]
+
+
+def extension_dirs(job: dict, rank: int) -> set[str | None]:
+    """The TORCH_EXTENSIONS_DIR of every process the job's runner of `rank` runs (torchrun, the trainers)."""
+    from tunedeck.procs import job_processes as find  # now, not after the settle `job_processes` waits for
+
+    out = set()
+    for p in find(job["run_dir"] if rank == 0 else f"{job['run_dir']}#rank{rank}"):
+        with contextlib.suppress(psutil.Error):
+            out.add(p.environ().get("TORCH_EXTENSIONS_DIR"))
+    return out
 
 
 def left(job: dict) -> list:
@@ -98,10 +115,12 @@ def test_a_one_node_job_trains_through_sbatch_and_srun(slurm_server, assets):
 def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     slurm_cluster, slurm_server, assets
 ):
-    """Two 1-node jobs hold both nodes; a 2-node job (torchrun across the nodes, DDP over gloo: a
-    ZeRO-3 run would first compile DeepSpeed's CPU op, a minute or more here) waits with Slurm's reason, starts when they
-    end, trains across both nodes through a server kill -9 and restart, and a cancel stops both ranks
-    after a step with the adapter saved, leaving nothing running and nothing in Slurm's queue."""
+    """Two 1-node jobs hold both nodes; a 2-node ZeRO-3 job (torchrun across the nodes, DeepSpeed over
+    gloo) waits with Slurm's reason, starts when they end, trains across both nodes through a server
+    kill -9 and restart, and a cancel stops both ranks after a step with the adapter saved, leaving
+    nothing running and nothing in Slurm's queue. Its runners see the session's TORCH_EXTENSIONS_DIR
+    (sbatch exports the server's environment), so DeepSpeed's CPU op built by an earlier test is
+    reused; the first to need it builds it there (a minute or more here)."""
     small = [
         slurm_server.submit({"name": f"small {i}", "config": demo_config(assets, max_steps=6), "gpus": 1})
         for i in range(2)
@@ -110,6 +129,7 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
         {
             "name": "wide",
             "config": demo_config(assets, max_steps=2000, save_steps=1000, eval_steps=1000),
+            "deepspeed": zero3(),
             "gpus": 1,
             "nodes": 2,
         }
@@ -138,6 +158,9 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     seen = len(
         until(lambda: slurm_server.all(wide["id"], "metrics"), "the 2-node job's first points", timeout=300)
     )
+    ours = os.environ["TORCH_EXTENSIONS_DIR"]  # tests/conftest.py's, for every process of the session
+    seen_dirs = {r: extension_dirs(wide, r) for r in (0, 1)}
+    assert seen_dirs == {0: {ours}, 1: {ours}}, seen_dirs
     slurm_server.kill()  # Slurm holds the job: training goes on without the server
     slurm_server.start()
     until(
@@ -152,8 +175,14 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     assert_points_are_rank0s(slurm_server, job)  # nothing lost across the restart
     devices = slurm_server.api.get(f"/api/jobs/{wide['id']}/memory").json()["gpus"]
     assert {d["node"] for d in devices} == {"n1", "n2"}, devices  # one series per node
-    logs = " ".join(g["text"] for g in slurm_server.all(job["id"], "logs"))
-    assert "[rank 1]" in logs and "SIGABRT" in logs and "world size: 2" in logs, logs[-2000:]
+    logs = [g["text"] for g in slurm_server.all(job["id"], "logs")]
+    assert "SIGABRT" in " ".join(logs), logs[-20:]
+    config = slurm_server.api.get(f"/api/jobs/{job['id']}/config").json()
+    assert json.loads(config["ds_config"])["zero_optimization"]["stage"] == 3
+    for rank in (0, 1):  # each rank's trainer ran ZeRO-3 in a world of two (rank 1's lines say "[rank 1]")
+        said = " ".join(x for x in logs if x.startswith("[rank 1] ") == (rank == 1))
+        assert f"Process rank: {rank}, world size: 2" in said, said[-2000:]
+        assert "Detected DeepSpeed ZeRO-3" in said and "DeepSpeed ZeRO3 detected" in said, said[-2000:]
     assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)
     sid = slurm_id(job)
     assert until(
@@ -196,3 +225,57 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_serve
     ended = slurm_server.wait(child["id"], ENDED, timeout=300)
     assert ended["status"] == "cancelled", ended
     assert until(lambda: not left(stopped) and not left(ended), "no process of either attempt left")
+
+
+def test_a_slurmd_killed_mid_job_fails_the_job_naming_the_node(slurm_cluster, slurm_server, assets):
+    """Last in this module: it takes a node away. n2's slurmd killed -9 while a 2-node job trains: Slurm
+    marks n2 DOWN after SlurmdTimeout and ends the job NODE_FAIL, and the job fails naming n2 and Slurm's
+    reason (not only as a stop from outside, which is all rank 0's runner sees of it). Nothing of the job
+    is left on n1, rank 1 on n2 ends by itself, and n2's slurmd, restarted as the cluster started it,
+    brings the node back with nothing of the job there."""
+    created = slurm_server.submit(
+        {
+            "name": "node lost",
+            "config": demo_config(assets, max_steps=2000, save_steps=1000, eval_steps=1000),
+            "gpus": 1,
+            "nodes": 2,
+        }
+    )
+    slurm_server.wait(created["id"], ("running",), timeout=300)
+    until(lambda: slurm_server.all(created["id"], "metrics"), "the job's first points", timeout=300)
+    run_dir = Path(created["run_dir"])
+    ranks = [
+        json.loads((run_dir / name).read_text())["node"] for name in ("runner.json", "runner.rank1.json")
+    ]
+    assert ranks == ["n1", "n2"], ranks  # rank 0 on the allocation's first node
+    sid = slurm_id(created)
+    slurmd = int((slurm_cluster.root / "slurmd-n2.pid").read_text().split()[0])
+    os.kill(slurmd, signal.SIGKILL)
+    try:
+        job = slurm_server.wait(created["id"], ENDED, timeout=300)
+        assert job["status"] == "failed", job
+
+        def explained() -> str | None:  # rank 0's runner may report first: its error is then amended
+            said = slurm_server.api.get(f"/api/jobs/{job['id']}").json()["error"]
+            return said if said.startswith("node n2 (") else None
+
+        said = until(explained, "the job's error naming n2", timeout=120)
+        assert "DOWN" in said and f"failed: Slurm job {sid} ended NODE_FAIL (NodeDown)" in said, said
+        assert until(lambda: not job_processes(job["run_dir"]), "nothing of rank 0 left on n1", timeout=120)
+        # n2's slurmstepd outlives its slurmd and nothing reaches it; rank 1's trainer loses rank 0's
+        # collectives, and its runner leaves.
+        rank1 = f"{job['run_dir']}#rank1"
+        assert until(lambda: not job_processes(rank1), "nothing of rank 1 left on n2", timeout=120)
+    finally:
+        subprocess.run(
+            ["slurmd", "-f", str(slurm_cluster.conf), "-N", "n2"], env=slurm_cluster.env, check=True
+        )
+
+        def back() -> bool:
+            if slurm_cluster.states().get("n2") == "down":  # registered, yet not returned (ReturnToService=2)
+                slurm_cluster.run("scontrol", "update", "nodename=n2", "state=resume")
+            return slurm_cluster.states().get("n2") == "idle"
+
+        until(back, "n2 idle again", timeout=120)
+    assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)
+    assert slurm_cluster.run("squeue", "-h", "-j", sid, "-t", "all", "-o", "%T").strip() in ("", "NODE_FAIL")

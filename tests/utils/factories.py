@@ -108,6 +108,30 @@ def _standin_runner() -> subprocess.Popen:
     return p
 
 
+def telemetry_batch(
+    *,
+    seq: int,
+    start_line: int = 0,
+    points: Sequence[dict] = (),
+    logs: Sequence[str] = (),
+    memory: Sequence[dict] = (),
+    states: Sequence[dict] = (),
+    t: float = 1_800_000_000.0,
+) -> dict[str, Any]:
+    """A runner's batch: `points` are trainer_log.jsonl lines (dicts), `logs` output lines, both
+    numbered from `start_line` as a runner numbers the lines it read; `memory` and `states` go as
+    they are (models.MemoryIn, models.RunnerState)."""
+    return {
+        "seq": seq,
+        "metrics": [{"line": start_line + i, "t": t + i, "raw": json.dumps(p)} for i, p in enumerate(points)],
+        "logs": [
+            {"line": start_line + i, "t": t + i, "stream": "stdout", "text": s} for i, s in enumerate(logs)
+        ],
+        "memory": list(memory),
+        "states": list(states),
+    }
+
+
 def post_telemetry(
     client: httpx.Client,
     job_id: int,
@@ -121,18 +145,10 @@ def post_telemetry(
     states: Sequence[dict] = (),
     t: float = 1_800_000_000.0,
 ) -> httpx.Response:
-    """A runner's batch through the telemetry route: `points` are trainer_log.jsonl lines (dicts),
-    `logs` output lines, both numbered from `start_line` as a runner numbers the lines it read;
-    `memory` and `states` go as they are (models.MemoryIn, models.RunnerState)."""
-    batch = {
-        "seq": seq,
-        "metrics": [{"line": start_line + i, "t": t + i, "raw": json.dumps(p)} for i, p in enumerate(points)],
-        "logs": [
-            {"line": start_line + i, "t": t + i, "stream": "stdout", "text": s} for i, s in enumerate(logs)
-        ],
-        "memory": list(memory),
-        "states": list(states),
-    }
+    """A runner's batch (telemetry_batch) through the telemetry route."""
+    batch = telemetry_batch(
+        seq=seq, start_line=start_line, points=points, logs=logs, memory=memory, states=states, t=t
+    )
     return client.post(
         f"/api/jobs/{job_id}/telemetry", json=batch, headers={"Authorization": f"Bearer {runner_token}"}
     )

@@ -42,6 +42,13 @@ def demo_config(assets: Path, **overrides) -> dict:
     return config
 
 
+def zero3() -> dict:
+    """The seed's ZeRO-3 DeepSpeed config (the ds_z3_rocm preset), fp16 off for the CPU."""
+    ds = json.loads((CONFIGS / "ds_z3_rocm.json").read_text())
+    ds["fp16"]["enabled"] = False
+    return ds
+
+
 class Server:
     """A real `tunedeck serve` process with its own workspace and SQLite file."""
 

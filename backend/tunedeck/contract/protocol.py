@@ -51,6 +51,11 @@ class RunnerConfig(BaseModel):
         description="after the trainer ended: how long no server answering at all makes the runner leave "
         "its outbox to the server's recovery",
     )
+    transport: Literal["http", "files"] = Field(
+        "http",
+        description="`files`: batches go to the outbox only, stack dumps through the run folder; the server "
+        "reads both there (compute nodes that cannot reach it)",
+    )
     memory_sample_s: float = 1.0
     memory_polls: int = 4
     rlimit_as_bytes: int | None = None

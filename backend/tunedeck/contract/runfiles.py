@@ -7,6 +7,8 @@
         outbox.jsonl, result.json     the runner's: every batch it sent, and how the trainer ended
         server.stopped                the server's, while it is stopped: a runner whose trainer ended
                                       leaves its outbox to the next start instead of waiting
+        stacks.asked, stacks.json     with runner_transport=files: the server's newest stack-dump
+                                      request, and the runner's report for it
         *.rank<r>.*                   the same files of node r's runner in a multi-node job (ranked())
         output/trainer_log.jsonl      LLaMA-Factory's (output_dir), one line per logging step
         output/tunedeck_log.jsonl     tunedeck_train/lf_train.py's: the other numbers of each such line
@@ -28,6 +30,8 @@ TRAINER_PID = "trainer.pid"
 OUTBOX = "outbox.jsonl"
 RESULT = "result.json"
 SERVER_STOPPED = "server.stopped"
+STACKS_ASKED = "stacks.asked"  # files transport: the newest stack-dump request, a number
+STACKS_REPORT = "stacks.json"  # files transport: the runner's report for it (ranked())
 OUTPUT = "output"
 TRAINER_LOG = "trainer_log.jsonl"  # in the output folder, named by LLaMA-Factory
 EXTRA_LOG = "tunedeck_log.jsonl"  # beside it: what trainer_log leaves out (grad_norm...), line for line

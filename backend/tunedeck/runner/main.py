@@ -35,6 +35,7 @@ from typing import Any
 from tunedeck import procs
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import RunnerConfig, node_name
+from tunedeck.contract.stacks import StackReport
 from tunedeck.runner import stacks
 from tunedeck.runner.causes import Causes
 from tunedeck.runner.phases import Change, Phases, op_being_built
@@ -90,6 +91,7 @@ class Runner:
             say=self.note,
             node=node_name(self.cfg.node or platform.node()),
             outbox=self._file(runfiles.OUTBOX),
+            send=self.cfg.transport == "http",
         )
         self.tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.TRAINER_LOG)
         self.extra_tail = JsonlTail(Path(self.cfg.output_dir) / runfiles.EXTRA_LOG)
@@ -116,6 +118,8 @@ class Runner:
         self.trainer_pid: int | None = None
         self._stacks_asked = 0  # the newest stack-dump request taken from the server's answers
         self.reporter.on_answer = self._answered
+        if self.cfg.transport == "files":  # no answers come: the server's requests are in the run folder
+            threading.Thread(target=self._follow_asks, name="asks", daemon=True).start()
 
     def _file(self, name: str) -> str:
         return runfiles.ranked(name, self.rank)
@@ -302,6 +306,26 @@ class Runner:
             self._stacks_asked = asked
             threading.Thread(target=self._dump_stacks, args=(asked,), name="stacks", daemon=True).start()
 
+    def _follow_asks(self, every_s: float = 1.0) -> None:
+        """The files transport: the server writes its newest stack-dump request to the run folder."""
+        path = self.run_dir / runfiles.STACKS_ASKED
+        while True:
+            try:
+                self._answered({"stacks": int(path.read_text().strip())})
+            except (OSError, ValueError):
+                pass  # none asked yet (or a write in progress: the next look reads it)
+            time.sleep(every_s)
+
+    def _send_stacks(self, found: StackReport) -> str:
+        """The report to the server: posted, or (files transport) left in the run folder for it."""
+        if self.cfg.transport == "http":
+            return str(self.reporter.post("stacks", found.model_dump()))
+        path = self.run_dir / self._file(runfiles.STACKS_REPORT)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(found.model_dump_json())
+        os.replace(tmp, path)
+        return "left in the run folder"
+
     def _dump_stacks(self, request: int) -> None:
         found = stacks.collect(
             self.trainer_pid,
@@ -310,7 +334,7 @@ class Runner:
             runner_rank=self.rank,
             folder=self.run_dir,
         )
-        status = self.reporter.post("stacks", found.model_dump())
+        status = self._send_stacks(found)
         dumped = sum(1 for p in found.processes if not p.error)
         if found.error:
             self.note(f"stack dump {request}: {found.error}")

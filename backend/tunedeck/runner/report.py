@@ -4,6 +4,10 @@ The outbox file in the run folder is the write-ahead log: every batch is appende
 is sent, so a server that was away (or a runner that died) loses nothing: the server can replay the
 file, and every item has a natural key (its line number), so a replayed batch is stored once.
 
+With the files transport (runner_transport=files: compute nodes that cannot reach the server) the
+outbox is the whole delivery: each batch is appended and synced to disk, and the server reads the
+file from the shared run folder (services/ingest/outboxes.py); nothing is sent.
+
 One request is in flight at a time, at most every MIN_GAP_S; batches that queued meanwhile go
 together in the next one, so a trainer logging faster than the server answers (or a server that
 was away) costs few requests, while a lone line still goes at once.
@@ -12,6 +16,7 @@ was away) costs few requests, while a lone line still goes at once.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -139,6 +144,7 @@ class Reporter:
         say: Callable[[str], None] = _say,
         node: str = "",
         outbox: str = runfiles.OUTBOX,
+        send: bool = True,
     ):
         self.node = node  # named once per batch: the server keys this runner's samples by it
         self.say = say  # where a dropped item is told (the runner: a line in the job's log)
@@ -156,8 +162,9 @@ class Reporter:
         self._unreachable_since: float | None = None  # the first of the newest attempts nobody answered
         # Told of each answer the server gave a batch (its requests ride on them: `stacks`).
         self.on_answer: Callable[[dict[str, Any]], None] | None = None
-        self._thread = threading.Thread(target=self._send_loop, name="reporter", daemon=True)
-        self._thread.start()
+        self.send = send  # False: the files transport, the outbox file is the delivery
+        if send:
+            threading.Thread(target=self._send_loop, name="reporter", daemon=True).start()
 
     def add(self, *, metrics=(), logs=(), states=(), memory=()) -> None:
         if not (metrics or logs or states or memory):
@@ -180,6 +187,11 @@ class Reporter:
         with open(self.outbox, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
+            if not self.send:  # delivered once it is on disk: the server reads it there
+                os.fsync(f.fileno())
+        if not self.send:
+            self.delivered += 1
+            return
         with self._cond:
             self._pending.append((batch, len(line)))
             self._cond.notify()

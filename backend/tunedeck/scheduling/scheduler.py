@@ -30,22 +30,22 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy import Engine, update
 from sqlmodel import Session, col, select
 
 from tunedeck.config import Settings
 from tunedeck.contract import runfiles
-from tunedeck.contract.protocol import TelemetryBatch
 from tunedeck.planning import placement, queueplan
-from tunedeck.services.ingest.devices import Devices, NotGiven
-from tunedeck.services.ingest.writer import IngestWriter, plain
-from tunedeck.services.jobs.jobstate import JobState, move
+from tunedeck.services.ingest.devices import Devices
+from tunedeck.services.ingest.replay import admitted
+from tunedeck.services.ingest.writer import OUTSIDE_STOP, IngestWriter
+from tunedeck.services.jobs.jobstate import JobState, explain, move
 from tunedeck.store.hashes import token_hash
 from tunedeck.store.tables import Job, JobStatus, core, utcnow
 from tunedeck.workers import Worker
 
 log = logging.getLogger("tunedeck.scheduling.scheduler")
+EXPLAIN_S = 180.0  # how long after a stop from outside tunedeck its executor is asked why
 
 
 class Scheduler(Worker):
@@ -123,6 +123,7 @@ class Scheduler(Worker):
                 self.writer.warm()
             for job in running:
                 self._watch(session, job)
+            self._explain_stops(session)
             if not self.settings.launch_paused:
                 self._start_queued(session)
             if not self.executor.plans_devices:  # placements and actors of jobs that ended
@@ -142,6 +143,27 @@ class Scheduler(Worker):
         if job.status != JobStatus.running:
             return
         self._recover(session, job)
+
+    def _explain_stops(self, session: Session) -> None:
+        """A runner stopped by a signal no cancel sent fails its job saying only that (writer.OUTSIDE_STOP);
+        its cluster may know why. Slurm ends a job whose node failed by signalling the runners on the
+        nodes left, and rank 0's reports before squeue reads NODE_FAIL: for EXPLAIN_S after such an end
+        the executor is asked, and its answer becomes the error (the one the watch gives when it sees
+        the node failure first)."""
+        since = utcnow() - timedelta(seconds=EXPLAIN_S)
+        stopped = session.exec(
+            select(Job).where(
+                Job.status == JobStatus.failed,
+                col(Job.finished_at) >= since,
+                col(Job.error).startswith(OUTSIDE_STOP, autoescape=True),
+            )
+        ).all()
+        for job in stopped:
+            why = self.executor.stopped_by(job)
+            if why:
+                with self.state.begin() as conn:
+                    if explain(conn, job.id, was=job.error, error=why):
+                        log.warning("job %s: %s", job.id, why)
 
     def _recover(self, session: Session, job: Job) -> None:
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""
@@ -174,25 +196,7 @@ class Scheduler(Worker):
         log.warning("job %s: %s", job.id, reason or "runner lost")
 
     def _replayable(self, job: Job, batch: object) -> dict | None:
-        """An outbox line as the telemetry route would take it (the trainer, whose code the job chose,
-        can write the run folder too): None when the model refuses it; without its memory samples when
-        they name a device the job was not given (its other items, the trainer's end above all, stay)."""
-        try:
-            out = plain(TelemetryBatch.model_validate(batch))
-        except ValidationError as e:
-            log.warning("job %s: an outbox line is not a batch, skipped: %s", job.id, e.errors()[:1])
-            return None
-        if self.devices is not None:
-            try:
-                self.devices.admit(
-                    job_id=job.id, gpus=job.gpus, nodes=job.nodes, node=out["node"], memory=out["memory"]
-                )
-            except NotGiven as e:
-                log.warning(
-                    "job %s: outbox batch %s left without its memory samples: %s", job.id, out["seq"], e.msg
-                )
-                out["memory"] = []
-        return out
+        return admitted(batch, job_id=job.id, gpus=job.gpus, nodes=job.nodes, devices=self.devices)
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
         for fut in [self.writer.submit(job_id, b) for b in batches]:

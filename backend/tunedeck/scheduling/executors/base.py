@@ -69,6 +69,10 @@ class Executor(Protocol):
     def lost(self, job: Job) -> str | None:
         """Why a job's runner is gone when the executor knows better than "runner lost"."""
 
+    def stopped_by(self, job: Job) -> str | None:
+        """Why its cluster ended a job whose runner reported a stop from outside tunedeck (a signal
+        no cancel sent), once the cluster says (a node failure, a time limit); None where it cannot."""
+
     def cancel(self, job: Job) -> None:
         """The graceful stop, on every node of the job."""
 

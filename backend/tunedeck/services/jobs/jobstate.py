@@ -120,6 +120,14 @@ def move(
     return True
 
 
+def explain(conn: Connection, job_id: int, *, was: str, error: str) -> bool:
+    """An ended job's error, said better once it is known (its cluster's reason for a stop that its
+    runner saw only as a signal); written only while the error is still `was`, so nothing newer is
+    undone. Not a move: the status stays."""
+    res = conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.error == was).values(error=error))
+    return res.rowcount > 0
+
+
 def _owner(conn: Connection) -> tuple[JobState, list[Callable[[], None]]]:
     try:
         return conn.info[_OWNER]

@@ -53,6 +53,7 @@ def runner_config(
         retry_max_s=s.runner_retry_max_s,
         give_up_s=s.runner_give_up_s,
         unreachable_s=s.runner_unreachable_s,
+        transport=s.runner_transport,
         memory_sample_s=s.memory_sample_s,
         memory_polls=s.memory_polls,
         rlimit_as_bytes=s.trainer_rlimit_as_bytes,
@@ -92,6 +93,9 @@ class LocalExecutor:
 
     def lost(self, job: Job) -> str | None:
         return None
+
+    def stopped_by(self, job: Job) -> str | None:
+        return None  # a signal on this host comes from this host: nothing more to tell
 
     def sweep(self, active: set[int]) -> None:
         pass

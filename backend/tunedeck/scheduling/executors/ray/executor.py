@@ -281,6 +281,9 @@ class RayExecutor:
     def lost(self, job: Job) -> str | None:
         return self._lost.pop(job.id, None)
 
+    def stopped_by(self, job: Job) -> str | None:
+        return None  # Ray signals no runner: a lost node is the watch's to find (alive, lost)
+
     def cancel(self, job: Job) -> None:
         for r in range(job.nodes):
             try:

@@ -57,6 +57,9 @@ QUEUE_S = 1.0  # one squeue for every job of ours per this long, however many jo
 SWEEP_S = 5.0
 ORPHAN_GRACE_S = 60.0
 JOB_NAME = re.compile(r"^tunedeck-(\d+)$")
+# How Slurm itself ends a job's allocation, in squeue's states: what a runner that saw only a signal
+# (a stop from outside tunedeck) cannot tell. Not CANCELLED: the sweep's own scancel ends jobs so.
+STOPPED_BY_SLURM = frozenset({"NODE_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"})
 # squeue's reasons a user meets most, in words (the code stays beside them: it is what Slurm's
 # documentation and admins use).
 REASONS = {
@@ -329,6 +332,16 @@ class SlurmExecutor:
 
     def lost(self, job: Job) -> str | None:
         return self._lost.pop(job.id, None)
+
+    def stopped_by(self, job: Job) -> str | None:
+        """Why Slurm ended a job whose runner reported a stop from outside tunedeck, once squeue says:
+        at a node failure Slurm signals the runners on the nodes left, and they report before the job
+        reads NODE_FAIL (it is COMPLETING until its steps there have ended). None until then, and where
+        Slurm ended it for no reason of its own."""
+        st = self._state(job)
+        if st is None or st.state not in STOPPED_BY_SLURM:
+            return None
+        return self._why_ended(job, st)
 
     def cancel(self, job: Job) -> None:
         """The graceful stop, through the run folder every node sees: each node's task sends SIGTERM to
