@@ -177,6 +177,10 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     assert {d["node"] for d in devices} == {"n1", "n2"}, devices  # one series per node
     logs = [g["text"] for g in slurm_server.all(job["id"], "logs")]
     assert "SIGABRT" in " ".join(logs), logs[-20:]
+    # A multi-node job meets all its ranks in one all-reduce before training, unasked (checks/spec.py).
+    assert any(x.startswith("tunedeck collective check: all-reduce over 2 ranks on ") for x in logs), logs[
+        :40
+    ]
     config = slurm_server.api.get(f"/api/jobs/{job['id']}/config").json()
     assert json.loads(config["ds_config"])["zero_optimization"]["stage"] == 3
     for rank in (0, 1):  # each rank's trainer ran ZeRO-3 in a world of two (rank 1's lines say "[rank 1]")
