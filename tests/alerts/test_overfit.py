@@ -42,3 +42,19 @@ def test_an_eval_loss_that_follows_training_or_wobbles_is_not(seed):
     rng = np.random.default_rng(seed)
     assert not overfit(run(lambda k: 1.7 * np.exp(-k / 150), seed))
     assert not overfit(run(lambda k: 1.2 * (1 + 0.02 * rng.normal()), seed))  # flat, within 5 %
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_loss_that_freezes_higher_after_a_fast_descent_is_not_overfitting(seed):
+    """Train and eval both freeze 20 % above where they were at step 100 (a stuck run, its eval 5 %
+    over its train loss all along): the train loss rose too. Read from the points' trailing mean,
+    which lags the fast descent before the lowest eval, it had seemed to fall."""
+    rng = np.random.default_rng(seed)
+    points = []
+    for k in range(1, 201):
+        clean = 3.0 * np.exp(-min(k, 100) / 20) * (1.2 if k > 100 else 1.0)
+        loss = float(clean * (1 + rng.normal(0, 0.002)))
+        points.append(Point(t=T0 + 2 * k, step=k, loss=loss))
+        if k % 5 == 0:
+            points.append(Point(t=T0 + 2 * k + 1, step=k, eval_loss=1.05 * loss))
+    assert not overfit(Series(points=points, config={}, running=False))

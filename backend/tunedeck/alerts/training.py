@@ -90,8 +90,8 @@ LR_SIGMAS = 3.0
 LR_DEFAULT = 5e-5  # the Trainer's learning_rate when train.yaml sets none
 # Overfitting: after its lowest, the eval loss stands OVERFIT_RISE above it at OVERFIT_EVALS evals in a
 # row (the last of them), and 4 of its noise's sigmas (from the MAD of the last evals' steps from one
-# to the next, which a steady trend does not inflate), while the train loss (the smoothed mean at each
-# eval) fell by OVERFIT_FALL.
+# to the next, which a steady trend does not inflate), while the train loss (the median of the last 5
+# points at each eval) fell by OVERFIT_FALL.
 OVERFIT_RISE = 0.05
 OVERFIT_EVALS = 3
 OVERFIT_FALL = 0.02
@@ -308,7 +308,10 @@ class Training:
         return len(d) >= 2 and float(np.mean(d > 0)) >= 0.8
 
     def _eval(self, t: float, step: int | None, loss: float) -> None:
-        train = self.sm
+        # The train loss where the eval stands: the median of the last few points (the trailing mean
+        # lags a fast descent, so a loss that later froze higher read as having fallen since).
+        near = list(self._ten)[-5:]
+        train = float(np.median(near)) if near else self.sm
         self.eval_last = (loss, step, train, t)
         self.eval_recent.append(loss)
         d = np.diff(np.array(self.eval_recent))
