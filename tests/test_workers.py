@@ -106,6 +106,7 @@ def test_the_lifespan_starts_every_worker_and_stops_them_all(app_factory):
         "retention",
         "chat-idle",
         "auto-resume",
+        "integrity-check",
     ]
     assert workers[:4] == [state.notifier, state.alerts, state.writer, state.scheduler]
     # One notifier, held by the app and handed to those that tell of alerts and ends (no module global).

@@ -322,6 +322,13 @@ class Settings(BaseSettings):
         "inserts and chart tiles use a second core instead of taking turns for the server's GIL. "
         "Off: in a thread of the server's process.",
     )
+    integrity_check: Literal["background", "start"] = Field(
+        "background",
+        description="When the database's full integrity check (SQLite's quick_check, 1–5 s of CPU per GiB) runs: "
+        "`background` checks the header and schema at start and the whole file beside the serving server "
+        "(`/api/health` says when it ran and what it found; damage found is refused at every later start "
+        "until `tunedeck db restore`); `start`: the whole file before the server answers.",
+    )
     db_busy_timeout_s: float = Field(
         30.0,
         gt=0,

@@ -47,7 +47,7 @@ from tunedeck.services.alerting.notify import Notifier
 from tunedeck.services.ingest.devices import Devices
 from tunedeck.services.ingest.outboxes import OutboxReader
 from tunedeck.services.ingest.retention import Retention
-from tunedeck.services.ingest.storage import StorageHealth
+from tunedeck.services.ingest.storage import IntegrityCheck, StorageHealth
 from tunedeck.services.ingest.store_process import ProcessStore
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.services.jobs.chat import ChatIdle
@@ -87,7 +87,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         # (inherited by the runners and trainers this server starts).
         os.umask(0o077)
         check_workspace(settings)
-        if not db_checked and (why := check_file(settings.db_path)):
+        if not db_checked and (why := check_file(settings.db_path, deep=settings.integrity_check == "start")):
             raise RuntimeError(why)
         engine = make_engine(settings.db_path, busy_timeout_s=settings.db_busy_timeout_s)
         upgrade(engine)
@@ -120,7 +120,7 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             else None
         )
         # The newest full disk or damaged file met, for /api/health (told by the writer and the error handlers).
-        storage = app.state.storage = StorageHealth(settings.db_path.parent)
+        storage = app.state.storage = StorageHealth(settings.db_path.parent, settings.db_path)
         writer = IngestWriter(engine, state=jobstate, store=store, health=storage)
         app.state.nodes = NodeInventory(engine, cache_s=settings.nodes_cache_s)
         app.state.devices = Devices(engine)  # what each job's runners may report (telemetry route)
@@ -143,6 +143,11 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             engine=engine, settings=settings, node=lambda: node_of(app.state), wake=scheduler.wake
         )
         workers = [notifier, alerts, writer, scheduler, Retention(engine, settings), idle, resumer]
+        if settings.integrity_check == "background":  # the whole file read beside serving, not before
+            integrity = app.state.integrity = IntegrityCheck(settings.db_path, storage)
+            workers.append(integrity)
+        else:
+            app.state.integrity = None
         if settings.runner_transport == "files":  # runners that cannot reach us: their outboxes, read here
             reader = OutboxReader(
                 engine=engine, settings=settings, writer=writer, devices=app.state.devices, stacks=stacks

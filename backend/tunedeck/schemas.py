@@ -506,6 +506,12 @@ class Calibration(BaseModel):
     max_ratio: float
 
 
+class IntegrityOut(BaseModel):
+    state: str = PField(description="pending, running, ok, damaged, or why the check could not run")
+    checked_at: float | None = PField(None, description="when the last full check ended (Unix time)")
+    took_s: float | None = PField(None, description="how long it read the file")
+
+
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     reason: str | None = PField(
@@ -521,6 +527,11 @@ class Health(BaseModel):
     chat_idle_s: float = PField(
         description="a chat job with no completion for this long is stopped (TUNEDECK_CHAT_IDLE_S); until "
         "then it holds its GPUs or a CPU slot"
+    )
+    integrity: IntegrityOut | None = PField(
+        None,
+        description="the database's full check beside the serving server (TUNEDECK_INTEGRITY_CHECK="
+        "background); none where it ran before the start",
     )
 
 

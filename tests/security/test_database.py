@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.security.test_auth import cli
 from tests.utils.servers import Server, demo_config, free_port
+from tests.utils.wait import until
 
 PAGE = 4096
 
@@ -32,9 +33,9 @@ def trainer_log(lines: int) -> bytes:
     ).encode()
 
 
-def refused(ws: Path) -> str:
+def refused(ws: Path, **more: str) -> str:
     """`tunedeck serve` on this workspace must exit by itself, non-zero; its output."""
-    env = {**os.environ, "TUNEDECK_WORKSPACE": str(ws), "TUNEDECK_PORT": str(free_port())}
+    env = {**os.environ, "TUNEDECK_WORKSPACE": str(ws), "TUNEDECK_PORT": str(free_port()), **more}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tunedeck.cli.main", "serve"],
         env=env,
@@ -102,7 +103,9 @@ def damage(db: Path) -> None:
             f.write(b"\xee" * 12)
 
 
-def test_damage_at_run_time_is_a_503_and_refused_at_start_until_restored(tmp_path, assets):
+def stored_run(tmp_path: Path, assets: Path) -> tuple[Path, Path, Path, int]:
+    """A workspace whose database holds an imported run of 4000 points, checkpointed, and its backup:
+    (workspace, database, backup, the run's job id)."""
     ws = tmp_path / "ws"
     db = ws / "tunedeck.db"
     server = Server(ws, assets).start()
@@ -118,6 +121,11 @@ def test_damage_at_run_time_is_a_503_and_refused_at_start_until_restored(tmp_pat
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     backup = tmp_path / "backup.db"
     assert cli(ws, "db", "backup", str(backup)).returncode == 0
+    return ws, db, backup, job
+
+
+def test_damage_at_run_time_is_a_503_and_refused_at_start_until_restored(tmp_path, assets):
+    ws, db, backup, job = stored_run(tmp_path, assets)
 
     server = Server(ws, assets).start()
     try:
@@ -140,5 +148,47 @@ def test_damage_at_run_time_is_a_503_and_refused_at_start_until_restored(tmp_pat
     server = Server(ws, assets).start()
     try:
         assert len(server.all(job, "metrics")) == 4000
+    finally:
+        server.stop()
+
+
+def test_the_full_check_runs_beside_the_serving_server_and_its_finding_is_refused_at_the_next_start(
+    tmp_path, assets
+):
+    """Damage made while no server runs: the start reads the header and schema only and answers; the
+    full check beside it finds the damage (health says so), and the next start refuses the file until
+    it is restored. With TUNEDECK_INTEGRITY_CHECK=start the whole file is read before serving."""
+    ws, db, backup, _ = stored_run(tmp_path, assets)
+    damage(db)
+    line = refused(ws, TUNEDECK_INTEGRITY_CHECK="start")
+    assert "is damaged" in line and "quick_check" in line, line
+    server = Server(ws, assets).start()  # the default: it answers first
+    try:
+
+        def found() -> dict | None:
+            health = server.api.get("/api/health").json()
+            return health if health["integrity"]["state"] == "damaged" else None
+
+        health = until(found, "the full check's finding")
+        assert health["status"] == "degraded" and "damaged" in health["reason"], health
+        assert health["integrity"]["checked_at"] and health["integrity"]["took_s"] is not None
+    finally:
+        server.stop()
+    assert (ws / "tunedeck.db.damaged").exists()
+    line = refused(ws)
+    assert "found while serving" in line and "tunedeck db restore" in line, line
+    r = cli(ws, "db", "check")
+    assert r.returncode == 1 and "damaged" in r.stderr, r.stderr
+    assert cli(ws, "db", "restore", str(backup)).returncode == 0
+    assert not (ws / "tunedeck.db.damaged").exists()  # the old file's finding went with it
+    r = cli(ws, "db", "check")
+    assert r.returncode == 0 and r.stdout.startswith("ok:"), r.stdout + r.stderr
+    server = Server(ws, assets).start()
+    try:
+        health = until(
+            lambda: (h := server.api.get("/api/health").json())["integrity"]["state"] == "ok" and h,
+            "a sound file's check",
+        )
+        assert health["status"] == "ok" and health["integrity"]["checked_at"], health
     finally:
         server.stop()

@@ -31,6 +31,7 @@ def health(request: Request, session: SessionDep) -> dict:
         "cpu_slots": state.settings.cpu_slots,
         "near_oom_share": state.settings.alert_near_oom_share,
         "chat_idle_s": state.settings.chat_idle_s,
+        "integrity": state.integrity.said() if state.integrity is not None else None,
     }
 
 

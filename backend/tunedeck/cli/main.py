@@ -108,7 +108,9 @@ def _run_server(settings: Settings, sock: socket.socket) -> None:
         from tunedeck.main import create_app
         from tunedeck.store.db import check_file
 
-        if why := check_file(settings.db_path):  # one clear line, not a traceback from the lifespan
+        # One clear line, not a traceback from the lifespan; the whole file is read beside serving
+        # unless TUNEDECK_INTEGRITY_CHECK=start.
+        if why := check_file(settings.db_path, deep=settings.integrity_check == "start"):
             typer.echo(f"error: {why}", err=True)
             raise typer.Exit(2)
         app = create_app(settings, db_checked=True)
@@ -358,10 +360,11 @@ app.add_typer(db_app, name="db")
 def _engine():
     from tunedeck.store.db import check_file, make_engine, upgrade
 
-    if why := check_file(get_settings().db_path):
+    settings = get_settings()
+    if why := check_file(settings.db_path, deep=settings.integrity_check == "start"):
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(2)
-    engine = make_engine(get_settings().db_path)
+    engine = make_engine(settings.db_path)
     upgrade(engine)
     return engine
 
@@ -446,7 +449,7 @@ def db_restore(
     import time
     from contextlib import closing
 
-    from tunedeck.store.db import check_file
+    from tunedeck.store.db import check_file, damage_marker
 
     if why := check_file(backup):
         typer.echo(f"error: the backup is not usable either: {why.split('; ')[0]}", err=True)
@@ -463,9 +466,38 @@ def db_restore(
     dst.parent.mkdir(parents=True, exist_ok=True)
     with closing(sqlite3.connect(backup)) as a, closing(sqlite3.connect(dst)) as b:
         a.backup(b)
+    damage_marker(dst).unlink(missing_ok=True)  # what the old file's check found is not this one's
     typer.echo(
         f"restored {backup} to {dst}" + (f"; the old files are kept as {', '.join(kept)}" if kept else "")
     )
+
+
+@db_app.command("check")
+def db_check() -> None:
+    """Read the whole database file now (SQLite's quick_check; safe while serving): "ok", or the damage
+    found, which later starts then refuse until `tunedeck db restore`."""
+    import time
+
+    from tunedeck.store.db import damage_marker, quick_check
+
+    path = get_settings().db_path
+    if not path.exists():
+        typer.echo(f"error: no database at {path}", err=True)
+        raise typer.Exit(2)
+    t0 = time.monotonic()
+    try:
+        found = quick_check(path)
+    except OSError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    took = time.monotonic() - t0
+    if found is None:
+        damage_marker(path).unlink(missing_ok=True)  # what an earlier check or request met is gone
+        typer.echo(f"ok: {path} ({path.stat().st_size / 2**20:.1f} MiB read in {took:.1f} s)")
+        return
+    damage_marker(path).write_text(found + "\n")
+    typer.echo(f"damaged: {path}: {found}; put back a copy with `tunedeck db restore BACKUP_FILE`", err=True)
+    raise typer.Exit(1)
 
 
 @db_app.command("rollup")

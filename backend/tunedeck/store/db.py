@@ -105,9 +105,19 @@ def downgrade(engine: Engine, revision: str) -> None:
 RESTORE_HINT = "put back a copy made with `tunedeck db backup` (`tunedeck db restore BACKUP_FILE`)"
 
 
-def check_file(db_path: Path) -> str | None:
+def damage_marker(db_path: Path) -> Path:
+    """Left beside the database when a full check found it damaged: later starts refuse it at once,
+    until `tunedeck db restore` puts a good copy in its place (and removes the marker)."""
+    return db_path.with_name(db_path.name + ".damaged")
+
+
+def check_file(db_path: Path, *, deep: bool = True) -> str | None:
     """Why the server must not open this database (None when it may): a file that exists is never
-    replaced, even an empty one, and a damaged one is refused before anything writes to it."""
+    replaced, even an empty one, and a damaged one is refused before anything writes to it.
+
+    `deep`: SQLite's quick_check, which reads every page (1–5 s of CPU per GiB); otherwise the
+    header and the schema only, and what an earlier full check found (damage_marker): the full check
+    then runs beside the serving server (services/ingest/storage.IntegrityCheck)."""
     if not db_path.exists():
         return None  # the first start creates it
     if db_path.is_file() and db_path.stat().st_size == 0:
@@ -116,8 +126,21 @@ def check_file(db_path: Path) -> str | None:
             f"{RESTORE_HINT}, or delete the file to start a new database"
         )
     try:
+        found = damage_marker(db_path).read_text().strip()
+    except OSError:
+        found = ""
+    if found:
+        return (
+            f"database {db_path} is damaged ({found}, found while serving); {RESTORE_HINT} "
+            f"(`tunedeck db check` reads it again, and removes {damage_marker(db_path).name} if it is sound)"
+        )
+    try:
         with closing(sqlite3.connect(db_path.absolute().as_uri() + "?mode=rw", uri=True)) as conn:
-            rows = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+            if deep:
+                rows = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+            else:  # the header and the schema's pages: a foreign or headless file fails here
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                rows = ["ok"]
     except (
         sqlite3.OperationalError
     ) as e:  # permissions, a read-only folder, a lock: the file itself may be fine
@@ -125,9 +148,25 @@ def check_file(db_path: Path) -> str | None:
     except sqlite3.DatabaseError as e:
         return f"database {db_path} is damaged or not a database ({e}); {RESTORE_HINT}"
     if rows != ["ok"]:
-        found = " ".join(" ".join(rows).split())[:300]
-        return f"database {db_path} is damaged (quick_check: {found}); {RESTORE_HINT}"
+        return f"database {db_path} is damaged (quick_check: {_said(rows)}); {RESTORE_HINT}"
     return None
+
+
+def _said(rows: list[str]) -> str:
+    return " ".join(" ".join(rows).split())[:300]
+
+
+def quick_check(db_path: Path) -> str | None:
+    """SQLite's quick_check of the whole file, read-only (beside a serving server: WAL readers do not
+    block its writers): what it found, or None when the file is sound."""
+    try:
+        with closing(sqlite3.connect(db_path.absolute().as_uri() + "?mode=ro", uri=True)) as conn:
+            rows = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+    except sqlite3.OperationalError as e:
+        raise OSError(f"cannot read {db_path.name}: {e}") from None
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    return None if rows == ["ok"] else f"quick_check: {_said(rows)}"
 
 
 def get_session(request: Request) -> Iterator[Session]:

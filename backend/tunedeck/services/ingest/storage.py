@@ -12,11 +12,16 @@ Reasons name no paths (`/api/health` answers anyone).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
+import time
 from pathlib import Path
 
-from tunedeck.store.db import RESTORE_HINT
+from tunedeck.store.db import RESTORE_HINT, damage_marker, quick_check
+from tunedeck.workers import Worker
+
+log = logging.getLogger("tunedeck.services.ingest.storage")
 
 RETRY_AFTER_S = 30
 PROBE_BYTES = 1 << 20  # what the folder must take again before a full disk counts as having room
@@ -74,8 +79,9 @@ def fault_of(e: BaseException) -> StorageFault | None:
 class StorageHealth:
     """The newest storage fault the server met, for `/api/health` (any thread)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, db_path: Path | None = None):
         self.folder = folder
+        self.db_path = db_path  # damage met is left beside it (store.db.damage_marker): next start refuses
         self._lock = threading.Lock()
         self._fault: StorageFault | None = None
 
@@ -83,6 +89,11 @@ class StorageHealth:
         with self._lock:
             if self._fault is None or self._fault.kind != DAMAGED:  # damage outlives a full disk
                 self._fault = fault
+        if fault.kind == DAMAGED and self.db_path is not None:
+            try:
+                damage_marker(self.db_path).write_text(fault.text.splitlines()[0][:300] + "\n")
+            except OSError as e:
+                log.error("cannot leave the damage marker beside the database: %s", e)
 
     def worked(self) -> None:
         """A write went in: the disk has room and takes writes (damage stays until a restart)."""
@@ -117,3 +128,42 @@ class StorageHealth:
                 probe.unlink()
             except OSError:
                 pass
+
+
+class IntegrityCheck(Worker):
+    """The database's full check (SQLite's quick_check, every page read) beside the serving server,
+    once shortly after the start and then daily: a start answers at once however long the history
+    (settings.integrity_check). Damage found is a storage fault (`/api/health` degraded, why), is
+    logged, and is left beside the file (StorageHealth.failed) so the next start refuses it."""
+
+    name = "integrity-check"
+    delay_s = 2.0  # the start's own work first
+    interval_s = 24 * 3600.0
+
+    def __init__(self, db_path: Path, health: StorageHealth):
+        super().__init__()
+        self.db_path = db_path
+        self.health = health
+        self.state = "pending"  # pending, running, ok, damaged, or why it could not run
+        self.checked_at: float | None = None
+        self.took_s: float | None = None
+
+    def run_once(self) -> None:
+        self.state = "running"
+        t0 = time.monotonic()
+        try:
+            found = quick_check(self.db_path)
+        except OSError as e:
+            self.state = f"not run: {e}"
+            return
+        self.checked_at, self.took_s = time.time(), time.monotonic() - t0
+        if found is None:
+            self.state = "ok"
+            return
+        self.state = "damaged"
+        log.error("the database is damaged (%s): stop the server and %s", found, RESTORE_HINT)
+        self.health.failed(StorageFault(DAMAGED, found))  # which leaves the marker
+
+    def said(self) -> dict:
+        """For `/api/health`: where the check stands, when it last ran and how long it took."""
+        return {"state": self.state, "checked_at": self.checked_at, "took_s": self.took_s}
