@@ -132,23 +132,9 @@ def telemetry_batch(
     }
 
 
-def post_telemetry(
-    client: httpx.Client,
-    job_id: int,
-    runner_token: str,
-    *,
-    seq: int,
-    start_line: int = 0,
-    points: Sequence[dict] = (),
-    logs: Sequence[str] = (),
-    memory: Sequence[dict] = (),
-    states: Sequence[dict] = (),
-    t: float = 1_800_000_000.0,
-) -> httpx.Response:
-    """A runner's batch (telemetry_batch) through the telemetry route."""
-    batch = telemetry_batch(
-        seq=seq, start_line=start_line, points=points, logs=logs, memory=memory, states=states, t=t
-    )
+def post_telemetry(client: httpx.Client, job_id: int, runner_token: str, **batch: Any) -> httpx.Response:
+    """A runner's batch (telemetry_batch, from the same keywords) through the telemetry route."""
+    batch = telemetry_batch(**batch)
     return client.post(
         f"/api/jobs/{job_id}/telemetry", json=batch, headers={"Authorization": f"Bearer {runner_token}"}
     )

@@ -170,7 +170,11 @@ class Scheduler(Worker):
         run_dir = Path(job.run_dir)
         for rank in range(job.nodes):  # every node's runner keeps an outbox of its own
             outbox = _jsonl(run_dir / runfiles.ranked(runfiles.OUTBOX, rank))
-            self._replay(job.id, [b for b in (self._replayable(job, b) for b in outbox) if b is not None])
+            admit = [
+                admitted(b, job_id=job.id, gpus=job.gpus, nodes=job.nodes, devices=self.devices)
+                for b in outbox
+            ]
+            self._replay(job.id, [b for b in admit if b is not None])
         session.refresh(job)
         if job.status != JobStatus.running:
             return
@@ -194,9 +198,6 @@ class Scheduler(Worker):
                 error=reason or f"runner lost (killed {killed} leftover process(es))",
             )
         log.warning("job %s: %s", job.id, reason or "runner lost")
-
-    def _replayable(self, job: Job, batch: object) -> dict | None:
-        return admitted(batch, job_id=job.id, gpus=job.gpus, nodes=job.nodes, devices=self.devices)
 
     def _replay(self, job_id: int, batches: list[dict]) -> None:
         for fut in [self.writer.submit(job_id, b) for b in batches]:
