@@ -66,6 +66,7 @@ import psutil
 from _common import ROOT, Server, assets, demo_config, pct, play_runner
 
 from tunedeck.runner.report import body as packed_body
+from tunedeck.services.ingest import upkeep
 
 GiB = 1 << 30
 TOTAL = 141 * GiB
@@ -252,6 +253,13 @@ async def _lag(stop: asyncio.Event, out: list) -> None:
         out.append(1000 * (time.perf_counter() - t - 0.01))
 
 
+async def _wal_peak(wal: Path, stop: asyncio.Event, out: list) -> None:
+    """The WAL file's largest size seen (MiB), read every half second."""
+    while not stop.is_set():
+        out.append(wal.stat().st_size / 2**20 if wal.exists() else 0.0)
+        await asyncio.sleep(0.5)
+
+
 async def _viewers(port: int, n: int, job_paths: list[str], ready, finish, results) -> None:
     stop = asyncio.Event()
     counts = {"connected": 0}
@@ -436,6 +444,8 @@ async def _measure(server: Server, args, label: str) -> dict:
         watcher = asyncio.create_task(spike_watch(db, stats, stop, alerted))
         lag: list[float] = []
         ticker = asyncio.create_task(_lag(stop, lag))
+        wal_seen: list[float] = []
+        wal_watch = asyncio.create_task(_wal_peak(Path(f"{db}-wal"), stop, wal_seen))
         wal0 = Path(f"{db}-wal").stat().st_size / 2**20 if Path(f"{db}-wal").exists() else 0.0
         cpu0, me0, wall0 = tree_cpu(proc), time.process_time(), time.time()
         await asyncio.gather(*(play(client, r, t0, start, end, stats, sent) for r in runners))
@@ -450,8 +460,12 @@ async def _measure(server: Server, args, label: str) -> dict:
         seen = await asyncio.to_thread(results.get, True, 120)
         viewer_proc.join(timeout=30)
         stop.set()
-        await asyncio.gather(watcher, ticker)
+        await asyncio.gather(watcher, ticker, wal_watch)
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            cost = upkeep.day_cost(conn)  # what /api/health's survey says, read the same way
     wall = wall1 - wall0
+    devices = sum(r.gpus for r in runners)
+    day_gib = (cost["bytes_per_sample"] * devices + cost["bytes_per_point"] * args.jobs) * 86400 / 2**30
     offered = sum(1 for r in runners for k in range(start, end))
     lo, hi = t0 + start, t0 + end
     team_lat = team_lags(seen["team"], sent, lo, hi)
@@ -469,7 +483,9 @@ async def _measure(server: Server, args, label: str) -> dict:
         "server CPU": f"{(cpu1 - cpu0) / wall:.2f} of a core",
         "runners' CPU, lag p99": f"{(me1 - me0) / wall:.2f} core, {pct(lag, 99):.0f} ms",
         "viewers' CPU, lag p99": f"{seen['cpu'] / wall:.2f} core, {pct(seen['lag'], 99):.0f} ms",
-        "WAL before / after": f"{wal0:.0f} / {wal_mib:.0f} MiB",
+        "WAL before / peak / after": f"{wal0:.0f} / {max(wal_seen, default=0):.0f} / {wal_mib:.0f} MiB",
+        "a day on disk": f"{day_gib:.1f} GiB ({cost['bytes_per_sample']:.0f} B a sample, "
+        f"{cost['bytes_per_point']:.0f} B a line)",
         "errors": str(stats["errors"]),
         "uptime before": before,
         "uptime after": after,

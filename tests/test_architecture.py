@@ -64,6 +64,17 @@ def test_the_api_page_lists_exactly_the_routes_of_the_schema(app_factory):
     assert have == want, {"not on the page": sorted(want - have), "not in the app": sorted(have - want)}
 
 
+def test_the_readme_stays_what_a_new_user_reads_first():
+    """Reference material lives in docs/: the README as a whole, and each of its sections, stay short."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert len(readme) <= 220, f"README.md has {len(readme)} lines: move reference material into docs/"
+    heads = [i for i, line in enumerate(readme) if line.startswith("## ")] + [len(readme)]
+    for start, end in zip(heads, heads[1:]):
+        assert end - start <= 45, (
+            f"README section {readme[start]!r} has {end - start} lines: move it into docs/"
+        )
+
+
 def test_the_readme_links_the_map_and_the_reference_pages():
     readme = (ROOT / "README.md").read_text()
     pages = ["ARCHITECTURE.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]

@@ -104,6 +104,7 @@ def test_the_lifespan_starts_every_worker_and_stops_them_all(app_factory):
         "ingest-writer",
         "scheduler",
         "retention",
+        "store-upkeep",
         "chat-idle",
         "auto-resume",
         "integrity-check",

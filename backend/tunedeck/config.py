@@ -16,6 +16,10 @@ SLURM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 SLURM_TIME = r"^(\d{1,7}(:\d{1,2}){0,2}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$"
 SLURM_CONSTRAINT = r"^[A-Za-z0-9_.&|,()\[\]*:-]{1,256}$"
 
+# What an emptied WAL is cut back to (journal_size_limit, every connection); past it, the server
+# checkpoints and empties it (`wal_limit_bytes`, services/ingest/upkeep.py).
+WAL_LIMIT_BYTES = 64 << 20
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TUNEDECK_", extra="ignore")
@@ -243,6 +247,18 @@ class Settings(BaseSettings):
     )
     retention_check_s: float = Field(
         3600.0, gt=0, description="How often the server looks for jobs due for retention."
+    )
+    wal_limit_bytes: int = Field(
+        WAL_LIMIT_BYTES,
+        ge=1 << 20,
+        description="The database's WAL file is checkpointed and emptied when it grows past this (open team "
+        "streams keep SQLite's own checkpoint from rewinding it).",
+    )
+    storage_survey_s: float = Field(
+        6 * 3600.0,
+        ge=0,
+        description="How often the server measures what a day of telemetry costs on disk (/api/health "
+        "`storage.day`; it reads every page of the file, beside serving); 0 never.",
     )
     page_limit: int = Field(1000, ge=1, description="Default page size of history endpoints.")
     page_limit_max: int = Field(20000, ge=1, description="Largest page a client may ask for.")

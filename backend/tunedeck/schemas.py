@@ -512,6 +512,40 @@ class IntegrityOut(BaseModel):
     took_s: float | None = PField(None, description="how long it read the file")
 
 
+class WalCheckpointOut(BaseModel):
+    at: float = PField(description="when it ran (Unix time)")
+    busy: bool = PField(description="readers or a writer held on past its wait: the WAL was not emptied")
+    wal_bytes_before: int
+    wal_bytes_after: int
+    frames: int = PField(description="frames in the WAL when it ran (SQLite's count; -1 when busy)")
+    copied: int = PField(description="frames copied into the database")
+    took_s: float
+
+
+class DayOut(BaseModel):
+    memory_samples: int = PField(description="memory samples that arrived in the 24 h before the survey")
+    metric_points: int = PField(description="trainer_log lines that arrived in those 24 h")
+    bytes_per_sample: float = PField(description="one stored sample with its index and chart tiles")
+    bytes_per_point: float = PField(description="one stored trainer_log line with its indexes")
+    bytes: int = PField(description="what those 24 h take on disk")
+    surveyed_at: float = PField(description="when the file's pages were counted (Unix time)")
+
+
+class StorageOut(BaseModel):
+    db_bytes: int = PField(description="the database file's pages")
+    free_bytes: int = PField(description="pages inside it that are free (retention's deletes)")
+    wal_bytes: int = PField(description="the WAL file beside it")
+    wal_limit_bytes: int = PField(description="past this the WAL is checkpointed and emptied")
+    checkpoints: int = PField(description="checkpoints this server asked for")
+    last_checkpoint: WalCheckpointOut | None = None
+    incremental_vacuum: bool = PField(
+        description="free pages are given back to the disk (new databases; `tunedeck db vacuum` converts an "
+        "older one)"
+    )
+    given_back_bytes: int = PField(description="bytes given back to the disk since the start")
+    day: DayOut | None = PField(None, description="what a day of telemetry costs on disk (the last survey)")
+
+
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     reason: str | None = PField(
@@ -533,6 +567,7 @@ class Health(BaseModel):
         description="the database's full check beside the serving server (TUNEDECK_INTEGRITY_CHECK="
         "background); none where it ran before the start",
     )
+    storage: StorageOut | None = PField(None, description="the database file's sizes, WAL and a day's cost")
 
 
 class ActsOn(BaseModel):

@@ -12,7 +12,8 @@ import pytest
 from tests.utils.servers import CONFIGS, demo_config, job_processes
 from tests.utils.wait import until
 
-pytestmark = pytest.mark.slow
+# Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def trainer_lines(job: dict) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Who may do what: the README's table checked cell by cell against two real apps (the default
+"""Who may do what: docs/team.md's table checked cell by cell against two real apps (the default
 loopback set-up and a team server), a chat belonging to its owners, and only completions as use."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ REFUSED = (401, 403)
 
 
 def readme_table() -> dict[str, list[str]]:
-    """The README's security table: each row's label and its cells, column by column."""
-    lines = (ROOT / "README.md").read_text().splitlines()
+    """docs/team.md's security table: each row's label and its cells, column by column."""
+    lines = (ROOT / "docs" / "team.md").read_text().splitlines()
     start = lines.index(HEADER)
     rows = {}
     for line in lines[start + 2 :]:

@@ -15,7 +15,8 @@ from tests.slurm.test_slurm_jobs import ENDED, assert_points_are_rank0s, left
 from tests.utils.servers import Server, demo_config, free_port
 from tests.utils.wait import until
 
-pytestmark = pytest.mark.slow
+# Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture(scope="module")

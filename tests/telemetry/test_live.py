@@ -18,7 +18,8 @@ from tests.utils.servers import ROOT, demo_config
 from tests.utils.wait import until
 from tunedeck.contract.protocol import node_name
 
-pytestmark = pytest.mark.slow
+# Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 GiB = 1024**3
 FAKES = ROOT / "tests" / "fakes"
 NO_IDENTITY = {"serial": None, "uuid": None, "partition": None, "power_shared_with": None}

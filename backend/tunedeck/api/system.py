@@ -32,6 +32,7 @@ def health(request: Request, session: SessionDep) -> dict:
         "near_oom_share": state.settings.alert_near_oom_share,
         "chat_idle_s": state.settings.chat_idle_s,
         "integrity": state.integrity.said() if state.integrity is not None else None,
+        "storage": state.upkeep.said(),
     }
 
 

@@ -500,6 +500,36 @@ def db_check() -> None:
     raise typer.Exit(1)
 
 
+@db_app.command("vacuum")
+def db_vacuum() -> None:
+    """Rewrite the database compactly, with its free pages given back and (for a file made before
+    tunedeck did so) incremental vacuum turned on, so later retention shrinks it as it goes. Stop the
+    server first: the rewrite holds the file, and needs free disk about the file's size."""
+    import sqlite3
+    import time
+    from contextlib import closing
+
+    path = get_settings().db_path
+    if not path.exists():
+        typer.echo(f"error: no database at {path}", err=True)
+        raise typer.Exit(2)
+    before = path.stat().st_size
+    t0 = time.monotonic()
+    try:
+        with closing(sqlite3.connect(path, timeout=5, isolation_level=None)) as conn:
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.OperationalError as e:
+        typer.echo(f"error: {e} (is the server still running? stop it first)", err=True)
+        raise typer.Exit(1) from None
+    after = path.stat().st_size
+    typer.echo(
+        f"vacuumed {path}: {before / 2**20:.1f} MiB → {after / 2**20:.1f} MiB in {time.monotonic() - t0:.1f} s; "
+        "freed pages now go back to the disk as retention frees them"
+    )
+
+
 @db_app.command("rollup")
 def db_rollup(
     older_than_days: Annotated[

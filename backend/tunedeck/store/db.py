@@ -15,6 +15,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
+from tunedeck.config import WAL_LIMIT_BYTES
+
 MIGRATIONS_DIR = Path(str(resources.files("tunedeck.migrations")))
 
 
@@ -38,7 +40,11 @@ def make_engine(db_path: Path, *, busy_timeout_s: float = 30.0) -> Engine:
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record) -> None:
         cur = dbapi_conn.cursor()
+        # Only a new file takes this (before its first table; it must come before the WAL switch, which
+        # writes the header): its freed pages can then be given back (services/ingest/upkeep.py).
+        cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
         cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")

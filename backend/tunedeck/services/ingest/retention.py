@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from sqlalchemy import Engine, text
 
@@ -108,9 +109,9 @@ class Retention(Worker):
     name = "retention"
     delay_s = 60.0  # not during start-up
 
-    def __init__(self, engine: Engine, settings: Settings):
+    def __init__(self, engine: Engine, settings: Settings, *, pruned: Callable[[], None] = lambda: None):
         super().__init__()
-        self.engine, self.settings = engine, settings
+        self.engine, self.settings, self.pruned = engine, settings, pruned
         self.interval_s = settings.retention_check_s
 
     def run_once(self) -> None:
@@ -119,6 +120,7 @@ class Retention(Worker):
             return
         report = rollup(self.engine, older_than_s=days * 86400, interval_s=self.settings.memory_rollup_s)
         if report["jobs"]:
+            self.pruned()
             log.info(
                 "retention: pruned %s job(s) to their chart tiles, %s → %s samples",
                 report["jobs"],
