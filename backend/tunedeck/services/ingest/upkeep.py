@@ -195,12 +195,16 @@ class StoreUpkeep(Worker):
             with self._lock:
                 self._given_back += given
 
-    def said(self) -> dict[str, Any]:
+    def said(self) -> dict[str, Any] | None:
         """For /api/health: the file's sizes now, the WAL's limit and last checkpoint, what was given
-        back, and the last survey of a day's cost (None before the first)."""
-        with closing(sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5)) as conn:
-            now = sizes(conn)
-            incremental = conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        back, and the last survey of a day's cost (None before the first); None when the file cannot
+        be read (health says why from the storage faults, and must answer all the same)."""
+        try:
+            with closing(sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5)) as conn:
+                now = sizes(conn)
+                incremental = conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        except sqlite3.Error:
+            return None
         with self._lock:
             return {
                 "db_bytes": now["db_bytes"],
