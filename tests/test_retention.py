@@ -39,6 +39,17 @@ def seed(engine, *, job_id: int, ended: str, n: int = 3600) -> list[int]:
     return values
 
 
+def db_command(ws, *args: str) -> subprocess.CompletedProcess:
+    """`tunedeck db ARGS...` as a subprocess on the workspace `ws`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tunedeck.cli.main", "db", *args],
+        env={**os.environ, "TUNEDECK_WORKSPACE": str(ws)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_retention_keeps_coarse_tiles_and_the_peak(tmp_path):
     engine = make_engine(tmp_path / "r.db")
     upgrade(engine)
@@ -82,23 +93,11 @@ def test_cli_rollup(tmp_path):
     engine = make_engine(ws / "tunedeck.db")
     upgrade(engine)
     seed(engine, job_id=7, ended="2026-01-01 00:00:00", n=600)
-    r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli.main", "db", "rollup", "--older-than-days", "1"],
-        env={**os.environ, "TUNEDECK_WORKSPACE": str(ws)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = db_command(ws, "rollup", "--older-than-days", "1")
     assert r.returncode == 0, r.stderr
     assert "rolled up 1 job(s): 600 samples → 2" in r.stdout
     backup = tmp_path / "copy.db"
-    r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli.main", "db", "backup", str(backup)],
-        env={**os.environ, "TUNEDECK_WORKSPACE": str(ws)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = db_command(ws, "backup", str(backup))
     assert r.returncode == 0 and "integrity ok" in r.stdout
     copy = make_engine(backup)
     with copy.connect() as c:

@@ -4,17 +4,14 @@ telemetry costs there."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from contextlib import closing
 
 from sqlalchemy import text
 
-from tests.test_retention import seed
+from tests.test_retention import db_command, seed
 from tests.utils.wait import until
 from tunedeck.services.ingest import upkeep
 from tunedeck.services.ingest.retention import rollup
@@ -73,13 +70,7 @@ def test_an_older_database_gives_nothing_back_until_db_vacuum_converts_it(tmp_pa
     mode, full, freed = pages(path)
     assert mode == 0 and freed > full // 2
     assert give_back_all(path) == 0
-    r = subprocess.run(
-        [sys.executable, "-m", "tunedeck.cli.main", "db", "vacuum"],
-        env={**os.environ, "TUNEDECK_WORKSPACE": str(ws)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = db_command(ws, "vacuum")
     assert r.returncode == 0, r.stderr
     assert "freed pages now go back to the disk" in r.stdout
     mode, now, _ = pages(path)

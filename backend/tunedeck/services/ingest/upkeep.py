@@ -57,7 +57,7 @@ def sizes(conn: sqlite3.Connection) -> dict[str, int]:
     page = conn.execute("PRAGMA page_size").fetchone()[0]
     count = conn.execute("PRAGMA page_count").fetchone()[0]
     free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-    return {"page_bytes": page, "db_bytes": page * count, "free_bytes": page * free}
+    return {"db_bytes": page * count, "free_bytes": page * free}
 
 
 def table_costs(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
