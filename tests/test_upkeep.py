@@ -55,6 +55,21 @@ def test_a_new_database_gives_the_pages_retention_frees_back_to_the_disk(tmp_pat
         assert c.execute(text("SELECT count(*) FROM memory_samples WHERE job_id = 2")).scalar() == 6000
 
 
+def test_a_connection_opened_while_another_program_holds_the_write_lock_reads_at_once(tmp_path):
+    # The pool opens connections as requests need them: one must read while a backup or a sqlite3 shell
+    # writes, whatever its busy timeout (here so short that waiting for the lock at all would fail).
+    path = tmp_path / "t.db"
+    upgrade(make_engine(path))
+    with closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("BEGIN IMMEDIATE")
+        engine = make_engine(path, busy_timeout_s=0.01)
+        with engine.connect() as c:
+            assert c.execute(text("SELECT count(*) FROM jobs")).scalar() == 0
+        engine.dispose()
+        holder.execute("ROLLBACK")
+    assert pages(path)[0] == 2, "the new file still vacuums incrementally"
+
+
 def test_an_older_database_gives_nothing_back_until_db_vacuum_converts_it(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()

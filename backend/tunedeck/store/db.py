@@ -40,9 +40,12 @@ def make_engine(db_path: Path, *, busy_timeout_s: float = 30.0) -> Engine:
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record) -> None:
         cur = dbapi_conn.cursor()
-        # Only a new file takes this (before its first table; it must come before the WAL switch, which
-        # writes the header): its freed pages can then be given back (services/ingest/upkeep.py).
-        cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        # Only a new file (no page yet) is told this, before the WAL switch writes its header: its freed
+        # pages can then be given back (services/ingest/upkeep.py). On a file that has pages, setting it
+        # opens a write transaction, and a connection opened while another program held the lock would
+        # wait out the busy timeout before its first read.
+        if cur.execute("PRAGMA page_count").fetchone()[0] == 0:
+            cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         cur.execute("PRAGMA synchronous=NORMAL")
