@@ -51,6 +51,12 @@ STRETCH = 64  # samples whose levels are computed together when one of them is j
 SETTLED_N = WINDOW
 SETTLED_S = 60.0
 NOISE = 1.4826 / math.sqrt(2)  # a MAD of step-to-step differences as the sample noise
+# The share of the card a spike must at least add (a floor of the threshold). A step-to-step difference
+# that large is an edge of an excursion, not noise: the noise estimate counts it as no change. Spikes
+# that recur every 4 samples or oftener (a 4 s optimizer step sampled at 1 Hz) put an edge in half the
+# differences or more: counted as they were, they raised the MAD to half the spikes' height and the
+# threshold over the spikes (the pattern went unfound, or a few of its spikes were told one-off).
+CARD_SHARE = 0.02
 
 
 Evals = tuple[tuple[np.ndarray, np.ndarray], float]
@@ -62,7 +68,7 @@ class OutOfOrder(ValueError):
 
 def threshold(level: float, noise: float, total: float | None) -> float:
     """The detector's floor: how far above its level a sample must stand to start an excursion."""
-    return max(6 * noise, 0.05 * level, 0.02 * total if total else 0.0, MIB64)
+    return max(6 * noise, 0.05 * level, CARD_SHARE * total if total else 0.0, MIB64)
 
 
 def _mad(w: np.ndarray) -> float:
@@ -106,14 +112,23 @@ def _mads(w: np.ndarray) -> np.ndarray:
     return (lower + upper) / 2
 
 
-def noise_smooth(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+def edges(total: np.ndarray) -> np.ndarray:
+    """For samples with these capacities (0: unknown), the size from which a step into each is an
+    excursion's edge (see CARD_SHARE; none where the card is unknown)."""
+    return np.where(total > 0, np.maximum(CARD_SHARE * total, MIB64), np.inf)
+
+
+def noise_smooth(full: np.ndarray, h: int, edge: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For each sample of full[h:]: the noise (MAD of the last WINDOW step-to-step differences before
-    it, which a warm-up ramp or a level change does not inflate) and the plateau's smoothed value
-    (median of the last SMOOTH, itself included). full[:h] as for `levels`; when the run is shorter,
-    full[0] is its first sample, which pads the smoothing window as if it had been there before."""
+    it, which a warm-up ramp or a level change does not inflate; a difference into sample r of
+    edge[r] or more counts as 0) and the plateau's smoothed value (median of the last SMOOTH, itself
+    included). full[:h] as for `levels`; when the run is shorter, full[0] is its first sample, which
+    pads the smoothing window as if it had been there before."""
     m = len(full) - h
     noise, smooth = np.empty(m), np.empty(m)
     d = np.diff(full)  # d[r] = full[r + 1] - full[r]
+    if edge is not None:
+        d = np.where(np.abs(d) < edge[1:], d, 0.0)
     for p in range(h, min(h + m, WINDOW + 1)):  # windows cut short by the start of the run
         noise[p - h] = _mad(d[: max(0, p - 1)])  # p <= WINDOW: the window starts at the run's start
         if p < SMOOTH - 1:  # the padding (SMOOTH - 1 itself: no padding, the window whole, as below)
@@ -225,7 +240,7 @@ class Gpu:
         self.n = 0
         self.t_first = self.t_last = 0.0
         self.total = 0.0  # the largest capacity reported; 0: unknown
-        self._hist = np.empty(0)
+        self._hist = self._edge = np.empty(0)  # the last samples, and their edges (see `edges`)
         self._early: list[tuple[float, ...]] | None = []  # the first samples, until EARLY of them came
         self._up: list[_Up] = []
         self.spikes = Occurrences()
@@ -253,8 +268,9 @@ class Gpu:
         if (self.n and t[0] < self.t_last) or (len(t) > 1 and np.any(np.diff(t) < 0)):
             raise OutOfOrder(f"GPU {self.gpu}: a sample at {float(np.min(t))} after one at {self.t_last}")
         full, h = np.concatenate([self._hist, y]), len(self._hist)
-        noise, smooth = noise_smooth(full, h)
         tot = np.maximum.accumulate(np.concatenate([[self.total], total]))[1:]
+        edge = np.concatenate([self._edge, edges(tot)])
+        noise, smooth = noise_smooth(full, h, edge)
         if not self.n:
             self.t_first = float(t[0])
         n0, m = self.n, len(t)
@@ -287,7 +303,7 @@ class Gpu:
                 k += 1
         self.n = n0 + m
         self.t_last, self.total = float(t[-1]), float(tot[-1])
-        self._hist = full[-(WINDOW + 1) :]
+        self._hist, self._edge = full[-(WINDOW + 1) :], edge[-(WINDOW + 1) :]
 
     def _rises(self, full: np.ndarray, h: int, k: int, y: np.ndarray, noise: np.ndarray, tot: np.ndarray):
         """The indices from k on of the samples that would start an excursion with nothing up (the
@@ -297,7 +313,7 @@ class Gpu:
         n, at = len(y) - k, h + k - LEVEL  # full[at + i : at + i + LEVEL] are the samples before y[k + i]
         low = _windows(full, LEVEL)[at : at + n].min(axis=1)
         yk, tk = y[k:], tot[k:]
-        share = np.where(tk != 0, 0.02 * tk, 0.0)
+        share = np.where(tk != 0, CARD_SHARE * tk, 0.0)
         maybe = np.flatnonzero(yk > low + np.maximum(np.maximum(0.05 * low, share), MIB64))
         if not len(maybe):
             return maybe
