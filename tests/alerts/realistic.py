@@ -23,6 +23,13 @@ detectors' constants:
   learning_rate, learning_rate 0 or a typo far under the usual range, a warm-up 200-1000 times longer
   than the run), so the loss only moves as far as that rate takes it (the curve's progress is the sum
   of the rates, against 1e-4);
+- overfitting: the eval loss turns up while the train loss keeps falling: a run of several epochs over
+  a small set, evaluated every eval_steps (10-40 evals in the run) on a fixed eval set, whose loss
+  therefore moves little from one eval to the next (0.2-1 % noise). From a turn 25-60 % of the way
+  through, the eval loss climbs by 4-50 % of where it turned by the last eval, while the train loss
+  still falls (it reaches its floor only after the end). It is labelled when the eval loss stands
+  10 % or more above its lowest at 3 evals or more (a rise a person would act on); a smaller rise is
+  not scored either way;
 - one GPU drifting: from 30-60 % of the way through training one GPU's memory moves away from its
   peers', which hold, by 7 % of the card or more (a climb that reaches 8-12 % at the end, or a step
   up or down of 7-20 % that stays; one that rises may be read as a leak on that rank too: not
@@ -69,6 +76,7 @@ SCENARIOS = (
     "gpu_drift",
     "healthy_cosine",
     "healthy_uneven_gpus",
+    "overfit",
 )
 WATCHDOG_S = 1800.0  # a collective's default timeout: a hung rank is killed after it
 Z3_GATHER = {"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}}
@@ -181,6 +189,8 @@ def _draw(rng: np.random.Generator, seed: int, scenario: str) -> Sim:
         # warmup_ratio 0.1 and a cosine to 0: the loss levels off while the rate decays.
         sim.lr_warmup = sim.steps // 10
         sim.lr_keys = {"warmup_steps": 0, "warmup_ratio": 0.1}
+    if scenario == "overfit":
+        sim.eval_steps = max(1, sim.steps // int(rng.integers(10, 41)))
     if scenario in ("gpu_drift", "healthy_uneven_gpus"):
         sim.gpus = int(rng.choice([2, 4, 8]))
         sim.level = min(sim.level, 0.6)
@@ -412,6 +422,37 @@ def _inject(sim: Sim, rng, tr_loss: np.ndarray, mem: dict, start: float, end: fl
     return labels, unsure, notes, logs
 
 
+def _overfit(sim: Sim, rng, eval_k: list[int]) -> tuple[np.ndarray, list[float], set[str], set[str], str]:
+    """overfit: the train loss of every step (still falling at the end), the eval loss at each eval
+    step of `eval_k`, and the labels, kinds not scored and a note."""
+    k = np.arange(1, sim.steps + 1, dtype=np.float64)
+    start, floor = float(rng.uniform(1.5, 3.5)), float(rng.uniform(0.1, 0.6))
+    tau = float(rng.uniform(0.35, 0.7)) * sim.steps  # slow enough to be falling still at the end
+    clean = floor + (start - floor) * np.exp(-np.maximum(0.0, k - sim.warmup_steps) / tau)
+    tr_loss = clean * (1 + rng.normal(0, sim.loss_noise, sim.steps))
+    turn = int(sim.steps * float(rng.uniform(0.25, 0.6)))
+    gap = float(rng.uniform(1.02, 1.15))  # the eval loss stands over the train loss before the turn
+    rise = float(rng.uniform(0.04, 0.5))  # by the last eval, against the eval loss at the turn
+    bend = float(rng.uniform(1.0, 2.0))
+    e = np.asarray(eval_k, dtype=np.int64)
+    ev_clean = gap * clean[np.minimum(e, turn) - 1]
+    ev_clean *= 1 + rise * np.clip((e - turn) / max(1, e.max() - turn), 0, 1) ** bend
+    noise = float(rng.uniform(0.002, 0.01))
+    ev = ev_clean * (1 + rng.normal(0, noise, len(e)))
+    lo = int(np.argmin(ev_clean))
+    over = (ev_clean >= 1.1 * ev_clean[lo]) & (np.arange(len(e)) > lo)  # after its lowest
+    labels: set[str] = set()
+    unsure: set[str] = set()
+    if int(over.sum()) >= 3:
+        labels.add("loss_overfit")
+    elif rise >= 0.03:
+        unsure.add("loss_overfit")
+    note = (
+        f"eval loss turns up at step {turn}, +{100 * rise:.0f} % by the end (eval noise {100 * noise:.1f} %)"
+    )
+    return tr_loss, [float(x) for x in ev], labels, unsure, note
+
+
 def _overflow_logs(sim: Sim, rng, ends: np.ndarray) -> list[tuple[float, str]]:
     """fp16: the loss scale halves on the first steps, then an overflow now and then."""
     out, scale = [], 65536
@@ -464,6 +505,9 @@ def simulate(seed: int, scenario: str) -> Trace:
     rates = _schedule(sim, sim.lr, warmup) * sim.lr_factor
     new = scenario in ("lr_zero", "healthy_cosine")  # the older scenarios' curves stay as they were
     tr_loss = _loss_curve(sim, rng, rates if new else None)
+    ev_loss: list[float] | None = None
+    if scenario == "overfit":
+        tr_loss, ev_loss, ov_labels, ov_unsure, ov_note = _overfit(sim, rng, eval_k)
     mem = {g: list(_memory(sim, rng, start, end, evals, g)) for g in range(sim.gpus)}
     for g, off in enumerate(sim.offsets):  # uneven ranks: a steady offset, a slow wander within 1 %
         t, y = mem[g]
@@ -505,12 +549,17 @@ def simulate(seed: int, scenario: str) -> Trace:
                 for i, (a, _) in enumerate(saves)
             ]
         notes.append(f"{len(saves)} saves gather +{gather / GiB:.1f} GiB")
+    if ev_loss is not None:
+        labels |= ov_labels
+        unsure |= ov_unsure
+        notes.append(ov_note)
     if scenario == "lr_zero":
         labels.add("loss_stuck")
         notes.append(f"learning rate peaks at {float(rates.max()):.2g} against learning_rate {sim.lr:g}")
     points = [Point(t=t, step=k, loss=v, lr=float(rates[k - 1])) for k, t, v in logged]
-    for (a, b), k in zip(evals, eval_k):
-        points.append(Point(t=b + 0.01, step=k, eval_loss=float(tr_loss[k - 1] * 1.05)))
+    for i, ((a, b), k) in enumerate(zip(evals, eval_k)):
+        v = ev_loss[i] if ev_loss is not None else float(tr_loss[k - 1] * 1.05)
+        points.append(Point(t=b + 0.01, step=k, eval_loss=v))
     points.sort(key=lambda p: (p.t, p.eval_loss is not None))
     memory = {g: [(float(a), int(b), int(sim.total)) for a, b in zip(*mem[g])] for g in range(sim.gpus)}
     config = {

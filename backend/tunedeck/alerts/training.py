@@ -89,9 +89,11 @@ LR_TINY = 0.01
 LR_SIGMAS = 3.0
 LR_DEFAULT = 5e-5  # the Trainer's learning_rate when train.yaml sets none
 # Overfitting: after its lowest, the eval loss stands OVERFIT_RISE above it at OVERFIT_EVALS evals in a
-# row (the last of them), and 4 of its noise's sigmas (from the MAD of the last evals' steps from one
-# to the next, which a steady trend does not inflate), while the train loss (the median of the last 5
-# points at each eval) fell by OVERFIT_FALL.
+# row (the last of them), and 4 of its noise's sigmas, now and when the lowest came (from the MAD of the last evals' second
+# differences, which neither a steady trend nor one that bends at the turn inflates), while the train
+# loss (the median of the last 5 points at each eval) fell by OVERFIT_FALL since the lowest eval and
+# since the eval after it. An eval loss that comes back
+# below its lowest was swinging, not turning: what it told before is withdrawn.
 OVERFIT_RISE = 0.05
 OVERFIT_EVALS = 3
 OVERFIT_FALL = 0.02
@@ -198,6 +200,8 @@ class Training:
         # OVERFIT_RISE in a row, and the newest (loss, step, train loss, t).
         self.eval_lo: tuple[float, int | None, float] | None = None
         self.eval_up = 0
+        self.eval_next: float | None = None  # the train loss at the first eval after the lowest
+        self.eval_lo_sigma = 0.0  # the eval loss's noise when the lowest came
         self.eval_recent: deque[float] = deque(maxlen=32)
         self.eval_last: tuple[float, int | None, float, float] | None = None
         self.overfit = Occurrences()
@@ -314,15 +318,24 @@ class Training:
         train = float(np.median(near)) if near else self.sm
         self.eval_last = (loss, step, train, t)
         self.eval_recent.append(loss)
-        d = np.diff(np.array(self.eval_recent))
-        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2) if len(d) >= 3 else 0.0
+        # Second differences: a trend that bends (falling, then turning up) does not inflate them.
+        d = np.diff(np.array(self.eval_recent), 2)
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(6) if len(d) >= 3 else 0.0
         if self.eval_lo is None or loss < self.eval_lo[0]:
-            self.eval_lo, self.eval_up = (loss, step, train), 0
+            # Below the lowest again: what rose before it was a swing, not a turn.
+            self.eval_lo, self.eval_up, self.overfit = (loss, step, train), 0, Occurrences()
+            self.eval_next, self.eval_lo_sigma = None, sigma
             return
+        if self.eval_next is None:
+            self.eval_next = train
         lo, _, train_lo = self.eval_lo
-        over = loss >= lo * (1 + OVERFIT_RISE) and loss >= lo + 4 * sigma
+        # Against the noise now and where the lowest was set (a dip of the noise then is no turn).
+        over = loss >= lo * (1 + OVERFIT_RISE) and loss >= lo + 4 * max(sigma, self.eval_lo_sigma)
         self.eval_up = self.eval_up + 1 if over else 0
-        if self.eval_up >= OVERFIT_EVALS and train <= train_lo * (1 - OVERFIT_FALL):
+        # The train loss fell since the lowest eval, and still falls since the eval after it (a loss
+        # that froze or stopped learning right after the lowest eval falls no more).
+        fell = min(train_lo, self.eval_next) * (1 - OVERFIT_FALL)
+        if self.eval_up >= OVERFIT_EVALS and train <= fell:
             self.overfit.add(t)
 
     def _loss(self, t: float, step: int | None, loss: float) -> None:
