@@ -696,17 +696,26 @@ function drawGpu() {
 const redrawMemory = throttled(drawMemory);
 
 // ------------------------------------------------------------------ alerts, logs, config, files
+// Reads of the list can overlap each other and the stream: a read's answer is drawn only when no newer
+// read was asked for, and alerts the stream brought while it was in flight are kept (its answer may
+// predate them), so an alert once shown never vanishes for an older answer.
+let alertReads = 0;
+let streamed = [];  // [read number when it came, alert] for alerts the stream brought
 async function loadAlerts() {
+  const n = ++alertReads;
   const rows = await optional(`/api/jobs/${jobId}/alerts`).catch(() => null);
-  if (rows === null) return;
-  showAlerts(rows);
+  if (rows === null || n !== alertReads) return;
+  const byId = new Map(rows.map((a) => [a.id, a]));
+  for (const [at, a] of streamed) if (at >= n && !byId.has(a.id)) byId.set(a.id, a);
+  streamed = streamed.filter(([at]) => at > n);
+  showAlerts([...byId.values()].sort((a, b) => a.id - b.id));
 }
 
 // The stream sends each alert as the engine opens it: shown at once, no request. (Changes to ones the
 // page holds come as `job` events, and the list is read again then.)
 function addAlerts(rows) {
   const byId = new Map(state.alerts.map((a) => [a.id, a]));
-  for (const a of rows) byId.set(a.id, a);  // the same shape as the alert list's rows
+  for (const a of rows) { byId.set(a.id, a); streamed.push([alertReads, a]); }  // the alert list's row shape
   showAlerts([...byId.values()].sort((a, b) => a.id - b.id));
 }
 
