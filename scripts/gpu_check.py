@@ -6,8 +6,12 @@ For each rate a `tunedeck serve` starts on a free port over one workspace, with
 TUNEDECK_MEMORY_SAMPLE_S set to it, and runs the demo preset on one GPU (or the CPU with --cpu).
 Printed per run: the sampled memory curve (bucket maxima, so peaks survive) beside LLaMA-Factory's
 RECORD_VRAM peaks (`vram_allocated`/`vram_reserved` of trainer_log.jsonl, GiB since process
-start), the stored estimate against the measured peak, and at the end the sampler's own CPU cost.
-Exits non-zero when a run does not succeed.
+start), the stored estimate against the measured peak, the GPU's readings as `/api/nodes` gives
+them (power, temperatures, the processes on it with their VRAM) beside `nvidia-smi`'s own answer
+taken at the same moment, and at the end the sampler's own CPU cost. Exits non-zero when a run
+does not succeed or a reading disagrees with nvidia-smi (power or temperature missing where
+nvidia-smi has one, the trainer not among the GPU's processes, its VRAM off by more than
+VRAM_SLACK). On the CPU the node check asks that `/api/nodes` answers with this host.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
+MiB = 1 << 20
+TEMP_SLACK_C = 5.0  # two reads a moment apart: a GPU under load moves a few degrees
+POWER_SLACK = 0.5  # power moves fast under load: only a reading of another scale is wrong
+VRAM_SLACK = 0.05  # of the process's VRAM, or 64 MiB, whichever is more
 CPU_ONLY_KEYS = (
     "use_cpu",
     "no_cuda",
@@ -60,7 +68,10 @@ class Server:
             "PYTHONUNBUFFERED": "1",
         }
         self.log = workspace / f"server-{rate:g}s.log"
-        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+        # X-Tunedeck: the open mode's guard against cross-site forms (api/guard.py) asks every write for it.
+        self.api = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}", timeout=60, headers={"X-Tunedeck": "1"}
+        )
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -139,6 +150,7 @@ def run_once(workspace: Path, rate: float, *, gpu: bool, steps: int, timeout: fl
         if r.status_code != 201:
             raise Failed(f"submission refused ({r.status_code}): {r.text}")
         job_id = r.json()["id"]
+        nodes = node_check(server, job_id, gpu=gpu, timeout=timeout)
         if not wait_done(server, job_id, timeout):
             print(
                 f"gpu_check: job {job_id} still running after {timeout:.0f} s: cancelling it", file=sys.stderr
@@ -153,9 +165,106 @@ def run_once(workspace: Path, rate: float, *, gpu: bool, steps: int, timeout: fl
             "metrics": server.pages(f"/api/jobs/{job_id}/metrics", "points"),
             "estimate": server.api.get(f"/api/jobs/{job_id}/estimate").json(),
             "logs": [x["text"] for x in server.pages(f"/api/jobs/{job_id}/logs", "lines")[-15:]],
+            "nodes": nodes,
         }
     finally:
         server.stop()
+
+
+def nvidia_smi(query: str, fields: str) -> list[list[str]]:
+    """nvidia-smi's CSV answer to --query-<query>=<fields>, one list of values per row; [] without it."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-{query}={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [[v.strip() for v in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def number(v: str) -> float | None:
+    try:
+        return float(v)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def node_check(server: Server, job_id: int, *, gpu: bool, timeout: float) -> dict:
+    """Once the job's trainer holds memory, `/api/nodes` and nvidia-smi a moment apart: per GPU
+    power, temperature and the processes with their VRAM. {"rows": printable lines, "problems": [...]}."""
+    rows: list[str] = []
+    problems: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        job = server.api.get(f"/api/jobs/{job_id}").json()
+        nodes = server.api.get("/api/nodes").json()
+        gpus = [g for n in nodes for g in n["gpus"]]
+        held = [g for g in gpus if any(p.get("job_id") == job_id for p in g["processes"])]
+        if job["status"] not in ("queued", "running") or time.monotonic() > deadline:
+            break
+        if (not gpu and nodes and job["status"] == "running") or held:
+            break
+        time.sleep(0.5)
+    if not nodes:
+        problems.append("/api/nodes lists no node")
+    if not gpu:
+        rows.append(
+            f"node {nodes[0]['name'] if nodes else '-'}: backend {nodes[0]['backend'] if nodes else '-'}"
+        )
+        return {"rows": rows, "problems": problems}
+    smi = {r[0]: r for r in nvidia_smi("gpu", "pci.bus_id,power.draw,temperature.gpu,memory.used")}
+    apps = nvidia_smi("compute-apps", "gpu_bus_id,pid,used_memory")
+    if not held:
+        problems.append(f"no GPU in /api/nodes lists a process of job {job_id} (job {job['status']})")
+    for g in held or gpus:
+        bus = (g.get("bus_id") or "").lower()
+        mine = next((r for k, r in smi.items() if k.lower().endswith(bus[-12:])), None) if bus else None
+        rows.append(
+            f"GPU {g['index']} {bus or '?'}: power {g.get('power_w')} W, temp {g.get('temp_c')} C, "
+            f"junction {g.get('temp_junction_c')} C, hbm {g.get('temp_hbm_c')} C, clock {g.get('clock_mhz')} MHz, "
+            f"ECC {g.get('ecc_correctable')}/{g.get('ecc_uncorrectable')}, throttle {g.get('throttle')}"
+        )
+        if mine is None:
+            rows.append("   nvidia-smi: no GPU of this bus id (an AMD machine: compare with amd-smi by eye)")
+            continue
+        power, temp = number(mine[1]), number(mine[2])
+        rows.append(f"   nvidia-smi: power {mine[1]} W, temp {mine[2]} C, memory.used {mine[3]} MiB")
+        if power is not None:
+            if g.get("power_w") is None:
+                problems.append(f"GPU {g['index']}: no power reading, nvidia-smi says {power} W")
+            elif abs(g["power_w"] - power) > POWER_SLACK * max(power, 1.0):
+                problems.append(f"GPU {g['index']}: power {g['power_w']} W, nvidia-smi {power} W")
+        if temp is not None:
+            if g.get("temp_c") is None:
+                problems.append(f"GPU {g['index']}: no temperature, nvidia-smi says {temp} C")
+            elif abs(g["temp_c"] - temp) > TEMP_SLACK_C:
+                problems.append(f"GPU {g['index']}: temperature {g['temp_c']} C, nvidia-smi {temp} C")
+        theirs = {
+            int(a[1]): number(a[2]) for a in apps if a[0].lower().endswith(bus[-12:]) and a[1].isdigit()
+        }
+        for p in g["processes"]:
+            smi_mib = theirs.get(p["pid"])
+            ours = p.get("vram_bytes")
+            rows.append(
+                f"   pid {p['pid']} {p.get('name')} job {p.get('job_id')}: "
+                f"{'-' if ours is None else f'{ours / MiB:.0f}'} MiB, nvidia-smi "
+                f"{'-' if smi_mib is None else f'{smi_mib:.0f}'} MiB"
+            )
+            if p.get("job_id") == job_id and smi_mib is not None:
+                if ours is None:
+                    problems.append(f"GPU {g['index']}: pid {p['pid']} has no VRAM reading")
+                elif abs(ours - smi_mib * MiB) > max(VRAM_SLACK * smi_mib * MiB, 64 * MiB):
+                    problems.append(
+                        f"GPU {g['index']}: pid {p['pid']} {ours / MiB:.0f} MiB, nvidia-smi {smi_mib:.0f}"
+                    )
+        missing = [pid for pid in theirs if pid not in {p["pid"] for p in g["processes"]}]
+        if missing:
+            problems.append(f"GPU {g['index']}: nvidia-smi lists pids {missing} that /api/nodes does not")
+    return {"rows": rows, "problems": problems}
 
 
 def wait_done(server: Server, job_id: int, timeout: float) -> bool:
@@ -225,6 +334,12 @@ def report(run: dict, buckets: int = 20) -> None:
         f"   estimate: predicted {gib(predicted)} GiB per GPU, measured {gib(measured.get('bytes'))} GiB "
         f"({measured.get('source', '-')}, {measured.get('gpu_kind', '-')}): measured / predicted = {ratio}"
     )
+    nodes = run["nodes"]
+    print("   readings (/api/nodes beside nvidia-smi, while the job ran):")
+    for row in nodes["rows"]:
+        print(f"   {row}")
+    for problem in nodes["problems"]:
+        print(f"   DISAGREES: {problem}")
     if job["status"] != "succeeded":
         print("   last output lines:\n      " + "\n      ".join(run["logs"]))
 
@@ -280,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
     for run in runs:
         report(run)
-        failed = failed or run["job"]["status"] != "succeeded"
+        failed = failed or run["job"]["status"] != "succeeded" or bool(run["nodes"]["problems"])
     if len(runs) > 1:
         peaks = ", ".join(
             f"{r['rate']:g} s: {gib(max((s['used_bytes'] for s in r['memory']), default=None))} GiB"
