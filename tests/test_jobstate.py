@@ -23,7 +23,7 @@ from tests.utils.webhooks import Receiver
 from tunedeck.config import Settings
 from tunedeck.services.alerting.engine import AlertEngine
 from tunedeck.services.alerting.notify import Notifier
-from tunedeck.services.jobs.jobstate import ALLOWED, JobState, move
+from tunedeck.services.jobs.jobstate import ALLOWED, JobState, explain, move
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.store.tables import Alert, Job, JobStatus
 
@@ -136,6 +136,29 @@ def test_every_pair_of_states_against_the_table(world):
     for g in done:
         frm, to = ended[g["job_id"]]
         assert g["text"] == f"tunedeck: job {g['job_id']} (in-{frm.value}) {to.value}: why"
+
+
+def test_a_cause_said_better_keeps_a_resume_already_made_and_anything_written_since(world):
+    """explain: the error only while it is still the one the caller read; auto_resume only where none
+    is set (the resumer may have made the next attempt between the read and this write)."""
+    engine, state, _ = world
+    fresh, resumed = new_job(engine, JobStatus.failed), new_job(engine, JobStatus.failed)
+    with engine.begin() as c:
+        c.execute(text("UPDATE jobs SET error = 'stopped', auto_resume = NULL WHERE id = :id"), {"id": fresh})
+        c.execute(
+            text("UPDATE jobs SET error = 'stopped', auto_resume = 'resumed as job 9' WHERE id = :id"),
+            {"id": resumed},
+        )
+    with state.begin() as c:
+        assert explain(c, fresh, was="stopped", error="preempted", auto_resume="pending")
+        assert explain(c, resumed, was="stopped", error="preempted", auto_resume="pending")
+        assert not explain(c, fresh, was="stopped", error="again", auto_resume="other")
+    assert (row(engine, fresh)["error"], row(engine, fresh)["auto_resume"]) == ("preempted", "pending")
+    assert (row(engine, resumed)["error"], row(engine, resumed)["auto_resume"]) == (
+        "preempted",
+        "resumed as job 9",
+    )
+    assert row(engine, fresh)["status"] == JobStatus.failed.name
 
 
 def test_an_end_rolled_back_is_told_to_nobody(world):

@@ -79,7 +79,9 @@ def test_a_time_limit_warning_saves_and_the_next_attempt_continues(server_factor
     )
     assert said
     note = server.api.get(f"/api/jobs/{child_id}").json()["auto_resume"]
-    assert note.startswith("not resumed: 1 attempts in a row met the time limit"), note
+    assert note.startswith("not resumed: 1 attempts in a row were stopped by the end of their allocation"), (
+        note
+    )
     assert [j["id"] for j in server.api.get("/api/jobs").json()["jobs"]] == [child_id, first["id"]]
     page.goto(f"{server.url}/jobs/{child_id}")
     page.wait_for_function(

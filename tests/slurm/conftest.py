@@ -26,10 +26,10 @@ from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
-NODES = {"n1": 17101, "n2": 17102}  # slurmd ports, far from Slurm's defaults (6817/6818)
+NODES = ("n1", "n2")
 
 
-def slurm_conf(root: Path, *, cluster: str, port: int) -> str:
+def slurm_conf(root: Path, *, cluster: str, port: int, node_ports: dict[str, int]) -> str:
     host = socket.gethostname()
     lines = [
         f"ClusterName={cluster}",
@@ -60,12 +60,21 @@ def slurm_conf(root: Path, *, cluster: str, port: int) -> str:
         f"SlurmctldLogFile={root}/slurmctld.log",
         f"SlurmdLogFile={root}/slurmd-%n.log",
     ]
-    for name, node_port in NODES.items():
+    for name, node_port in node_ports.items():
         lines.append(
             f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={node_port} "
             "CPUs=2 RealMemory=4000 Gres=gpu:1"
         )
-    lines.append(f"PartitionName=tdk Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP")
+    # Preemption as sites set it up for scavenger queues: `urgent` jobs take tdk's nodes; a tdk job
+    # gets the --signal warning at once (22.05's spelling of send_user_signal) and GraceTime to stop.
+    lines += [
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=CANCEL",
+        "SlurmctldParameters=preempt_send_user_signal",
+        f"PartitionName=tdk Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
+        "GraceTime=120",
+        f"PartitionName=urgent Nodes={','.join(NODES)} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -88,7 +97,13 @@ class SlurmCluster:
         key = r / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o600)
-        self.conf.write_text(slurm_conf(r, cluster=self.cluster, port=free_port()))
+        # Free ports of this session's own (a second session's cluster on the machine gets others).
+        taken: list[int] = []
+        while len(taken) < len(NODES) + 1:
+            if (p := free_port()) not in taken:
+                taken.append(p)
+        ports = dict(zip(NODES, taken))
+        self.conf.write_text(slurm_conf(r, cluster=self.cluster, port=taken[-1], node_ports=ports))
         gres = ["AutoDetect=off"]
         for name in NODES:
             dev = r / "gpus" / f"{name}-gpu0"

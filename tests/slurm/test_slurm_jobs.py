@@ -198,10 +198,13 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     )
 
 
-def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_server, assets):
+def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_cluster, slurm_server, assets):
     """A 4-minute limit with the server's 150 s warning: Slurm sends the runner SIGUSR1 (`--signal`), the
     trainer stops after a step with a checkpoint, the job fails naming the time limit and a new attempt,
-    submitted by the server through sbatch, continues from the next step; cancelled, nothing is left."""
+    submitted by the server through sbatch, continues from the next step. That attempt is preempted by a
+    job of the `urgent` partition: warned the same way, it stops with a checkpoint, fails naming the
+    preemption, and the third attempt waits for Slurm while the urgent job holds the nodes, then
+    continues from the step after; cancelled, nothing of any attempt is left."""
     config = demo_config(assets, max_steps=10**4, save_steps=10**4, eval_steps=10**4, logging_steps=1)
     first = slurm_server.submit({"name": "limited", "config": config, "gpus": 1, "slurm": {"time": "4"}})
     script = slurm_server.api.get(f"/api/jobs/{first['id']}/config").json()["batch_script"]
@@ -226,10 +229,45 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_serve
         timeout=300,
     )
     assert points[0]["step"] == last + 1, points[:3]
-    assert slurm_server.api.post(f"/api/jobs/{child['id']}/cancel").status_code == 200
-    ended = slurm_server.wait(child["id"], ENDED, timeout=300)
+
+    # A job of a higher partition tier wants both nodes: Slurm preempts the attempt, warning it first.
+    urgent = slurm_cluster.run(
+        "sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "--gres=gpu:1", "--wrap", "sleep 20"
+    ).strip()
+    preempted = slurm_server.wait(child["id"], ENDED, timeout=300)
+    assert preempted["status"] == "failed", preempted
+
+    def told() -> dict | None:
+        job = slurm_server.api.get(f"/api/jobs/{child['id']}").json()
+        return job if job["error"].startswith("preempted by Slurm at ") else None
+
+    preempted = until(told, "the preemption named as the attempt's cause")
+    assert "partition tdk" in preempted["error"] and "saving a checkpoint" in preempted["error"], preempted
+    saved = slurm_server.api.get(f"/api/jobs/{child['id']}/checkpoints").json()
+    last = max(p["step"] for p in slurm_server.all(child["id"], "metrics") if p.get("step") is not None)
+    assert saved and saved[-1]["step"] == last, (saved, last)
+
+    def third() -> int | None:
+        said = slurm_server.api.get(f"/api/jobs/{child['id']}").json()["auto_resume"] or ""
+        assert not said.startswith("not"), said
+        return int(said.removeprefix("resumed as job ")) if said.startswith("resumed") else None
+
+    grandchild = slurm_server.api.get(f"/api/jobs/{until(third, 'the attempt after the preemption')}").json()
+    assert grandchild["parent_id"] == child["id"]
+    points = until(
+        lambda: [p for p in slurm_server.all(grandchild["id"], "metrics") if p.get("step") is not None],
+        "the third attempt's first points",
+        timeout=300,
+    )
+    assert points[0]["step"] == last + 1, points[:3]
+    assert slurm_cluster.run("squeue", "-h", "-j", urgent, "-t", "all", "-o", "%T").strip() == "COMPLETED"
+    assert slurm_server.api.post(f"/api/jobs/{grandchild['id']}/cancel").status_code == 200
+    ended = slurm_server.wait(grandchild["id"], ENDED, timeout=300)
     assert ended["status"] == "cancelled", ended
-    assert until(lambda: not left(stopped) and not left(ended), "no process of either attempt left")
+    assert until(
+        lambda: not left(stopped) and not left(preempted) and not left(ended),
+        "no process of any attempt left",
+    )
 
 
 def test_a_slurmd_killed_mid_job_fails_the_job_naming_the_node(slurm_cluster, slurm_server, assets):

@@ -38,7 +38,7 @@ from tunedeck.contract import runfiles
 from tunedeck.planning import placement, queueplan
 from tunedeck.services.ingest.devices import Devices
 from tunedeck.services.ingest.replay import admitted
-from tunedeck.services.ingest.writer import OUTSIDE_STOP, IngestWriter
+from tunedeck.services.ingest.writer import OUTSIDE_STOP, RESUME_PENDING, TIME_LIMIT, IngestWriter
 from tunedeck.services.jobs.jobstate import JobState, explain, move
 from tunedeck.store.hashes import token_hash
 from tunedeck.store.tables import Job, JobStatus, core, utcnow
@@ -149,21 +149,31 @@ class Scheduler(Worker):
         its cluster may know why. Slurm ends a job whose node failed by signalling the runners on the
         nodes left, and rank 0's reports before squeue reads NODE_FAIL: for EXPLAIN_S after such an end
         the executor is asked, and its answer becomes the error (the one the watch gives when it sees
-        the node failure first)."""
+        the node failure first). A preemption is the cluster's, not the job's: whether its runners were
+        warned (they stopped with a checkpoint, as at a time limit) or only signalled, the error says
+        so and the next attempt continues from the newest checkpoint (auto_resume)."""
         since = utcnow() - timedelta(seconds=EXPLAIN_S)
         stopped = session.exec(
             select(Job).where(
                 Job.status == JobStatus.failed,
                 col(Job.finished_at) >= since,
-                col(Job.error).startswith(OUTSIDE_STOP, autoescape=True),
+                col(Job.error).startswith(OUTSIDE_STOP, autoescape=True)
+                | col(Job.error).startswith(TIME_LIMIT, autoescape=True),
             )
         ).all()
         for job in stopped:
-            why = self.executor.stopped_by(job)
-            if why:
-                with self.state.begin() as conn:
-                    if explain(conn, job.id, was=job.error, error=why):
-                        log.warning("job %s: %s", job.id, why)
+            told = self.executor.stopped_by(job)
+            if told is None or not (told.resume or (job.error or "").startswith(OUTSIDE_STOP)):
+                continue  # a time limit's stop says it best itself
+            error = told.why
+            if (
+                told.resume
+            ):  # what the runner saw, after the cause: "...: the trainer stopped after a step, ..."
+                error += ": " + (job.error or "").split(": ", 1)[-1]
+            resume = RESUME_PENDING if told.resume else None
+            with self.state.begin() as conn:
+                if explain(conn, job.id, was=job.error or "", error=error, auto_resume=resume):
+                    log.warning("job %s: %s", job.id, error)
 
     def _recover(self, session: Session, job: Job) -> None:
         """The runner is gone while the job still runs: replay its outbox, then settle the state."""

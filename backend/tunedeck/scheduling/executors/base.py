@@ -5,10 +5,21 @@ what its cluster looks like. A new executor is a folder beside local/ and ray/ a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tunedeck.planning.placement import ClusterNode
 from tunedeck.store.tables import Job
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Why the cluster ended a job that its runner saw stopped from outside tunedeck."""
+
+    why: str
+    # The cluster took the allocation back for other work (a preemption): the job is no failure of
+    # its own, and the next attempt continues from its newest checkpoint (services/jobs/resume.py).
+    resume: bool = False
 
 
 class NodeSource(Protocol):
@@ -69,9 +80,10 @@ class Executor(Protocol):
     def lost(self, job: Job) -> str | None:
         """Why a job's runner is gone when the executor knows better than "runner lost"."""
 
-    def stopped_by(self, job: Job) -> str | None:
+    def stopped_by(self, job: Job) -> Stopped | None:
         """Why its cluster ended a job whose runner reported a stop from outside tunedeck (a signal
-        no cancel sent), once the cluster says (a node failure, a time limit); None where it cannot."""
+        no cancel sent, or the warning of the allocation's end), once the cluster says (a node
+        failure, a time limit, a preemption); None where it cannot."""
 
     def cancel(self, job: Job) -> None:
         """The graceful stop, on every node of the job."""

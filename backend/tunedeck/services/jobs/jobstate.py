@@ -120,11 +120,19 @@ def move(
     return True
 
 
-def explain(conn: Connection, job_id: int, *, was: str, error: str) -> bool:
+def explain(conn: Connection, job_id: int, *, was: str, error: str, auto_resume: str | None = None) -> bool:
     """An ended job's error, said better once it is known (its cluster's reason for a stop that its
     runner saw only as a signal); written only while the error is still `was`, so nothing newer is
-    undone. Not a move: the status stays."""
+    undone. `auto_resume`: what becomes of it when the cluster's reason makes it one to continue,
+    set only where nothing is set yet (a resume already made stays the one). Not a move: the
+    status stays."""
     res = conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.error == was).values(error=error))
+    if res.rowcount and auto_resume is not None:
+        conn.execute(
+            update(JOBS)
+            .where(JOBS.c.id == job_id, JOBS.c.auto_resume.is_(None))
+            .values(auto_resume=auto_resume)
+        )
     return res.rowcount > 0
 
 

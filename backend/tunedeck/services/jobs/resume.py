@@ -1,8 +1,10 @@
-"""Runs that their allocation's time limit stopped go on by themselves.
+"""Runs that their allocation's time limit or a preemption stopped go on by themselves.
 
 A runner warned that its allocation ends (SIGUSR1: Slurm's `--signal`, which the Slurm executor asks
-for `slurm_warn_s` before the limit) stops its trainer after the step with a checkpoint; the writer
-fails the job with the time limit as its cause and `auto_resume = pending`. Each pass here resumes
+for `slurm_warn_s` before the limit, and sends at a preemption where the site has it sent) stops its
+trainer after the step with a checkpoint; the writer fails the job with the time limit as its cause
+and `auto_resume = pending`, and the scheduler, once the cluster says it was a preemption, says that
+instead (a preemption with no warning is pending too: the newest checkpoint saved before it counts). Each pass here resumes
 every pending job from its newest checkpoint as a new job (services/jobs/lifecycle.resume: the same
 checks as a submission, `parent_id` the stopped attempt, so the page draws the attempts as one curve)
 and writes on the stopped job what became of it. A job already resumed by hand is left to that
@@ -67,7 +69,10 @@ class Resumer(Worker):
             return "not resumed: it was resumed or cloned by hand already"
         most = self.settings.auto_resume_attempts
         if attempts(session, job, most + 1) > most:
-            return f"not resumed: {most} attempts in a row met the time limit (TUNEDECK_AUTO_RESUME_ATTEMPTS)"
+            return (
+                f"not resumed: {most} attempts in a row were stopped by the end of their allocation (a time "
+                "limit or a preemption; TUNEDECK_AUTO_RESUME_ATTEMPTS)"
+            )
         try:
             child, _ = lifecycle.resume(
                 session,

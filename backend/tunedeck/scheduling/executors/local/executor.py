@@ -19,6 +19,7 @@ from tunedeck.config import Settings
 from tunedeck.contract import runfiles
 from tunedeck.contract.protocol import RunnerConfig
 from tunedeck.planning import queueplan
+from tunedeck.scheduling.executors.base import Stopped
 from tunedeck.services.views.nodes import NodeInventory
 from tunedeck.store.tables import Job
 
@@ -94,7 +95,7 @@ class LocalExecutor:
     def lost(self, job: Job) -> str | None:
         return None
 
-    def stopped_by(self, job: Job) -> str | None:
+    def stopped_by(self, job: Job) -> Stopped | None:
         return None  # a signal on this host comes from this host: nothing more to tell
 
     def sweep(self, active: set[int]) -> None:

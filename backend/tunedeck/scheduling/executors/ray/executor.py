@@ -35,6 +35,7 @@ from tunedeck.contract.protocol import node_name
 from tunedeck.planning import placement, queueplan
 from tunedeck.planning.placement import ClusterNode
 from tunedeck.problems import detail
+from tunedeck.scheduling.executors.base import Stopped
 from tunedeck.scheduling.executors.local.executor import runner_config
 from tunedeck.scheduling.executors.ray.actor import JobNode, read_probe
 from tunedeck.services.views.cluster import NAMESPACE, RayNodes, join_ray
@@ -281,7 +282,7 @@ class RayExecutor:
     def lost(self, job: Job) -> str | None:
         return self._lost.pop(job.id, None)
 
-    def stopped_by(self, job: Job) -> str | None:
+    def stopped_by(self, job: Job) -> Stopped | None:
         return None  # Ray signals no runner: a lost node is the watch's to find (alive, lost)
 
     def cancel(self, job: Job) -> None:

@@ -132,6 +132,11 @@ class JobState:
     reason: str
     nodelist: str = ""
     exit_code: str = ""
+    # When Slurm chose the job for preemption (scontrol's PreemptTime); None: never. A job that stops
+    # within its partition's GraceTime after the warning ends COMPLETED or FAILED, not PREEMPTED:
+    # this is what still says so.
+    preempted_at: str | None = None
+    partition: str = ""
 
     @property
     def ended(self) -> bool:
@@ -225,6 +230,8 @@ def parse_job(text: str) -> JobState | None:
         reason=f.get("Reason", "None"),
         nodelist=f.get("NodeList", "") if f.get("NodeList") != "(null)" else "",
         exit_code=f.get("ExitCode", ""),
+        preempted_at=f.get("PreemptTime") if f.get("PreemptTime") not in (None, "None", "Unknown") else None,
+        partition=f.get("Partition", ""),
     )
 
 

@@ -33,6 +33,7 @@ from tunedeck.contract import runfiles
 from tunedeck.planning import queueplan
 from tunedeck.planning.placement import ClusterNode
 from tunedeck.problems import detail
+from tunedeck.scheduling.executors.base import Stopped
 from tunedeck.scheduling.executors.local.executor import runner_config
 from tunedeck.scheduling.executors.slurm import node as on_node
 from tunedeck.scheduling.executors.slurm.cluster import (
@@ -103,6 +104,7 @@ class SlurmExecutor:
         self._read = -math.inf  # when squeue was last read (never: the first ask reads it)
         self._swept = -math.inf
         self._lost: dict[int, str] = {}
+        self._stopped: dict[int, Stopped | None] = {}  # what scontrol told of an ended job: it stays so
         self._orphans: dict[str, float] = {}  # Slurm id -> when the sweep first found it orphaned
 
     # ------------------------------------------------------------------ the cluster
@@ -333,15 +335,36 @@ class SlurmExecutor:
     def lost(self, job: Job) -> str | None:
         return self._lost.pop(job.id, None)
 
-    def stopped_by(self, job: Job) -> str | None:
-        """Why Slurm ended a job whose runner reported a stop from outside tunedeck, once squeue says:
-        at a node failure Slurm signals the runners on the nodes left, and they report before the job
-        reads NODE_FAIL (it is COMPLETING until its steps there have ended). None until then, and where
-        Slurm ended it for no reason of its own."""
+    def stopped_by(self, job: Job) -> Stopped | None:
+        """Why Slurm ended a job whose runner reported a stop from outside tunedeck (or the warning of
+        its allocation's end), once squeue says: at a node failure Slurm signals the runners on the
+        nodes left, and they report before the job reads NODE_FAIL (it is COMPLETING until its steps
+        there have ended). None until then, and where Slurm ended it for no reason of its own.
+
+        A preemption is told by scontrol's PreemptTime, whatever the end state: with the partition's
+        GraceTime and the user signal sent at preemption (22.05's `SlurmctldParameters=
+        preempt_send_user_signal`, later releases' `PreemptParameters=send_user_signal`) the runners
+        get the `--signal` warning, stop with a checkpoint and the job ends COMPLETED within the
+        grace; without them the tasks get SIGTERM and it ends PREEMPTED. Either way the next attempt
+        continues from the newest checkpoint (`resume`)."""
+        if job.id in self._stopped:
+            return self._stopped[job.id]
         st = self._state(job)
-        if st is None or st.state not in STOPPED_BY_SLURM:
+        if st is None or st.state not in ENDED:
             return None
-        return self._why_ended(job, st)
+        sid = self._slurm_id(job)
+        full = st if isinstance(st, JobState) else self.slurm.job(sid) if sid is not None else None
+        told: Stopped | None = None
+        if full is not None and full.preempted_at is not None:
+            where = f" in partition {full.partition}" if full.partition else ""
+            told = Stopped(
+                f"preempted by Slurm at {full.preempted_at} (Slurm job {full.id}{where})", resume=True
+            )
+        elif st.state in STOPPED_BY_SLURM:
+            told = Stopped(self._why_ended(job, st))
+        if full is not None:
+            self._stopped[job.id] = told
+        return told
 
     def cancel(self, job: Job) -> None:
         """The graceful stop, through the run folder every node sees: each node's task sends SIGTERM to
