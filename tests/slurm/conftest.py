@@ -73,7 +73,7 @@ def slurm_conf(root: Path, *, cluster: str, port: int, node_ports: dict[str, int
         "SlurmctldParameters=preempt_send_user_signal",
         f"PartitionName=tdk Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
         "GraceTime=120",
-        f"PartitionName=urgent Nodes={','.join(NODES)} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF",
+        f"PartitionName=urgent Nodes={','.join(NODES)} MaxTime=5 State=UP PriorityTier=10 PreemptMode=OFF",
     ]
     return "\n".join(lines) + "\n"
 

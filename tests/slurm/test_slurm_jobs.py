@@ -73,6 +73,18 @@ def test_a_job_that_can_never_fit_is_refused_naming_what_exists(slurm_server, as
     assert r.status_code == 422, r.text
     (err,) = r.json()["detail"]
     assert err["loc"] == ["slurm", "partition"] and "the cluster has: tdk" in err["msg"], err
+    r = post(
+        "/api/jobs",
+        json={
+            "name": "too long",
+            "config": config,
+            "gpus": 1,
+            "slurm": {"partition": "urgent", "time": "1-0"},
+        },
+    )
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["slurm", "time"] and "partition urgent allows at most 00:05:00" in err["msg"], err
     r = post("/api/jobs", json={"name": "quoted", "config": config, "slurm": {"account": "a;rm -rf /"}})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-2:] == ["slurm", "account"], r.text
 
@@ -232,7 +244,18 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_clust
 
     # A job of a higher partition tier wants both nodes: Slurm preempts the attempt, warning it first.
     urgent = slurm_cluster.run(
-        "sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "--gres=gpu:1", "--wrap", "sleep 20"
+        "sbatch",
+        "--parsable",
+        "-p",
+        "urgent",
+        "-N",
+        "2",
+        "--exclusive",
+        "--gres=gpu:1",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 20",
     ).strip()
     preempted = slurm_server.wait(child["id"], ENDED, timeout=300)
     assert preempted["status"] == "failed", preempted

@@ -147,6 +147,29 @@ class JobState:
         return self.state in PENDING
 
 
+def seconds(text: str) -> int | None:
+    """A Slurm time (`--time`, a partition's MaxTime) in seconds: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM
+    or D-HH:MM:SS as sbatch(1) reads them; None for UNLIMITED/INFINITE and what is no time."""
+    text = text.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE", ""):
+        return None
+    days, _, rest = text.rpartition("-")
+    try:
+        parts = [int(x) for x in rest.split(":")]
+        d = int(days) if days else 0
+    except ValueError:
+        return None
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        h, m, s = (parts + [0, 0])[:3]
+    elif len(parts) == 1:  # MM
+        h, m, s = 0, parts[0], 0
+    elif len(parts) == 2:  # MM:SS
+        h, m, s = 0, *parts
+    else:
+        h, m, s = parts[:3]
+    return ((d * 24 + h) * 60 + m) * 60 + s
+
+
 def parse_nodes(text: str) -> list[SlurmNode]:
     out = []
     for line in text.splitlines():

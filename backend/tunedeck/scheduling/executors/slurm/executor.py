@@ -44,6 +44,7 @@ from tunedeck.scheduling.executors.slurm.cluster import (
     Queued,
     SlurmError,
     run,
+    seconds,
 )
 from tunedeck.scheduling.executors.slurm.nodes import SlurmNodes
 from tunedeck.scheduling.executors.slurm.script import BatchJob, nice
@@ -143,6 +144,16 @@ class SlurmExecutor:
                 names = ", ".join(p.name for p in partitions) or "none"
                 return [detail(loc, f"no Slurm partition {asked['partition']!r}; the cluster has: {names}")]
         members = [n for n in nodes if n.name in part.nodes]
+        limit, most_s = seconds(asked["time"] or ""), seconds(part.max_time)
+        if limit is not None and most_s is not None and limit > most_s:
+            where = ["slurm", "time"] if spec.slurm and spec.slurm.time else ["slurm"]
+            return [
+                detail(
+                    where,
+                    f"asks for a time limit of {asked['time']}; partition {part.name} allows at most "
+                    f"{part.max_time}",
+                )
+            ]
         if asked["constraint"]:
             features = sorted({f for n in members for f in n.features})
             unknown = [w for w in re.findall(r"[A-Za-z_][\w.-]*", asked["constraint"]) if w not in features]
