@@ -210,6 +210,30 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     )
 
 
+def continued(server, stopped: dict) -> dict:
+    """The attempt the server made after `stopped` ended with a checkpoint at its last logged step:
+    it is `stopped`'s child and its first logged step is the one after."""
+    saved = server.api.get(f"/api/jobs/{stopped['id']}/checkpoints").json()
+    last = max(p["step"] for p in server.all(stopped["id"], "metrics") if p.get("step") is not None)
+    assert saved and saved[-1]["step"] == last, (saved, last)
+
+    def resumed() -> int | None:
+        said = server.api.get(f"/api/jobs/{stopped['id']}").json()["auto_resume"] or ""
+        assert not said.startswith("not"), said
+        return int(said.removeprefix("resumed as job ")) if said.startswith("resumed") else None
+
+    child_id = until(resumed, f"the attempt after job {stopped['id']}")
+    child = server.api.get(f"/api/jobs/{child_id}").json()
+    assert child["parent_id"] == stopped["id"]
+    points = until(
+        lambda: [p for p in server.all(child["id"], "metrics") if p.get("step") is not None],
+        f"the first points of job {child['id']}",
+        timeout=300,
+    )
+    assert points[0]["step"] == last + 1, points[:3]
+    return child
+
+
 def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_cluster, slurm_server, assets):
     """A 4-minute limit with the server's 150 s warning: Slurm sends the runner SIGUSR1 (`--signal`), the
     trainer stops after a step with a checkpoint, the job fails naming the time limit and a new attempt,
@@ -224,38 +248,12 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_clust
     stopped = slurm_server.wait(first["id"], ENDED, timeout=420)
     assert stopped["status"] == "failed", stopped
     assert stopped["error"].startswith("stopped for its allocation's time limit"), stopped["error"]
-    saved = slurm_server.api.get(f"/api/jobs/{first['id']}/checkpoints").json()
-    last = max(p["step"] for p in slurm_server.all(first["id"], "metrics") if p.get("step") is not None)
-    assert saved and saved[-1]["step"] == last, (saved, last)
-
-    def resumed() -> int | None:
-        said = slurm_server.api.get(f"/api/jobs/{first['id']}").json()["auto_resume"] or ""
-        assert not said.startswith("not"), said
-        return int(said.removeprefix("resumed as job ")) if said.startswith("resumed") else None
-
-    child = slurm_server.api.get(f"/api/jobs/{until(resumed, 'the next attempt')}").json()
-    assert child["parent_id"] == first["id"]
-    points = until(
-        lambda: [p for p in slurm_server.all(child["id"], "metrics") if p.get("step") is not None],
-        "the next attempt's first points",
-        timeout=300,
-    )
-    assert points[0]["step"] == last + 1, points[:3]
+    child = continued(slurm_server, stopped)
 
     # A job of a higher partition tier wants both nodes: Slurm preempts the attempt, warning it first.
     urgent = slurm_cluster.run(
-        "sbatch",
-        "--parsable",
-        "-p",
-        "urgent",
-        "-N",
-        "2",
-        "--exclusive",
-        "--gres=gpu:1",
-        "-o",
-        "/dev/null",
-        "--wrap",
-        "sleep 20",
+        *("sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "--gres=gpu:1"),
+        *("-o", "/dev/null", "--wrap", "sleep 20"),
     ).strip()
     preempted = slurm_server.wait(child["id"], ENDED, timeout=300)
     assert preempted["status"] == "failed", preempted
@@ -266,23 +264,7 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_clust
 
     preempted = until(told, "the preemption named as the attempt's cause")
     assert "partition tdk" in preempted["error"] and "saving a checkpoint" in preempted["error"], preempted
-    saved = slurm_server.api.get(f"/api/jobs/{child['id']}/checkpoints").json()
-    last = max(p["step"] for p in slurm_server.all(child["id"], "metrics") if p.get("step") is not None)
-    assert saved and saved[-1]["step"] == last, (saved, last)
-
-    def third() -> int | None:
-        said = slurm_server.api.get(f"/api/jobs/{child['id']}").json()["auto_resume"] or ""
-        assert not said.startswith("not"), said
-        return int(said.removeprefix("resumed as job ")) if said.startswith("resumed") else None
-
-    grandchild = slurm_server.api.get(f"/api/jobs/{until(third, 'the attempt after the preemption')}").json()
-    assert grandchild["parent_id"] == child["id"]
-    points = until(
-        lambda: [p for p in slurm_server.all(grandchild["id"], "metrics") if p.get("step") is not None],
-        "the third attempt's first points",
-        timeout=300,
-    )
-    assert points[0]["step"] == last + 1, points[:3]
+    grandchild = continued(slurm_server, preempted)
     assert slurm_cluster.run("squeue", "-h", "-j", urgent, "-t", "all", "-o", "%T").strip() == "COMPLETED"
     assert slurm_server.api.post(f"/api/jobs/{grandchild['id']}/cancel").status_code == 200
     ended = slurm_server.wait(grandchild["id"], ENDED, timeout=300)
