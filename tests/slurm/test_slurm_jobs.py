@@ -19,6 +19,7 @@ import pytest
 
 from tests.utils.servers import demo_config, job_processes, zero3
 from tests.utils.wait import until
+from tunedeck.scheduling.executors.slurm.cluster import seconds
 
 # Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -235,17 +236,24 @@ def continued(server, stopped: dict) -> dict:
 
 
 def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_cluster, slurm_server, assets):
-    """A 4-minute limit with the server's 150 s warning: Slurm sends the runner SIGUSR1 (`--signal`), the
+    """A time limit brought near once the run trains (scontrol update, so a slow machine's model load is
+    never cut short), with the server's 150 s warning: Slurm sends the runner SIGUSR1 (`--signal`), the
     trainer stops after a step with a checkpoint, the job fails naming the time limit and a new attempt,
     submitted by the server through sbatch, continues from the next step. That attempt is preempted by a
     job of the `urgent` partition: warned the same way, it stops with a checkpoint, fails naming the
     preemption, and the third attempt waits for Slurm while the urgent job holds the nodes, then
     continues from the step after; cancelled, nothing of any attempt is left."""
     config = demo_config(assets, max_steps=10**4, save_steps=10**4, eval_steps=10**4, logging_steps=1)
-    first = slurm_server.submit({"name": "limited", "config": config, "gpus": 1, "slurm": {"time": "4"}})
+    first = slurm_server.submit({"name": "limited", "config": config, "gpus": 1, "slurm": {"time": "60"}})
     script = slurm_server.api.get(f"/api/jobs/{first['id']}/config").json()["batch_script"]
-    assert "#SBATCH --signal=USR1@150" in script and "#SBATCH --time=4" in script, script
-    stopped = slurm_server.wait(first["id"], ENDED, timeout=420)
+    assert "#SBATCH --signal=USR1@150" in script and "#SBATCH --time=60" in script, script
+    until(lambda: slurm_server.all(first["id"], "metrics"), "the first attempt's first points", timeout=600)
+    # The limit 3-4 minutes ahead of what it has run: inside the warning's 150 s (Slurm looks about
+    # twice a minute) within a minute or two, and never before the end it warns of.
+    sid = slurm_id(first)
+    elapsed = seconds(slurm_cluster.run("squeue", "-h", "-j", sid, "-o", "%M").strip()) or 0
+    slurm_cluster.run("scontrol", "update", f"JobId={sid}", f"TimeLimit={(elapsed + 180) // 60 + 1}")
+    stopped = slurm_server.wait(first["id"], ENDED, timeout=600)
     assert stopped["status"] == "failed", stopped
     assert stopped["error"].startswith("stopped for its allocation's time limit"), stopped["error"]
     child = continued(slurm_server, stopped)
