@@ -1,7 +1,7 @@
 """What each AMD generation answers, through pyrsmi's and our real code over the stand-in `amdsmi`
 (tests/fakes/amdsmi), and NVML's extra readings over the stand-in `pynvml`: MI250X's two GCDs a card
 with the power on one die, MI300X's missing edge sensor, junction/HBM temperatures, partition modes,
-throttle residency and ECC."""
+throttle residency, ECC and xGMI traffic."""
 
 from __future__ import annotations
 
