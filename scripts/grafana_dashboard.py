@@ -77,7 +77,7 @@ def build() -> model.Dashboard:
         .uid("tunedeck-jobs")
         .description(
             "A team's fine-tunes from tunedeck's /metrics: progress, loss, throughput, each job's GPUs "
-            "(memory, power, temperatures, ECC, throttling) and the open alerts."
+            "(memory, power, temperatures, ECC, throttling, xGMI traffic) and the open alerts."
         )
         .tags(["tunedeck", "llm", "fine-tuning"])
         .refresh("30s")
@@ -205,6 +205,17 @@ def build() -> model.Dashboard:
                 "hertz",
                 "Graphics (SM) clock",
                 query(per_job("tunedeck_job_gpu_clock_hertz"), gpu),
+            )
+        )
+        .with_panel(
+            chart(
+                "xGMI traffic",
+                "Bps",
+                "Bytes per second over each GPU's xGMI links, by direction (AMD MI300 series)",
+                query(
+                    f"rate(tunedeck_job_gpu_xgmi_bytes_total{{{JOBS}}}[$__rate_interval]) * {OWNED}",
+                    gpu + " {{direction}}",
+                ),
             )
         )
         .with_row(gd.Row("Server"))

@@ -710,6 +710,17 @@ class NodeGpu(BaseModel):
         description="share of time (0..1) held by power / thermal / hbm_thermal limits since the last reading",
     )
     throttle_reasons: list[str] = PField(default_factory=list, description="what holds the clocks down now")
+    xgmi_read_bytes: int | None = PField(
+        None, description="bytes read over the GPU's xGMI links since the driver loaded (AMD MI300 series)"
+    )
+    xgmi_write_bytes: int | None = PField(None, description="bytes written over its xGMI links, cumulative")
+    xgmi_read_bytes_per_s: float | None = PField(
+        None,
+        description="xGMI read rate between the last two readings (null: unknown, or a counter went back)",
+    )
+    xgmi_write_bytes_per_s: float | None = PField(
+        None, description="xGMI write rate between the last two readings"
+    )
     partition: str | None = None
     serial: str | None = None
     uuid: str | None = None

@@ -511,7 +511,7 @@ function applyZoom() { zoomTo(state.lossZoom, state.memZoom); }
 // ------------------------------------------------------------------ memory chart
 // Per-sample readings beside the memory, as the samples name them (series key -> sample field).
 const READINGS = { util: "util", temp: "temp_c", junction: "temp_junction_c", hbm: "temp_hbm_c", power: "power_w",
-  tpower: "throttle_power", tthermal: "throttle_thermal", thbm: "throttle_hbm" };
+  tpower: "throttle_power", tthermal: "throttle_thermal", thbm: "throttle_hbm", xread: "xgmi_read_bytes", xwrite: "xgmi_write_bytes" };
 const sampleSeries = () => ({ t: [], y: [], ids: [], ...Object.fromEntries(Object.keys(READINGS).map((k) => [k, []])) });
 // A job on several nodes has one series per node and GPU: the same GPU index on two nodes is two devices.
 const devKey = (s) => `${s.node || ""}/${s.gpu}`;
@@ -620,6 +620,7 @@ function drawMemory() {
   for (const g of state.mem.values()) n += g.y.length;
   $("#mem-n").textContent = `${n} samples shown${state.memDownsampled ? " (downsampled)" : ""}${state.memZoom ? ", zoomed" : ""}`;
   drawGpu();
+  drawXgmi();
   summary();
   axisNote();
   if (!n) return empty("mem-chart", noData("memory samples"));
@@ -692,6 +693,32 @@ function drawGpu() {
     yaxis: { title: { text: "utilisation %" }, range: range(utils.length ? utils : [[0, 100]]), automargin: true },
     yaxis2: { title: { text: "°C" }, overlaying: "y", side: "right", tickmode: "auto", showgrid: false, range: range(temps.length ? temps : [[0, 100]]), automargin: true },
     yaxis3: { title: { text: "W" }, overlaying: "y", side: "right", anchor: "free", position: 1, showgrid: false, automargin: true } }), config);
+}
+// Bytes/s between consecutive samples of a device from its cumulative counters (on a downsampled
+// series, the average over each drawn stretch); none across a counter that went back (a driver reload).
+function perSecond(t, v) {
+  return v.map((x, i) => {
+    const p = i ? v[i - 1] : null;
+    return x !== null && p !== null && x >= p && t[i] > t[i - 1] ? (x - p) / (t[i] - t[i - 1]) : null;
+  });
+}
+
+// xGMI traffic by direction (AMD MI300 series; the card stays hidden where no GPU counts it).
+function drawXgmi() {
+  const traces = [];
+  const axis = axisFor(true);
+  for (const [gpu, g] of byDevice(state.mem)) {
+    const x = g.t.map((t) => xOf(axis, axisMap, { t }));
+    for (const [k, what, dash] of [["xread", "read", "solid"], ["xwrite", "written", "dot"]]) {
+      if (!g[k].some((v) => v !== null)) continue;
+      const y = perSecond(g.t, g[k]).map((v) => (v === null ? null : v / 1e9));
+      traces.push({ name: plain(`${gpuLabel(gpu)} xGMI ${what}`), x, y, mode: mode(y), line: { dash }, hovertemplate: "%{y:.4~g} GB/s" });
+    }
+  }
+  $("#xgmi-card").hidden = !traces.length;
+  if (!traces.length) return;
+  Plotly.react("xgmi-chart", traces, layout("", { datarevision: revision, uirevision: axis, xaxis: xaxisOf(axis), shapes: alertShapes(axis), showlegend: true,
+    yaxis: { title: { text: "GB/s" }, rangemode: "tozero", automargin: true } }), config);
 }
 const redrawMemory = throttled(drawMemory);
 

@@ -31,6 +31,24 @@ function throttle(g) {
   return held.length || now ? [held.join(", "), now].filter(Boolean).join("; ") : "none";
 }
 
+// A rate in binary units, as the totals beside it: "3.5 MiB/s".
+function perSecond(v) {
+  const units = ["B/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s"];
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v < 10 && i ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+}
+
+// xGMI traffic: each direction's rate between the server's last two readings, and its total since the
+// driver loaded (AMD MI300 series; "–" where the part has no counters or the rate is unknown).
+function xgmi(g) {
+  if (!known(g.xgmi_read_bytes) && !known(g.xgmi_write_bytes)) return h("span", { class: "muted", text: "–" });
+  const rate = (v) => (known(v) ? perSecond(v) : "–");
+  return h("span", { title: `since the driver loaded: read ${bytes(g.xgmi_read_bytes)}, written ${bytes(g.xgmi_write_bytes)}` },
+    `${rate(g.xgmi_read_bytes_per_s)} / ${rate(g.xgmi_write_bytes_per_s)}`,
+    h("span", { class: "muted", text: ` (${bytes(g.xgmi_read_bytes)} / ${bytes(g.xgmi_write_bytes)})` }));
+}
+
 function processes(g) {
   if (!g.processes || !g.processes.length) return h("span", { class: "muted", text: "none" });
   return h("span", {}, ...g.processes.map((p, i) => h("span", { class: "proc", "data-pid": p.pid },
@@ -46,7 +64,7 @@ function gpuRow(g) {
     h("td", {}, h("span", { class: "bar" }, h("i", { style: `width:${pct}%` })), ` ${bytes(g.used_bytes)} / ${bytes(g.total_bytes)}`),
     h("td", { class: "num", text: g.util === null || g.util === undefined ? "–" : `${g.util}%` }),
     h("td", { class: "power", text: power(g) }), h("td", { class: "temps", text: temps(g) }), h("td", { class: "ecc" }, ecc(g)),
-    h("td", { class: "throttle", text: throttle(g) }), h("td", { text: mode || "–" }), h("td", { class: "procs" }, processes(g)),
+    h("td", { class: "throttle", text: throttle(g) }), h("td", { class: "xgmi" }, xgmi(g)), h("td", { text: mode || "–" }), h("td", { class: "procs" }, processes(g)),
     h("td", {}, g.job_id ? h("a", { href: `/jobs/${g.job_id}`, text: `#${g.job_id}` }) : h("span", { class: "muted", text: "free" })));
 }
 
@@ -61,7 +79,7 @@ function nodeCard(n) {
       dead ? h("span", { class: "badge sev-critical", text: "dead" }) : "",
       n.gpu_slots ? h("span", { class: "muted", text: ` ${n.gpu_slots} GPU slot(s) in Ray` }) : ""),
     n.reason && !n.summary ? h("div", { class: "notice", text: n.reason }) : null,
-    n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "power", "temperature", "ECC (corr / uncorr)", "throttled", "mode", "processes", "job"].map((t) => h("th", { text: t })))),
+    n.gpus.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["#", "GPU", "bus id", "VRAM", "util", "power", "temperature", "ECC (corr / uncorr)", "throttled", "xGMI read / write", "mode", "processes", "job"].map((t) => h("th", { text: t })))),
       h("tbody", {}, ...n.gpus.map(gpuRow))) : h("p", { class: "muted", text: none }));
 }
 

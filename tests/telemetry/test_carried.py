@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.telemetry.test_backends import FAKES, per_gpu, run_sampler
-from tests.telemetry.test_generations import GCD0, GCD1, MI300X
+from tests.telemetry.test_generations import GCD0, GCD1, MI300X, XGMI_READ_PER_S, XGMI_WRITE_PER_S
 from tests.test_ingest_columns import new_job
 from tests.test_ingest_wire import PACKED, post
 from tests.utils.servers import ROOT
@@ -79,6 +79,10 @@ def test_readings_go_from_the_sampler_to_the_memory_api_and_metrics(app, assets,
     assert 0.25 in {s["throttle_power"] for s in by[0]} and by[0][-1]["ecc_uncorrectable"] == 2
     assert [s["ecc_blocks"] for s in by[0] if s["ecc_blocks"]] == ["GFX=1/0,UMC=5/2"]
     assert {s["power_w"] for s in by[2]} == {None} and {s["power_shared_with"] for s in by[2]} == {1}
+    # xGMI: the MI300X's cumulative counters, growing sample to sample; none on the MI250X's GCDs.
+    xr = [s["xgmi_read_bytes"] for s in by[0]]
+    assert None not in xr and xr == sorted(xr) and xr[-1] > xr[0] and xr[-1] % XGMI_READ_PER_S == 0
+    assert {s["xgmi_read_bytes"] for s in by[1] + by[2]} == {None}
     gpus = {g["gpu"]: g for g in page["gpus"]}
     assert gpus[0]["partition"] == "CPX/NPS4" and gpus[0]["serial"] == "PCB-MI300X-0007"
     assert gpus[0]["uuid"] == MI300X["uuid"] and gpus[0]["power_shared_with"] is None
@@ -112,6 +116,17 @@ def test_readings_go_from_the_sampler_to_the_memory_api_and_metrics(app, assets,
     assert value("tunedeck_job_gpu_ecc_errors_total", gpu="0", type="uncorrectable") == 2
     assert value("tunedeck_job_gpu_throttle_ratio", gpu="0", reason="power") == 0.25
     assert value("tunedeck_job_gpu_clock_hertz", gpu="0") == 2100e6
+    # A counter family, `_total`, by direction; a part without the counters has no series.
+    assert value("tunedeck_job_gpu_xgmi_bytes_total", gpu="0", direction="read") == xr[-1]
+    assert (
+        value("tunedeck_job_gpu_xgmi_bytes_total", gpu="0", direction="write")
+        == by[0][-1]["xgmi_write_bytes"]
+    )
+    assert not [
+        lab
+        for lab, _ in found["tunedeck_job_gpu_xgmi_bytes_total"]
+        if lab["gpu"] != "0" and lab["job_id"] == str(job_id)
+    ]
     assert value("tunedeck_job_gpu_utilization_ratio", gpu="0") == 0.99
     info = value(
         "tunedeck_job_gpu_info",
@@ -157,6 +172,11 @@ def test_nodes_api_shows_power_temperatures_ecc_throttle_and_processes(server_fa
     assert gcd0["power_w"] == 412 and gcd1["power_w"] is None and gcd1["power_shared_with"] == 1
     assert gcd0["temp_c"] == 45 and gcd0["serial"] == gcd1["serial"]
     assert mi300x["ecc_uncorrectable"] is not None
+    # xGMI: totals and the rate between the server's last two readings (the table's clock: 1 s apart).
+    assert mi300x["xgmi_read_bytes_per_s"] == XGMI_READ_PER_S
+    assert mi300x["xgmi_write_bytes_per_s"] == XGMI_WRITE_PER_S
+    assert mi300x["xgmi_read_bytes"] % XGMI_READ_PER_S == 0 and mi300x["xgmi_read_bytes"] > 0
+    assert gcd0["xgmi_read_bytes"] is None and gcd0["xgmi_read_bytes_per_s"] is None
 
 
 def test_the_grafana_dashboard_is_its_script_and_queries_only_what_metrics_exports(app, assets, tmp_path):

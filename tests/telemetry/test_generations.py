@@ -1,7 +1,7 @@
 """What each AMD generation answers, through pyrsmi's and our real code over the stand-in `amdsmi`
 (tests/fakes/amdsmi), and NVML's extra readings over the stand-in `pynvml`: MI250X's two GCDs a card
 with the power on one die, MI300X's missing edge sensor, junction/HBM temperatures, partition modes,
-throttle residency and ECC."""
+throttle residency, ECC and xGMI traffic."""
 
 from __future__ import annotations
 
@@ -59,8 +59,13 @@ MI300X = {
     # sampler's third sample of two polls), after the job's first samples saw none
     "ecc": [{}] * 6 + [{"UMC": [5, 2], "GFX": [1, 0]}],
     "processes": [{"pid": 4242, "vram": 30 * GiB, "name": "pt_main_thread"}],
+    # xGMI: eight links, link 0 idle (as in AMD's exporter's MI300X example), the seven to the other
+    # GPUs of the platform each 1 MiB read and 0.5 MiB written a metrics read (a second of device time)
+    "xgmi": {"read": [0, *[1024] * 7], "write": [0, *[512] * 7]},
     "vram": [v * GiB for v in (0, 10, 11, 12, 13, 14, 15, 16, 17)],
 }
+MiB = 1024**2
+XGMI_READ_PER_S, XGMI_WRITE_PER_S = 7 * MiB, 3.5 * MiB
 
 READ = textwrap.dedent("""
     import json, amdsmi
@@ -172,3 +177,48 @@ def test_nvml_reads_ecc_throttle_clock_and_identity(tmp_path):
     assert s[0]["ecc_correctable"] == 3 and s[0]["ecc_uncorrectable"] == 1
     assert s[0]["clock_mhz"] == 1980 and s[0]["power_w"] == 690.5 and s[0]["temp_c"] == 71
     assert s[1]["throttle_power"] == 0.5 and s[1]["throttle_thermal"] == 0.0
+
+
+def test_xgmi_traffic_sums_the_links_that_answer_and_a_reload_gives_no_rate(tmp_path):
+    # The same MI300X three ways: all eight links answering, some links "N/A" (amdsmi's answer for an
+    # entry the driver did not fill), and a driver reload between the two readings; beside an MI250X
+    # GCD, whose metrics table (gpu_metrics v1_3) has no xGMI counters at all.
+    gaps = {**MI300X, "bdf": "0000:06:00.0", "serial": "PCB-MI300X-0008"}
+    gaps["xgmi"] = {"read": [None, 1024, None, 1024], "write": [None] * 8}
+    reloaded = {**MI300X, "bdf": "0000:07:00.0", "serial": "PCB-MI300X-0009", "xgmi_reload": 1}
+    out = read_twice(tmp_path, [MI300X, gaps, reloaded, GCD0])
+    full, partial, reload, mi250x = out["nodes"]
+    # Two metrics reads: the counters hold two reads' growth, summed over the links, KB -> bytes.
+    assert full["xgmi_read_bytes"] == 2 * XGMI_READ_PER_S and full["xgmi_write_bytes"] == 2 * XGMI_WRITE_PER_S
+    # The rate over the table's own clock (the driver's timestamp: one second apart here).
+    assert full["xgmi_read_bytes_per_s"] == XGMI_READ_PER_S
+    assert full["xgmi_write_bytes_per_s"] == XGMI_WRITE_PER_S
+    # "N/A" links are skipped, not read as 0 and not failing the sum; a direction no link answers is
+    # no reading at all (None), never 0 bytes.
+    assert partial["xgmi_read_bytes"] == 2 * 2 * MiB and partial["xgmi_read_bytes_per_s"] == 2 * MiB
+    assert partial["xgmi_write_bytes"] is None and partial["xgmi_write_bytes_per_s"] is None
+    # A counter that went back (the driver reloaded) gives no rate, in either direction.
+    assert reload["xgmi_read_bytes"] == 0 and reload["xgmi_read_bytes_per_s"] is None
+    assert reload["xgmi_write_bytes_per_s"] is None
+    assert mi250x["xgmi_read_bytes"] is None and mi250x["xgmi_read_bytes_per_s"] is None
+
+
+def test_xgmi_rates_and_link_sums_by_rule():
+    from tunedeck.telemetry.base import Reading, xgmi_rates
+    from tunedeck.telemetry.rocm import link_bytes
+    from tunedeck.telemetry.sampler import newest_counters, sample_fields
+
+    assert link_bytes([0, 3, "N/A", 5]) == 8 * 1024 and link_bytes([0] * 8) == 0
+    assert link_bytes("N/A") is None and link_bytes(["N/A"] * 8) is None and link_bytes(None) is None
+
+    def at(clock, read, write=None):
+        return Reading(0, "x", 0, xgmi_clock=clock, xgmi_read_bytes=read, xgmi_write_bytes=write)
+
+    assert xgmi_rates(at(12.0, 3000, 500), at(10.0, 1000, 100)) == {"read": 1000.0, "write": 200.0}
+    assert xgmi_rates(at(12.0, 3000, 50), at(10.0, 1000, 100)) == {"read": 1000.0}  # write went back
+    assert xgmi_rates(at(10.0, 3000), at(10.0, 1000)) == {}  # no time between them
+    assert xgmi_rates(at(12.0, 3000), None) == {} and xgmi_rates(at(None, 3000), at(10.0, 1)) == {}
+    # A sample keeps the poll that saw the most memory, and the newest poll's counters (it is dated then).
+    kept, newest = at(10.0, 1000, 10), at(11.0, 2000, 20)
+    newest_counters(kept, newest)
+    assert sample_fields(kept, None)["xgmi_read_bytes"] == 2000 and kept.xgmi_clock == 11.0

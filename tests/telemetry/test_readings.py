@@ -147,3 +147,22 @@ def test_a_downsampled_and_a_pruned_run_keep_utilisation_and_temperature(tmp_pat
         ).all()
     assert {s for s, _ in levels} == {"memory.0", "util.0", "temp.0"}
     assert len({lv for _, lv in levels}) == 1 and levels[0][1] > pyramid.FINEST
+
+
+def test_a_downsampled_chart_keeps_the_xgmi_counters_of_the_samples_it_draws(tmp_path):
+    """Cumulative counters need no tile: a drawn sample is a stored one, and the growth between two
+    drawn samples over their time apart is the exact average rate of that stretch (the job page's)."""
+    engine = make_engine(tmp_path / "x.db")
+    upgrade(engine)
+    seed(engine)
+    with engine.begin() as c:  # 1000 bytes read and 10 written a second, since t = 1000
+        c.execute(
+            text(
+                "UPDATE memory_samples SET xgmi_read_bytes = 1000 * (t - 1000), xgmi_write_bytes = 10 * (t - 1000)"
+            )
+        )
+    got = chart(engine)
+    assert 10 <= len(got) <= 60
+    assert all(
+        x.xgmi_read_bytes == 1000 * (x.t - 1000) and x.xgmi_write_bytes == 10 * (x.t - 1000) for x in got
+    )

@@ -127,6 +127,9 @@ def deck(tmp_path_factory, assets):
         "total_bytes": [TOTAL] * 6,
         "util": [90.0, 95.5, 97.0, 99.0, 98.0, 96.0],
         "temp_c": [55.0, 61.0, 66.0, 70.0, 71.0, 72.0],
+        # cumulative xGMI bytes, a second apart: the driver reloads before the fifth sample
+        "xgmi_read_bytes": [0, 2 * 10**9, 4 * 10**9, 7 * 10**9, 10**9, 3 * 10**9],
+        "xgmi_write_bytes": [i * 10**9 for i in range(6)],
         "name": ["MI300X"] * 6,
     }
     r = api.post(
@@ -391,6 +394,23 @@ def test_utilisation_and_temperature_from_telemetry(deck, page):
     assert re.fullmatch(r"15\.0 GiB of 80\.0 GiB · estimate \d+(\.\d)? [MG]iB \(measured .*×\)", peak), peak
     assert f"(measured {15 * GIB / est:.3g}×)" in peak, peak
     shot(page, "charts-gpu-utilisation")
+    assert page.errors == [] and page.console_errors == []
+
+
+def test_xgmi_traffic_is_charted_as_a_rate_between_samples(deck, page):
+    open_page(page, f"{deck.url}/jobs/{deck.ids['telemetry']}", "wide")
+    page.locator("#xgmi-card").wait_for(state="visible")
+    traces = plot(page, "xgmi-chart", "gd.data.map(t => [t.name, t.y])")
+    # GB/s from the cumulative counters; none where the counter went back (a driver reload).
+    assert traces == [
+        ["GPU 0 MI300X xGMI read", [None, 2.0, 2.0, 3.0, None, 2.0]],
+        ["GPU 0 MI300X xGMI written", [None, 1.0, 1.0, 1.0, 1.0, 1.0]],
+    ]
+    assert "GB/s" in hover_text(page, "xgmi-chart", 0, 2)
+    shot(page, "charts-xgmi")
+    open_page(page, f"{deck.url}/jobs/{deck.ids['rich']}", "wide")  # no counters: no card
+    page.wait_for_function("/samples shown/.test(document.getElementById('mem-n').textContent)")
+    assert page.locator("#xgmi-card").is_hidden()
     assert page.errors == [] and page.console_errors == []
 
 

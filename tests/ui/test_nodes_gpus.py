@@ -1,5 +1,6 @@
 """The nodes page over the stand-in `amdsmi` (an MI300X in CPX/NPS4 and an MI250X card's two GCDs): each
-GPU's power, or whose power covers it, its temperatures, ECC, throttling and the processes on it."""
+GPU's power, or whose power covers it, its temperatures, ECC, throttling, xGMI traffic and the processes
+on it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def test_the_nodes_page_says_who_is_on_each_gpu_and_how_it_runs(server_factory, 
     page = strict_page
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    server.api.get("/api/nodes")  # a first reading: the page's then has an xGMI rate
     page.goto(server.url + "/nodes")
     rows = page.locator("tr[data-gpu]")
     rows.first.wait_for(timeout=60_000)
@@ -39,6 +41,10 @@ def test_the_nodes_page_says_who_is_on_each_gpu_and_how_it_runs(server_factory, 
     assert gcd0.locator(".power").inner_text() == "412 W"
     assert gcd1.locator(".power").inner_text() == "shared with GPU 1"  # never summed, never dropped
     assert "edge 45°C" in gcd0.locator(".temps").inner_text()
+    # xGMI read / write rates in human units (the stand-in's table clock: 1 s a reading), totals beside;
+    # an MI250X's metrics table has no xGMI counters: "–".
+    assert mi300x.locator(".xgmi").inner_text().startswith("7.0 MiB/s / 3.5 MiB/s (")
+    assert gcd0.locator(".xgmi").inner_text() == "–"
     assert errors == []
 
 

@@ -206,6 +206,10 @@ class MemoryIn(Strict):
     throttle_thermal: float | None = PField(None, ge=0, le=1)
     throttle_hbm: float | None = PField(None, ge=0, le=1)
     clock_mhz: float | None = PField(None, allow_inf_nan=False)
+    xgmi_read_bytes: int | None = PField(
+        None, ge=0, le=2**62, description="xGMI bytes read over every link, cumulative (AMD MI300 series)"
+    )
+    xgmi_write_bytes: int | None = PField(None, ge=0, le=2**62, description="xGMI bytes written, cumulative")
     name: str | None = PField(None, max_length=200)
     serial: str | None = PField(None, max_length=200)
     uuid: str | None = PField(None, max_length=200)
@@ -242,6 +246,8 @@ class MemoryColumns(Strict):
     throttle_thermal: list[Share | None] | None = PField(None, max_length=SAMPLES_MAX)
     throttle_hbm: list[Share | None] | None = PField(None, max_length=SAMPLES_MAX)
     clock_mhz: list[Finite | None] | None = PField(None, max_length=SAMPLES_MAX)
+    xgmi_read_bytes: list[Count | None] | None = PField(None, max_length=SAMPLES_MAX)
+    xgmi_write_bytes: list[Count | None] | None = PField(None, max_length=SAMPLES_MAX)
     name: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
     serial: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)
     uuid: list[Annotated[str, PField(max_length=200)] | None] | None = PField(None, max_length=SAMPLES_MAX)

@@ -47,6 +47,8 @@ PACKED = {
     "throttle_thermal": "d",
     "throttle_hbm": "d",
     "clock_mhz": "d",
+    "xgmi_read_bytes": "q",
+    "xgmi_write_bytes": "q",
 }
 # Text fields travel in the header, one list each (None where a sample lacks it).
 TEXT = ("name", "serial", "uuid", "partition", "ecc_blocks")
@@ -59,6 +61,8 @@ INT_BOUNDS = {
     "power_shared_with": (0, 1_000_000),
     "ecc_correctable": (0, 2**62),
     "ecc_uncorrectable": (0, 2**62),
+    "xgmi_read_bytes": (0, 2**62),
+    "xgmi_write_bytes": (0, 2**62),
 }
 ABSENT_INT = -1  # the integer columns that are not REQUIRED
 

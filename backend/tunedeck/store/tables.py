@@ -265,6 +265,12 @@ class MemoryBase(SQLModel):
     throttle_thermal: float | None = Field(default=None, description="share of the interval held by heat")
     throttle_hbm: float | None = Field(default=None, description="share of the interval held by HBM heat")
     clock_mhz: float | None = Field(default=None, description="graphics (SM) clock")
+    xgmi_read_bytes: int | None = Field(
+        default=None, sa_type=BigInteger, description="xGMI bytes read over every link, cumulative"
+    )
+    xgmi_write_bytes: int | None = Field(
+        default=None, sa_type=BigInteger, description="xGMI bytes written over every link, cumulative"
+    )
     serial: str | None = Field(default=None, description="board serial (sent once a device and on change)")
     uuid: str | None = Field(default=None, description="the SMI's UUID (sent once a device and on change)")
     partition: str | None = Field(default=None, description="compute/memory partition mode, e.g. CPX/NPS4")
@@ -273,7 +279,7 @@ class MemoryBase(SQLModel):
     )
 
 
-# The memory sample columns that came with the hardware readings (migration 0022), in wire order.
+# The memory sample columns that came with the hardware readings (migrations 0021 and 0025), in wire order.
 MEMORY_TELEMETRY = (
     "temp_junction_c",
     "temp_hbm_c",
@@ -284,6 +290,8 @@ MEMORY_TELEMETRY = (
     "throttle_thermal",
     "throttle_hbm",
     "clock_mhz",
+    "xgmi_read_bytes",  # migration 0025
+    "xgmi_write_bytes",
     "serial",
     "uuid",
     "partition",

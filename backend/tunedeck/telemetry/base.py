@@ -45,6 +45,12 @@ class Reading:
     throttle_clock: float | None = None
     throttle_reasons: list[str] = field(default_factory=list)  # what the library says is active now
     clock_mhz: float | None = None  # current graphics (SM) clock
+    # Cumulative xGMI traffic, bytes, summed over the links that answer (None: no link does, as on
+    # MI200, whose metrics table has no such counters), and the time they were read in seconds (the
+    # metrics table's driver timestamp where it has one): a rate needs two readings (xgmi_rates).
+    xgmi_read_bytes: int | None = None
+    xgmi_write_bytes: int | None = None
+    xgmi_clock: float | None = None
     partition: str | None = None  # e.g. "CPX/NPS4" (MI300X compute / memory partition modes)
     serial: str | None = None
     uuid: str | None = None
@@ -69,6 +75,27 @@ def throttle_shares(now: Reading, before: Reading | None) -> dict[str, float]:
         b = before.throttle_acc.get(k)
         if b is not None and v >= b:
             out[k] = min(1.0, (v - b) / span)
+    return out
+
+
+XGMI_DIRECTIONS = ("read", "write")
+
+
+def xgmi_rates(now: Reading, before: Reading | None) -> dict[str, float]:
+    """Bytes per second over each direction's xGMI links between two readings of one device, from the
+    cumulative counters. Empty when either reading lacks a time or the time did not move; a direction
+    whose counter is missing from either reading, or went back (a driver reload restarts it), is left
+    out: no rate is better than a false one."""
+    if before is None or now.xgmi_clock is None or before.xgmi_clock is None:
+        return {}
+    span = now.xgmi_clock - before.xgmi_clock
+    if span <= 0:
+        return {}
+    out = {}
+    for d in XGMI_DIRECTIONS:
+        v, b = getattr(now, f"xgmi_{d}_bytes"), getattr(before, f"xgmi_{d}_bytes")
+        if v is not None and b is not None and v >= b:
+            out[d] = (v - b) / span
     return out
 
 
@@ -127,8 +154,10 @@ def process_name(pid: int) -> str | None:
 def node_fields(r: Reading, before: Reading | None = None) -> dict:
     """A reading as the nodes page shows a GPU (schemas.NodeGpu, less its holder): power (or whose
     power covers it), every temperature the part has, ECC, throttle, clock, partition, identity and
-    the processes on it. `before`: the same device's previous reading, for throttle shares."""
+    the processes on it. `before`: the same device's previous reading, for throttle shares and xGMI
+    rates."""
     pids = sorted(set(r.pids) | set(r.processes))
+    rates = xgmi_rates(r, before)
     return {
         "index": r.index,
         "name": r.name,
@@ -147,6 +176,10 @@ def node_fields(r: Reading, before: Reading | None = None) -> dict:
         "ecc_blocks": {b: list(v) for b, v in r.ecc_blocks.items()},
         "throttle": throttle_shares(r, before),
         "throttle_reasons": list(r.throttle_reasons),
+        "xgmi_read_bytes": r.xgmi_read_bytes,
+        "xgmi_write_bytes": r.xgmi_write_bytes,
+        "xgmi_read_bytes_per_s": rates.get("read"),
+        "xgmi_write_bytes_per_s": rates.get("write"),
         "partition": r.partition,
         "serial": r.serial,
         "uuid": r.uuid,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import time
 from typing import Any
 
 from tunedeck.telemetry.base import BackendAbsent, Reading, no_devices, norm_bus_id, num
@@ -38,6 +39,18 @@ def _top(v: Any) -> float | None:
         found = [x for x in map(num, v) if x is not None]
         return max(found) if found else None
     return num(v)
+
+
+KB = 1024  # the metrics table counts xGMI data in KB ("KiloBytes" in the kernel's gpu_metrics_v1_4)
+
+
+def link_bytes(v: Any) -> int | None:
+    """Bytes over every xGMI link that answers, from one of the metrics table's per-link lists of
+    accumulated KB (`xgmi_read_data_acc`, `xgmi_write_data_acc`): an entry the driver does not fill
+    is "N/A" (its maximum integer), and so is the whole field on a part whose table lacks it (MI200).
+    None when no link answers: "no reading", never 0."""
+    found = [x for x in map(num, v if isinstance(v, (list, tuple)) else [v]) if x is not None]
+    return int(sum(found)) * KB if found else None
 
 
 def card_power(info: Any) -> float | None:
@@ -201,9 +214,10 @@ class RocmBackend:
         return out
 
     def _metrics(self, i: int, r: Reading) -> None:
-        """One amdsmi_get_gpu_metrics_info call: HBM stack temperatures, the graphics clock and the
-        cumulative throttle residency counters (MI300 series: MI200 answers N/A). The residency is
-        read here, not through amdsmi_get_violation_status, which waits 100 ms inside every call."""
+        """One amdsmi_get_gpu_metrics_info call: HBM stack temperatures, the graphics clock, the
+        cumulative throttle residency counters and the cumulative xGMI traffic per link (both MI300
+        series: MI200 answers N/A). The residency is read here, not through
+        amdsmi_get_violation_status, which waits 100 ms inside every call."""
         m = self._amd_call("amdsmi_get_gpu_metrics_info", i)
         if not isinstance(m, dict):
             return
@@ -225,6 +239,12 @@ class RocmBackend:
         }
         if clock is not None and acc:
             r.throttle_clock, r.throttle_acc = clock, acc
+        r.xgmi_read_bytes = link_bytes(m.get("xgmi_read_data_acc"))
+        r.xgmi_write_bytes = link_bytes(m.get("xgmi_write_data_acc"))
+        if r.xgmi_read_bytes is not None or r.xgmi_write_bytes is not None:
+            # The counters' time: the driver's timestamp of this table (ns) where it has one.
+            ns = num(m.get("system_clock_counter"))
+            r.xgmi_clock = ns / 1e9 if ns else time.monotonic()
 
     def read(self, indices: list[int] | None = None) -> list[Reading]:
         r = self._rocml

@@ -43,7 +43,18 @@ def sample_fields(r: Reading, before: Reading | None) -> dict[str, Any]:
         "throttle_thermal": shares.get("thermal"),
         "throttle_hbm": shares.get("hbm_thermal"),
         "clock_mhz": r.clock_mhz,
+        # cumulative: the server derives a rate between two samples where one is shown
+        "xgmi_read_bytes": r.xgmi_read_bytes,
+        "xgmi_write_bytes": r.xgmi_write_bytes,
     }
+
+
+def newest_counters(kept: Reading, newest: Reading) -> None:
+    """A sample keeps the poll with the most memory used, but its cumulative xGMI counters are the
+    newest poll's: the sample is dated when it is sent, and a rate between two samples divides their
+    counters' growth by the time between their dates."""
+    kept.xgmi_read_bytes, kept.xgmi_write_bytes = newest.xgmi_read_bytes, newest.xgmi_write_bytes
+    kept.xgmi_clock = newest.xgmi_clock
 
 
 class Sampler:
@@ -149,6 +160,8 @@ class Sampler:
                         for r in backend.read(self.indices):
                             if r.index not in best or r.used_bytes > best[r.index].used_bytes:
                                 best[r.index] = r
+                            else:
+                                newest_counters(best[r.index], r)
                     except Exception:
                         pass
                     if may_end_early and k < self.polls - 1 and self._rose(best):

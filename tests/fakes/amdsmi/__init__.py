@@ -7,16 +7,24 @@ the part lacks. A trace device's "gen" picks what a generation answers:
 
 - "MI250X": each GCD is a device of its own; power only as `average_socket_power` (current: N/A), and
   the secondary die (trace "power": null) N/A in both; edge, junction and memory sensors; no throttle
-  residency counters; no partition modes. The two dies of a card share the board serial ("serial").
+  residency counters; no partition modes; no xGMI data counters (its metrics table, gpu_metrics v1_3,
+  has none: each of the 8 link entries answers "N/A"). The two dies of a card share the board serial ("serial").
 - "MI300X": no edge sensor (NOT_SUPPORTED); power only as `current_socket_power` (average: N/A);
   junction and HBM temperatures (per-stack list in the metrics table); per-XCC clocks; cumulative
-  throttle residency counters; compute and memory partition modes ("partition": ["CPX", "NPS4"]).
+  throttle residency counters; compute and memory partition modes ("partition": ["CPX", "NPS4"]);
+  cumulative xGMI read/write data per link (gpu_metrics v1_4: 8 links, in KB), where the trace says.
 - no "gen": every field answers (the traces written before generations were told apart).
+
+Every metrics table carries `system_clock_counter`, the driver's timestamp (ns): one second of device
+time a metrics read here, so rates over it are exact.
 
 Other trace keys: "temp" (edge), "temp_junction", "temp_hbm" (list of stacks), "clock" (MHz),
 "throttle" (a dict, or a list of them one per metrics read: {"power"|"thermal"|"hbm_thermal": share}),
 "ecc" (a dict block -> [correctable, uncorrectable], or a list of them, one per memory read),
-"uuid", "serial", "processes" [{"pid", "vram", "name"}].
+"uuid", "serial", "processes" [{"pid", "vram", "name"}], "xgmi" ({"read"|"write": [KB each link's
+counter grows a metrics read, one entry per link, up to 8; null: that link answers "N/A"]}; without it
+every link answers "N/A"), "xgmi_reload" (the metrics read, counted from 0, at which the driver has
+reloaded: the counters read zero there and grow again after).
 """
 
 from __future__ import annotations
@@ -103,6 +111,8 @@ class AmdSmiGpuBlock(enum.IntEnum):  # bit flags, as amdsmi_get_gpu_ecc_enabled'
 _inited = False
 _metric_reads: dict[int, int] = {}
 _residency: dict[int, dict[str, float]] = {}
+_xgmi: dict[int, dict[str, list[int]]] = {}
+XGMI_LINKS = 8  # AMDSMI_MAX_NUM_XGMI_LINKS, the kernel's NUM_XGMI_LINKS
 
 
 def amdsmi_init(flag=AmdSmiInitFlags.INIT_AMD_GPUS):
@@ -233,6 +243,8 @@ def amdsmi_get_gpu_metrics_info(h):
         "current_gfxclks": [d.get("clock", NA), *[NA] * 7] if gen == "MI300X" else [NA] * 8,
         "throttle_status": NA,
     }
+    out["system_clock_counter"] = 1_000_000_000 * (k + 1)
+    out |= _xgmi_acc(h, d, gen, k)
     keys = {
         "power": "ppt_residency_acc",
         "thermal": "socket_thm_residency_acc",
@@ -249,6 +261,29 @@ def amdsmi_get_gpu_metrics_info(h):
     out["accumulation_counter"] = 100 * (k + 1)
     out["prochot_residency_acc"] = 0
     out |= {key: int(acc[kind]) for kind, key in keys.items()}
+    return out
+
+
+def _xgmi_acc(h: int, d: dict, gen: str | None, k: int) -> dict:
+    """The per-link accumulated xGMI data (KB) of the k-th metrics read: each scripted link grows by
+    its amount a read; a link the trace leaves null (or past its list) answers "N/A", as amdsmi turns
+    an entry the driver left at its maximum into "N/A"."""
+    spec = d.get("xgmi")
+    if gen == "MI250X" or not spec:
+        return {"xgmi_read_data_acc": [NA] * XGMI_LINKS, "xgmi_write_data_acc": [NA] * XGMI_LINKS}
+    reload = d.get("xgmi_reload") == k  # the driver reloads: its counters start again from zero
+    if reload:
+        _xgmi.pop(h, None)
+    acc = _xgmi.setdefault(h, {"read": [0] * XGMI_LINKS, "write": [0] * XGMI_LINKS})
+    out = {}
+    for direction in ("read", "write"):
+        links = [*(spec.get(direction) or []), *[None] * XGMI_LINKS][:XGMI_LINKS]
+        for j, kb in enumerate(links):
+            if kb is not None and not reload:
+                acc[direction][j] += int(kb)
+        out[f"xgmi_{direction}_data_acc"] = [
+            NA if kb is None else acc[direction][j] for j, kb in enumerate(links)
+        ]
     return out
 
 

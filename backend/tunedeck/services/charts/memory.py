@@ -25,10 +25,11 @@ WITH RECURSIVE g(node, gpu) AS (
     (SELECT id FROM memory_samples WHERE job_id = :job AND node > g.node ORDER BY node, gpu LIMIT 1))
 )
 """
-# Each device's newest sample.
+# Each device's newest sample (and whether it counts xGMI traffic).
 GPUS = (
     DEVICES
-    + """SELECT m.node, m.gpu, m.name, m.total_bytes FROM g JOIN memory_samples m ON m.id = (
+    + """SELECT m.node, m.gpu, m.name, m.total_bytes,
+  m.xgmi_read_bytes IS NOT NULL OR m.xgmi_write_bytes IS NOT NULL FROM g JOIN memory_samples m ON m.id = (
   SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
 """
 )
@@ -67,7 +68,7 @@ def gpus_of(session: Session, job_id: int, node: str | None = None) -> list[Memo
     try:
         ident = {(r[0], r[1]): r[2:] for r in cur.execute(IDENTITY, {"job": job_id}).fetchall()}
         out = []
-        for nd, g, n, tb in _gpus(cur, job_id):
+        for nd, g, n, tb, _ in _gpus(cur, job_id):
             if node is not None and nd != node:
                 continue
             serial, uuid, partition, shared = ident.get((nd, g), (None,) * 4)
@@ -95,6 +96,21 @@ def _rows(cur, ids: list[int]) -> dict[int, SimpleNamespace]:
         q = f"SELECT {', '.join(COLUMNS)} FROM memory_samples WHERE id IN ({', '.join('?' * len(chunk))})"
         for r in cur.execute(q, chunk):
             out[r[0]] = SimpleNamespace(**dict(zip(COLUMNS, r)))
+    return out
+
+
+XGMI = ("xgmi_read_bytes", "xgmi_write_bytes")
+
+
+def counters(cur, ids: list[int]) -> dict[int, tuple]:
+    """The cumulative xGMI counters of these samples, by id: a downsampled series keeps them on the
+    samples it draws, and the growth between two drawn samples over their time apart is the average
+    rate of that stretch, exact however many samples lie between."""
+    out: dict[int, tuple] = {}
+    for i in range(0, len(ids), 900):  # SQLite's bound-parameter limit, with room
+        chunk = ids[i : i + 900]
+        q = f"SELECT id, {', '.join(XGMI)} FROM memory_samples WHERE id IN ({', '.join('?' * len(chunk))})"
+        out |= {r[0]: r[1:] for r in cur.execute(q, chunk)}
     return out
 
 
@@ -156,7 +172,8 @@ def chart(
 ) -> tuple[list[Any], int | None, bool]:
     """Each GPU's series in the window from the tiles: every sample when they fit in `max_points`,
     else each bucket's lowest and highest sample (its id, time and bytes, and the utilisation and
-    temperatures of `readings`; power and the rest are on whole samples only)."""
+    temperatures of `readings`, and the cumulative xGMI counters; power and the rest are on whole
+    samples only)."""
     pyramid.current(engine)
     raw = engine.raw_connection()
     try:
@@ -165,12 +182,12 @@ def chart(
         reader = Reader(cur, job_id)
         pruned = cur.execute("SELECT level FROM chart_pruned WHERE job_id = ?", (job_id,)).fetchone()
         gpus = {
-            (nd, g): tb
-            for nd, g, _, tb in _gpus(cur, job_id)
+            (nd, g): (tb, xgmi)
+            for nd, g, _, tb, xgmi in _gpus(cur, job_id)
             if (gpu is None or g == gpu) and (node is None or nd == node)
         }
         rows, reduced = [], False
-        for (nd, g), total in gpus.items():
+        for (nd, g), (total, xgmi) in gpus.items():
             s = Series(pyramid.memory_key(nd, g), RAW, (job_id, nd, g), floor=pruned[0] if pruned else 0)
             ans = reader.window(s, t0, t1, max_points)
             reduced |= ans.reduced
@@ -184,6 +201,7 @@ def chart(
                 continue
             floor = pruned[0] if pruned else 0
             kept = readings(reader, job_id, nd, g, ans.x, t0, t1, max_points, floor)
+            acc = counters(cur, [int(a) for a in ans.a]) if xgmi else {}
             rows += [
                 SimpleNamespace(
                     **{
@@ -198,6 +216,7 @@ def chart(
                         "power_w": None,
                         "temp_c": None,
                         **{name: v[i] for name, v in kept.items()},
+                        **dict(zip(XGMI, acc.get(int(a), ()))),
                     }
                 )
                 for i, (t, y, a) in enumerate(zip(ans.x.tolist(), ans.y.tolist(), ans.a.tolist()))

@@ -50,7 +50,7 @@ GPUS = text(
     DEVICES
     + """SELECT m.node, m.gpu, m.used_bytes, m.total_bytes, m.name, m.util, m.power_w, m.temp_c, m.temp_junction_c,
   m.temp_hbm_c, m.ecc_correctable, m.ecc_uncorrectable, m.throttle_power, m.throttle_thermal, m.throttle_hbm,
-  m.clock_mhz FROM g JOIN memory_samples m ON m.id = (
+  m.clock_mhz, m.xgmi_read_bytes, m.xgmi_write_bytes FROM g JOIN memory_samples m ON m.id = (
   SELECT id FROM memory_samples WHERE job_id = :job AND node = g.node AND gpu = g.gpu ORDER BY t DESC LIMIT 1)
 """
 )
@@ -134,6 +134,13 @@ class HardwareFamilies:
         self.clock = GaugeMetricFamily(
             "tunedeck_job_gpu_clock_hertz", "Current graphics (SM) clock", labels=gpu_labels
         )
+        # prometheus_client appends `_total` to a counter's name: tunedeck_job_gpu_xgmi_bytes_total
+        self.xgmi = CounterMetricFamily(
+            "tunedeck_job_gpu_xgmi_bytes",
+            "Bytes over the GPU's xGMI links since the driver loaded, by direction (read, write); "
+            "rate() gives bytes/s (AMD MI300 series; MI200's metrics table has no such counters)",
+            labels=[*gpu_labels, "direction"],
+        )
         self.info = GaugeMetricFamily(
             "tunedeck_job_gpu_info",
             "A job's GPU with the labels AMD's Device Metrics Exporter and DCGM's exporter put on theirs "
@@ -142,7 +149,7 @@ class HardwareFamilies:
         )
 
     def add(self, device: list[str], row: tuple, ident: tuple | None) -> None:
-        util, power, edge, junction, hbm, ce, ue, t_power, t_thermal, t_hbm, clock = row
+        util, power, edge, junction, hbm, ce, ue, t_power, t_thermal, t_hbm, clock, x_read, x_write = row
         if util is not None:
             self.util.add_metric(device, util / 100.0)
         if power is not None:
@@ -158,6 +165,9 @@ class HardwareFamilies:
                 self.throttle.add_metric([*device, reason], v)
         if clock is not None:
             self.clock.add_metric(device, clock * 1e6)
+        for direction, v in (("read", x_read), ("write", x_write)):
+            if v is not None:
+                self.xgmi.add_metric([*device, direction], v)
         serial, uuid, partition, shared = ident or (None,) * 4
         if shared is not None:
             self.shared.add_metric([*device, str(shared)], 1)
@@ -176,6 +186,7 @@ class HardwareFamilies:
             self.ecc,
             self.throttle,
             self.clock,
+            self.xgmi,
             self.info,
         )
 
