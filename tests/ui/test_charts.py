@@ -503,11 +503,12 @@ def test_charts_are_named_and_their_toolbars_short_and_off_a_phone(deck, page):
         assert page.errors == [] and page.console_errors == []
 
 
-def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
+@pytest.mark.parametrize("screen", SCREENS)
+def test_the_view_is_kept_in_the_address_across_a_reload(deck, page, screen):
     """Smoothing, log scale and the loss chart's zoom go into the URL; a reload (or the link, shared)
-    shows the same view."""
+    shows the same view, at both widths."""
     url = f"{deck.url}/jobs/{deck.ids['rich']}"
-    open_page(page, url, "wide")
+    open_page(page, url, screen)
     page.evaluate(
         "(() => { const s = document.getElementById('smooth'); s.value = 0.8; s.dispatchEvent(new Event('input')); })()"
     )
@@ -516,7 +517,7 @@ def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
     page.wait_for_function("location.search.includes('steps=5..20')")
     kept = page.url
     assert "smooth=0.80" in kept and "logy=1" in kept, kept
-    open_page(page, kept, "wide")
+    open_page(page, kept, screen)
     assert page.input_value("#smooth") == "0.8" and page.is_checked("#logy")
     page.wait_for_function("document.getElementById('loss-chart').layout.xaxis.range[0] === 5")
     assert plot(page, "loss-chart", "gd.layout.xaxis.range") == [5, 20]
@@ -524,14 +525,14 @@ def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
     assert page.errors == [] and page.console_errors == []
 
     # Compare keeps its metric, x axis, log scale and smoothing the same way.
-    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", "wide")
+    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", screen)
     page.select_option("#metric", "throughput")
     page.select_option("#xaxis", "tokens")
     page.check("#logy")
     page.wait_for_function("location.search.includes('x=tokens') && location.search.includes('logy=1')")
     kept = page.url
     assert "metric=throughput" in kept, kept
-    open_page(page, kept, "wide")
+    open_page(page, kept, screen)
     assert (page.input_value("#metric"), page.input_value("#xaxis"), page.is_checked("#logy")) == (
         "throughput",
         "tokens",
