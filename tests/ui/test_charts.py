@@ -471,10 +471,28 @@ def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
     ids = deck.ids
     open_page(page, f"{deck.url}/jobs/{ids['rich']}", "phone")
     boxes_apart(page, "loss-chart", LOSS_LEGEND)  # the alerts' row makes the legend its tallest
+    # On a phone too: periodic spikes a marker, never a band; an import's runtime its own span.
+    page.wait_for_function(
+        "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')",
+        timeout=60_000,
+    )
+    shaded = plot(
+        page, "mem-chart", "gd.layout.shapes.filter(s => s.type === 'rect' && s.name).map(s => s.name)"
+    )
+    assert "test_repeat ×3" in shaded and not [n for n in shaded if "periodic" in n], shaded
+    marks = plot(page, "mem-chart", "gd.data.find(d => d.name === 'alerts').text")
+    assert any(m.startswith("×12 · vram_periodic_spikes") for m in marks), marks
+    assert "1m 38s" in page.locator("#summary").inner_text()
     shot(page, "charts-job-phone")
     open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", "phone")
     boxes_apart(page, "loss-chart", compared_loss(ids))
     boxes_apart(page, "mem-chart", compared_memory(ids))
+    # A run's colour is its own on a phone as well: one colour for all its curves, in both charts.
+    loss = plot(page, "loss-chart", "gd.data.map(t => [t.name, t.line.color])")
+    mem = plot(page, "mem-chart", "gd.data.map(t => [t.name, t.line.color])")
+    rich = {c for n, c in loss + mem if n.startswith(f"#{ids['rich']} ")}
+    single = {c for n, c in loss if n.startswith(f"#{ids['single']} ")}
+    assert len(rich) == 1 and len(single) == 1 and rich != single, (loss, mem)
     shot(page, "charts-compare-phone")
     assert page.errors == [] and page.console_errors == []
 
