@@ -264,6 +264,8 @@ def test_the_cli_submits_priority_devices_and_env_and_shows_them(server_factory,
     assert r.exit_code == 2 and "KEY=VALUE" in r.output, r.output
     r = cli("submit", str(job_yaml), "--devices", "5")
     assert r.exit_code == 1 and "devices: GPU 5 not on this node" in r.output, r.output
+    r = cli("submit", str(job_yaml), "--nodes", "2")  # sent as the spec's nodes: this server has one
+    assert r.exit_code == 1 and "nodes: 2 nodes need the ray executor" in r.output, r.output
 
 
 # --------------------------------------------------------------------------- live, stand-in GPUs

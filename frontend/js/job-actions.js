@@ -22,6 +22,7 @@ export function setupActions(changed) {
   $("#export-job").addEventListener("click", exportAdapter);
   $("#delete").addEventListener("click", confirmDelete);
   $("#edit-labels").addEventListener("click", editLabels);
+  $("#edit-priority").addEventListener("click", changePriority);
 }
 
 export function actionsFor(j) { job = j; refresh(); }
@@ -59,6 +60,7 @@ function refresh() {
   offer($("#export-job"), job.kind === "train" && ["succeeded", "cancelled"].includes(job.status) && files.adapter, submit);
   offer($("#delete"), true, act || (ended ? null : "Stop it first: only a job that has ended can be deleted."));
   offer($("#edit-labels"), true, act);
+  offer($("#edit-priority"), job.status === "queued", act); // only a queued job's place in line moves
   const chat = $("#start-chat");
   if (chat) offer(chat, true, act);
   const why = [...new Set([act, submit].filter(Boolean))];
@@ -115,6 +117,20 @@ function editLabels() {
   });
   $("#labels").replaceChildren(form);
   tags.focus();
+}
+
+// ------------------------------------------------------------------ a queued job's priority
+async function changePriority() {
+  const input = h("input", { id: "priority-input", type: "number", step: "1", value: String(job.priority || 0), "aria-label": "priority, 0 to 10" });
+  const yes = await ask({ id: "priority-dialog", title: `Priority of #${job.id} ${job.name}`, ok: "Save",
+    body: [h("p", { class: "muted", text: "0 to 10: a higher one starts first, equal ones in the order submitted. It changes only while the job waits." }),
+      h("label", { for: "priority-input", text: "priority" }), input] });
+  if (!yes) return;
+  await busy($("#edit-priority"), async () => {
+    // What the server refuses (out of range, started meanwhile, not the caller's) stays on screen.
+    try { onChange(await patch(`/api/jobs/${job.id}`, { priority: Number(input.value) })); }
+    catch (e) { refuse(refusals(), "Changing the priority failed", e); }
+  });
 }
 
 // ------------------------------------------------------------------ an in-page dialog (never window.confirm)

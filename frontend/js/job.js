@@ -57,7 +57,9 @@ function showJob(j) {
   $("#bar").replaceChildren(progressBar(p, true));
   $("#steps").textContent = p.total_steps ? `${p.current_steps ?? 0} / ${p.total_steps} steps` : "";
   $("#eta").textContent = j.status === "running" ? duration(p.eta_seconds) : "–";
-  $("#gpus").textContent = j.gpus ? `${j.gpus}${j.devices ? ` (${j.devices.join(",")})` : ""}` : "CPU";
+  const each = j.nodes > 1 ? ` on each of ${j.nodes} nodes` : "";
+  $("#gpus").textContent = j.gpus ? `${j.gpus}${j.devices ? ` (${j.devices.join(",")})` : ""}${each}` : `CPU${each}`;
+  $("#priority").textContent = String(j.priority || 0);
   $("#started").textContent = when(j.started_at);
   $("#finished").textContent = when(j.finished_at);
   summary();
@@ -780,8 +782,10 @@ async function loadConfig() {
   const c = await get(`/api/jobs/${jobId}/config`);
   $("#train-yaml").textContent = c.train_yaml;
   $("#ds-config").textContent = c.ds_config || "–";
+  const env = Object.entries(c.env || {}).map(([k, v]) => `${k}=${v}`).join("\n");
   $("#paths").replaceChildren(h("span", { class: "muted", text: "run folder" }), h("code", { text: c.run_dir }),
-    h("span", { class: "muted", text: "output folder" }), h("code", { text: c.output_dir }));
+    h("span", { class: "muted", text: "output folder" }), h("code", { text: c.output_dir }),
+    h("span", { class: "muted", text: "environment" }), h("code", { id: "job-env", class: env ? "env" : "muted", text: env || "none set" }));
 }
 
 // Checkpoints folded away: a run with many saves lists dozens of files per checkpoint.

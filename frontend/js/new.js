@@ -1,7 +1,8 @@
 // The new-job form: presets, YAML import, preview/export of the exact train.yaml, errors at fields.
-import { ApiError, describe, get, optional, post } from "./api.js";
+import { ApiError, del, describe, get, optional, post } from "./api.js";
 import { $, bytes, chatHolds, h, nav } from "./fmt.js";
 import { GROUPS, KINDS } from "./form-fields.js";
+import { mayAct, onMe } from "./identity.js";
 import { addDatasetBox, folderOf, loadRegistered, modelOptions, registeredOptions } from "./assets-fields.js";
 
 nav("/new");
@@ -471,7 +472,46 @@ async function listPresets() {
   }
   picker.replaceChildren(h("option", { value: "", text: "—" }), ...Object.values(groups).filter((g) => g.children.length));
   picker.value = chosen;
+  offerDelete();
 }
+
+// ------------------------------------------------------------------ delete a team preset
+// The chosen team preset's owner or an admin may delete it (the server's rule, as for a job); the
+// shipped ones are read-only, so no button for them.
+let me = null;
+onMe((m) => { me = m; offerDelete(); });
+
+function offerDelete() {
+  const chosen = $("#preset").selectedOptions[0];
+  const team = Boolean(chosen) && chosen.dataset.source === "team";
+  const owner = team ? chosen.dataset.owner || null : null;
+  const why = team && !mayAct(me, owner) ? `Only its owner (${owner || "nobody: saved without a token"}) or an admin may delete it.` : "";
+  const button = $("#delete-preset");
+  button.hidden = !team;
+  button.disabled = Boolean(why);
+  button.title = why || "remove this team preset (jobs made from it keep their own copy)";
+}
+$("#preset").addEventListener("change", offerDelete);
+
+$("#delete-preset").addEventListener("click", () => {
+  $("#delete-preset-what").textContent = `Delete the team preset ${$("#preset").value}? Jobs made from it keep their own copy.`;
+  $("#delete-preset-dialog").showModal();
+});
+$("#delete-preset-cancel").addEventListener("click", () => $("#delete-preset-dialog").close());
+$("#delete-preset-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("#delete-preset-dialog").close();
+  const name = $("#preset").value;
+  try {
+    await del(`/api/presets/${encodeURIComponent(name)}`);
+    $("#preset").value = "";
+    await listPresets();
+    $("#banner").replaceChildren(h("div", { class: "notice", id: "preset-deleted", text: `Deleted team preset ${name}.` }));
+  } catch (e) {
+    $("#banner").replaceChildren(h("div", { class: "error", id: "preset-delete-failed", text: `Deleting preset ${name} failed: ${describe(e)}` }));
+  }
+  offerDelete();
+});
 
 // ------------------------------------------------------------------ save as a team preset
 // The form's keys as YAML: a key a line; strings that read as something else, lists and objects in
@@ -534,6 +574,7 @@ $("#preset-form").addEventListener("submit", async (ev) => {
     presetDialog.close();
     await listPresets();
     $("#preset").value = saved.name;
+    offerDelete();
     $("#banner").replaceChildren(h("div", { class: "notice", id: "preset-saved", text: `Saved team preset ${saved.name}${saved.owner ? ` (owner ${saved.owner})` : ""}.` }));
   } catch (e) {
     if (e instanceof ApiError && e.status === 422 && Array.isArray(e.detail)) showPresetErrors(e.detail);
@@ -547,7 +588,7 @@ async function loadPresets() {
   await listPresets();
   const params = new URLSearchParams(location.search);
   const want = params.get("preset");
-  if (want) { $("#preset").value = want; $("#load-preset").click(); }
+  if (want) { $("#preset").value = want; offerDelete(); $("#load-preset").click(); }
   if (/^\d+$/.test(params.get("from") || "")) await loadJob(params.get("from"));
   window.tunedeckReady = true;
 }

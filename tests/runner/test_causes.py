@@ -1,15 +1,20 @@
 """The cause a runner reports, read from real captured trainer output (tests/runner/outputs): torchrun
 with two ranks (one raises after the process group is up, one is killed, one raises before it),
 LLaMA-Factory given a multimodal template for a text-only model, and LLaMA-Factory given a dataset
-whose file is missing (its log lines on stdout, the traceback on stderr)."""
+whose file is missing (its log lines on stdout, the traceback on stderr); and a killed rank driven under
+a real torchrun here (tests/integration/test_slice.py drives the missing dataset and the bad template)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.runner.test_stacks import free_port
 from tunedeck.contract.output import clean
 from tunedeck.runner.causes import Causes, failure_cause
 
@@ -193,3 +198,54 @@ def test_an_out_of_memory_error_record_counts_and_a_warning_does_not():
     assert failure_cause([warned, *lines], 1) == MISSING
     failed = "E1202 07:27:32.844000 24986 torch/csrc/x.cpp:12] HIP out of memory. Tried to allocate 2.00 GiB"
     assert failure_cause([failed, *lines], 1).startswith("out of memory: ")
+
+
+# Rank 1 is killed once both have met; rank 0 then waits where no broken connection ends it, so torchrun
+# (which stops it) and not a race between the two exits decides which rank failed first.
+KILLED = """
+import os, signal, threading
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer ends a rank: no traceback of its own
+threading.Event().wait()
+"""
+
+
+def test_a_rank_killed_under_a_real_torchrun_is_the_cause(tmp_path):
+    """Driven, not captured: two gloo ranks under torchrun, rank 1 killed after they met. The cause is
+    rank 1's SIGKILL, not the rank torchrun stopped after it, with torchrun's wrapper kept as context;
+    each stream is read on its own, as the runner reads them."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            str(script),
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
+    causes = Causes()
+    for stream, text in (("stdout", r.stdout), ("stderr", r.stderr)):
+        for line in filter(None, (clean(x) for x in text.split("\n"))):
+            causes.feed(line, stream)
+    cause = causes.cause(r.returncode)
+    assert re.fullmatch(
+        r"rank 1 \(local_rank 1, host \S+\) was killed by SIGKILL; "
+        r"ChildFailedError: rank 1 \(local_rank 1, host \S+\) failed first",
+        cause,
+    ), (cause, r.stderr[-3000:])

@@ -134,9 +134,10 @@ def test_import_yaml_fills_fields(server_factory, assets, page, tmp_path):
     assert page.errors == []
 
 
-def test_validation_errors_show_at_their_fields(server_factory, assets, page):
-    server = server_factory()
-    page.goto(f"{server.url}/new")
+def bad_form(page, url: str, assets) -> None:
+    """The form with an outside model folder and a misspelt key; Lint & estimate marks the errors at
+    their fields too, as Submit does."""
+    page.goto(f"{url}/new")
     ready(page)
     page.fill("#f-name", "bad")
     page.fill("#f-model_name_or_path", "/etc")
@@ -144,12 +145,19 @@ def test_validation_errors_show_at_their_fields(server_factory, assets, page):
     page.fill("#f-dataset_dir", str(assets / "demo" / "data"))
     page.fill("#extra", "learning_rte: 0.001\n")
     page.fill("#f-gpus", "0")
-    # Lint & estimate marks the errors at their fields too, as Submit does.
     page.click("#check")
     checked = page.locator('[data-field="extra"] .field-error')
     checked.wait_for(timeout=30_000)
     assert "LF001" in checked.inner_text() and "learning_rate" in checked.inner_text()
     assert page.locator('[data-field="extra"].has-error').count() == 1
+
+
+def test_validation_errors_show_at_their_fields(server_factory, assets, page):
+    server = server_factory()
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone first, then the wide page submits
+    bad_form(page, server.url, assets)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    bad_form(page, server.url, assets)
     page.click("#submit")
     model_err = page.locator('[data-field="config.model_name_or_path"] .field-error')
     model_err.wait_for(timeout=30_000)

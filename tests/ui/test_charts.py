@@ -491,10 +491,28 @@ def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
     ids = deck.ids
     open_page(page, f"{deck.url}/jobs/{ids['rich']}", "phone")
     boxes_apart(page, "loss-chart", LOSS_LEGEND)  # the alerts' row makes the legend its tallest
+    # On a phone too: periodic spikes a marker, never a band; an import's runtime its own span.
+    page.wait_for_function(
+        "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')",
+        timeout=60_000,
+    )
+    shaded = plot(
+        page, "mem-chart", "gd.layout.shapes.filter(s => s.type === 'rect' && s.name).map(s => s.name)"
+    )
+    assert "test_repeat ×3" in shaded and not [n for n in shaded if "periodic" in n], shaded
+    marks = plot(page, "mem-chart", "gd.data.find(d => d.name === 'alerts').text")
+    assert any(m.startswith("×12 · vram_periodic_spikes") for m in marks), marks
+    assert "1m 38s" in page.locator("#summary").inner_text()
     shot(page, "charts-job-phone")
     open_page(page, f"{deck.url}/compare?jobs={ids['rich']},{ids['single']}", "phone")
     boxes_apart(page, "loss-chart", compared_loss(ids))
     boxes_apart(page, "mem-chart", compared_memory(ids))
+    # A run's colour is its own on a phone as well: one colour for all its curves, in both charts.
+    loss = plot(page, "loss-chart", "gd.data.map(t => [t.name, t.line.color])")
+    mem = plot(page, "mem-chart", "gd.data.map(t => [t.name, t.line.color])")
+    rich = {c for n, c in loss + mem if n.startswith(f"#{ids['rich']} ")}
+    single = {c for n, c in loss if n.startswith(f"#{ids['single']} ")}
+    assert len(rich) == 1 and len(single) == 1 and rich != single, (loss, mem)
     shot(page, "charts-compare-phone")
     assert page.errors == [] and page.console_errors == []
 
@@ -523,11 +541,12 @@ def test_charts_are_named_and_their_toolbars_short_and_off_a_phone(deck, page):
         assert page.errors == [] and page.console_errors == []
 
 
-def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
+@pytest.mark.parametrize("screen", SCREENS)
+def test_the_view_is_kept_in_the_address_across_a_reload(deck, page, screen):
     """Smoothing, log scale and the loss chart's zoom go into the URL; a reload (or the link, shared)
-    shows the same view."""
+    shows the same view, at both widths."""
     url = f"{deck.url}/jobs/{deck.ids['rich']}"
-    open_page(page, url, "wide")
+    open_page(page, url, screen)
     page.evaluate(
         "(() => { const s = document.getElementById('smooth'); s.value = 0.8; s.dispatchEvent(new Event('input')); })()"
     )
@@ -536,7 +555,7 @@ def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
     page.wait_for_function("location.search.includes('steps=5..20')")
     kept = page.url
     assert "smooth=0.80" in kept and "logy=1" in kept, kept
-    open_page(page, kept, "wide")
+    open_page(page, kept, screen)
     assert page.input_value("#smooth") == "0.8" and page.is_checked("#logy")
     page.wait_for_function("document.getElementById('loss-chart').layout.xaxis.range[0] === 5")
     assert plot(page, "loss-chart", "gd.layout.xaxis.range") == [5, 20]
@@ -544,14 +563,14 @@ def test_the_view_is_kept_in_the_address_across_a_reload(deck, page):
     assert page.errors == [] and page.console_errors == []
 
     # Compare keeps its metric, x axis, log scale and smoothing the same way.
-    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", "wide")
+    open_page(page, f"{deck.url}/compare?jobs={deck.ids['rich']},{deck.ids['single']}", screen)
     page.select_option("#metric", "throughput")
     page.select_option("#xaxis", "tokens")
     page.check("#logy")
     page.wait_for_function("location.search.includes('x=tokens') && location.search.includes('logy=1')")
     kept = page.url
     assert "metric=throughput" in kept, kept
-    open_page(page, kept, "wide")
+    open_page(page, kept, screen)
     assert (page.input_value("#metric"), page.input_value("#xaxis"), page.is_checked("#logy")) == (
         "throughput",
         "tokens",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+import sqlite3
 import zipfile
 from pathlib import Path
 
@@ -97,6 +98,9 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
     opened = signed_in(page, team, "alice", screen)
     stopped = team.jobs["stopped"]
     open_job(page, team, stopped, "alice")
+    # What it was queued with: its priority (no longer changeable: it has ended) and its environment.
+    page.locator("#job-env", has_text="OMP_NUM_THREADS=2").wait_for(timeout=30_000)
+    assert page.locator("#priority").inner_text() == "3" and page.locator("#edit-priority").is_hidden()
 
     # Downloads: each needs the token (reads are closed), so each comes through fetch with the header.
     page.locator('#downloads [data-archive="adapter"]').wait_for(timeout=30_000)
@@ -173,7 +177,12 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
     assert (chat["kind"], chat["parent_id"]) == ("chat", stopped)
 
     # Delete: a queued job cannot be (the button says why); the stopped one asks in the page first.
+    # (Its row made a 2-node job: the page says so beside its GPUs.)
+    with sqlite3.connect(team.workspace / "tunedeck.db") as db:
+        db.execute("UPDATE jobs SET nodes = 2 WHERE id = ?", (team.jobs["waiting"],))
     open_job(page, team, team.jobs["waiting"], "alice")
+    assert page.locator("#gpus").inner_text() == "CPU on each of 2 nodes"
+    assert page.locator("#edit-priority").is_enabled() and page.locator("#job-env").inner_text() == "none set"
     page.locator("#delete").wait_for(state="visible", timeout=30_000)
     assert page.locator("#delete").is_disabled()
     assert "Stop it first" in page.locator("#delete").get_attribute("title")

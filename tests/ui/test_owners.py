@@ -78,15 +78,41 @@ def test_bob_signs_in_on_the_page_and_is_offered_only_his_own_jobs(team, page, s
     assert page.locator("#jobs tbody tr").count() == 1
     shot(page, f"owners-my-jobs-{screen}")
 
-    # The job pages: no Stop on alice's job, Stop on his own.
+    # The job pages: no Stop on alice's job, Stop on his own; her job's priority shown, its change
+    # disabled with the reason.
     page.goto(f"{team.url}/jobs/{jobs['alice-first']}")
     page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
     page.locator("#me", has_text="bob · submitter").wait_for(timeout=30_000)
     assert page.locator("#owner").inner_text() == "by alice"
     assert page.locator("#stop").is_hidden()
+    assert page.locator("#priority").inner_text() == "0"
+    page.locator("#edit-priority").wait_for(state="visible", timeout=30_000)
+    assert page.locator("#edit-priority").is_disabled()
+    assert page.locator("#edit-priority").get_attribute("title") == (
+        "Only its owner (alice) or an admin may change this job."
+    )
     page.goto(f"{team.url}/jobs/{jobs['bob-one']}")
     page.locator("#stop").wait_for(state="visible", timeout=30_000)
     assert page.locator("#stop").is_enabled()
+
+    # His queued job's priority, changed on its page: a value the server refuses stays on screen, one
+    # it takes moves the job up the line (PATCH, as `tunedeck priority` does).
+    page.locator("#waiting", has_text="Queued, #3 in line").wait_for(timeout=30_000)
+    page.locator("#edit-priority").wait_for(state="visible", timeout=30_000)
+    page.click("#edit-priority")
+    page.fill("#priority-input", "11")
+    page.click("#priority-dialog-ok")
+    refusal = page.locator("#refusals .refusal", has_text="Changing the priority failed")
+    refusal.filter(has_text="priority").wait_for(timeout=30_000)
+    assert refusal.get_attribute("data-status") == "422"
+    refusal.locator(".dismiss").click()
+    page.click("#edit-priority")
+    assert page.input_value("#priority-input") == "0"
+    page.fill("#priority-input", "4")
+    page.click("#priority-dialog-ok")
+    page.locator("#waiting", has_text="Queued, #1 in line (priority 4)").wait_for(timeout=30_000)
+    assert page.locator("#priority").inner_text() == "4"
+    assert team.api.get(f"/api/jobs/{jobs['bob-one']}").json()["priority"] == 4
     wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert wide[0] <= wide[1], wide
     assert opened == [] and page.errors == []  # never a prompt for the token

@@ -63,6 +63,17 @@ def test_every_page_fits_a_phone_in_the_dark_without_errors_and_stop_asks_first(
              ("/nodes", None), (f"/jobs/{job}", None)]  # fmt: skip
     ctx, page = watched(browser, viewport=PHONE, color_scheme="dark")
     try:
+        # Open mode (no tokens anywhere): the page says anyone here may act, the job made without a
+        # token says what its "–" owner means, and Stop is offered; no "My jobs" (no name to filter by).
+        for size in ({"width": 1440, "height": 900}, PHONE):
+            page.set_viewport_size(size)
+            page.goto(server.url + "/")
+            row = page.locator(f'tr[data-job="{job}"]')
+            row.wait_for(timeout=60_000)
+            page.locator("#me", has_text="open mode: anyone here may act").wait_for(timeout=30_000)
+            assert row.locator('td[title^="made without a token"]').inner_text() == "–"
+            page.locator(f'[data-stop="{job}"]').wait_for(timeout=30_000)
+            assert page.locator("#mine-label").is_hidden()
         for path, selector in pages:
             page.goto(server.url + path)
             ready(page, selector)

@@ -1,6 +1,7 @@
 """The form's "Save as preset…": a name and a description in a dialog, the form's YAML checked as a
 submit checks it (its errors kept at the fields), the saved preset in the picker with its owner and
-description; and the job page's and the form's chat starts saying what a chat job holds and for how long."""
+description, and deleted from the form; and the job page's and the form's chat starts saying what a
+chat job holds and for how long."""
 
 from __future__ import annotations
 
@@ -76,6 +77,24 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
         page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
         page.locator("#banner .notice").filter(has_text="Imported").wait_for(timeout=30_000)
         assert page.input_value("#f-max_steps") == "5"
+
+        # Deleted from the form behind a dialog of its own (open mode: anyone here may); a shipped
+        # preset offers no Delete.
+        page.locator("#delete-preset").wait_for(state="visible", timeout=30_000)
+        assert page.locator("#delete-preset").is_enabled()
+        page.click("#delete-preset")
+        page.locator("#delete-preset-dialog").wait_for(state="visible")
+        assert f"team sft {suffix}" in page.inner_text("#delete-preset-what")
+        page.click("#delete-preset-cancel")
+        assert server.api.get(f"/api/presets/team sft {suffix}").status_code == 200
+        page.click("#delete-preset")
+        page.click("#delete-preset-ok")
+        page.locator("#preset-deleted").wait_for(timeout=30_000)
+        assert server.api.get(f"/api/presets/team sft {suffix}").status_code == 404
+        assert page.locator(f'#preset option[value="team sft {suffix}"]').count() == 0
+        assert page.locator("#delete-preset").is_hidden()
+        page.select_option("#preset", "demo_cpu")
+        assert page.locator("#delete-preset").is_hidden()
     assert page.errors == []
 
 

@@ -126,9 +126,11 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
     assert page.errors == []
 
 
-def test_compare_picks_from_a_search_and_keeps_old_chosen_jobs_listed(many, page):
+@pytest.mark.parametrize("screen", SCREENS)
+def test_compare_picks_from_a_search_and_keeps_old_chosen_jobs_listed(many, page, screen):
     """Compare listed every job as a checkbox: now the chosen ones first, then what a search finds."""
-    page.set_viewport_size({"width": 390, "height": 844})
+    width, height = SCREENS[screen]
+    page.set_viewport_size({"width": width, "height": height})
     page.goto(f"{many.url}/compare?jobs=1")  # job 1 is older than the newest fifty
     page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
     picks = page.locator("#pick [data-pick]")
@@ -147,4 +149,4 @@ def test_compare_picks_from_a_search_and_keeps_old_chosen_jobs_listed(many, page
     assert page.locator('[data-pick="1"] input').is_checked() and page.errors == []
     wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert wide[0] <= wide[1], wide
-    shot(page, "compare-picker-search")
+    shot(page, f"compare-picker-search-{screen}")
