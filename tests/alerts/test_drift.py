@@ -115,3 +115,38 @@ def test_too_short_a_stretch_is_not_judged():
         del rows[400:]  # 400 s: under five minutes after warm-up (the first minute, and a minute more)
     assert drifts(s) == []
     assert drifts(job(2, drift={1: 0.09}, step_at=700.0, ramp_s=60.0))  # the same move in a longer run
+
+
+def test_spikes_up_most_of_the_time_are_no_drift():
+    # Spikes of 10 GiB at every optimizer step (4 samples), on both GPUs: on GPU 0 held 3 samples of
+    # every 4 for the first half, then 1, on GPU 1 1 of every 4 all along. The median of 9 samples sat on
+    # GPU 0's spikes' top for the first half: a fall of 12 % of the card read as a drift. What either
+    # stands on between spikes never moved.
+    s = job(2)
+    for g, rows in s.memory.items():
+        for i, (t, y, total) in enumerate(rows):
+            held = 3 if g == 0 and t < T0 + 900 else 1
+            if t >= T0 + 60 and i % 4 < held:
+                rows[i] = (t, y + 10 * GiB, total)
+    assert drifts(s) == []
+
+
+def test_a_step_down_early_in_the_stretch_is_read_from_before_it():
+    # The stretch judged runs from about 180 s to the end; a GPU that falls by 9 % of its card at 450 s
+    # (in its first quarter, past its first eighth) drifted. Read over the first quarter at its 10th
+    # percentile, the level "early" was already the fallen one.
+    (f,) = drifts(job(4, drift={2: -0.09}, step_at=450.0, ramp_s=20.0))
+    assert f.gpu == 2 and "fell" in f.message
+
+
+def test_a_drift_is_read_up_to_where_the_process_freed_the_card():
+    # A sample every 2 s (the blocks hold 2 samples each), and the job ends freeing every card for its
+    # last 10 samples: the floor under spikes falls within 2 samples, the smoothed median only after 5;
+    # read up to where the median fell, the freed card was every GPU's level "now" and the peers no
+    # longer held.
+    s = job(4, drift={1: 0.09})
+    for g, rows in s.memory.items():
+        rows = s.memory[g] = rows[::2]
+        rows[-10:] = [(t, int(0.5 * GiB), total) for t, _, total in rows[-10:]]
+    (f,) = drifts(s)
+    assert f.gpu == 1 and "rose" in f.message

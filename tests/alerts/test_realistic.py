@@ -12,7 +12,7 @@ import pytest
 
 from tests.alerts import realistic
 from tests.alerts.test_streaming import chunked, key
-from tunedeck.alerts import KINDS, Point, Series, analyze
+from tunedeck.alerts import KINDS, Point, Run, Series, analyze
 
 GiB = 1024**3
 T0 = 1_900_000_000.0
@@ -142,6 +142,31 @@ def test_noise_is_no_oscillation(seed):
     rng = np.random.default_rng(seed)
     y = 2.0 * (1 + rng.normal(0, 0.2, 80))
     assert "loss_oscillation" not in raised(loss_points(y))
+
+
+def test_a_loss_that_flips_every_logged_point_is_an_oscillation():
+    # Up, down, up, ... by ±15 %: over an odd running median the point judged has one more of its own
+    # side in the window, the median stood about as high as that point and the swing went out with the
+    # trend (what was left was the noise's 2 %).
+    rng = np.random.default_rng(2)
+    k = np.arange(80)
+    y = (1.0 + np.exp(-k / 200)) * (1 + 0.15 * (-1.0) ** k + rng.normal(0, 0.02, 80))
+    (f,) = [f for f in analyze(loss_points(y)) if f.kind == "loss_oscillation"]
+    assert "every 2 logged points" in f.message, f.message
+
+
+@pytest.mark.parametrize("seed", [4, 25, 123])
+def test_noise_judged_at_every_point_is_no_oscillation(seed):
+    # Live, the loss is judged again at every logged point. By chance a few dozen points of noise put
+    # half their swing into one sine: these seeds did at some point of 300, judged on the last 60
+    # points from the 36th on (4 and 25 at the 36th), or from the 60th on (25 and 123). A swing is
+    # judged over 8 of the longest swings, from the 60th point on: noise does not keep one up so long.
+    rng = np.random.default_rng(seed)
+    s = loss_points(2.0 * (1 + rng.normal(0, 0.2, 300)))
+    run = Run(Series(config=s.config))
+    for p in s.points:
+        run.feed_points([p])
+        assert "loss_oscillation" not in {f.kind for f in run.findings(running=True)}, p.step
 
 
 def test_a_swing_below_the_floor_is_no_oscillation():

@@ -6,9 +6,14 @@ level moves away from the others' while theirs stays: a leak on that rank only, 
 getting far longer sequences, a process that stopped allocating (stuck, or doing other work).
 
 Judged on each GPU's plateau blocks (`memory.Gpu`: a bounded summary of its whole run, so this keeps
-no state of its own), put on a common time grid after warm-up, while every GPU reports. For GPU i,
+no state of its own), put on a common time grid after warm-up, while every GPU reports. A block's level
+is its mean floor (`memory.FLOOR_RANK`: the second lowest of each 9 samples), what the device stands on
+between spikes: spikes at every optimizer step, up half the time, moved the smoothed median by their
+height on one GPU and not on its peer (a drift told where there was none). For GPU i,
 Δ_i is how far its level moved from the early part of that stretch (its 10th percentile over the
-first quarter of the grid) to now (over the last eighth). GPU i drifts when Δ_i less the median of its
+first eighth of the grid) to now (over the last eighth). Over a first quarter, a GPU that fell within
+it (a process that stopped allocating soon after warm-up) was read as already fallen there: its
+10th percentile stood on the new level. GPU i drifts when Δ_i less the median of its
 peers' Δ exceeds DRIFT_SHARE of its card and DRIFT_MADS times the MAD of the peers' Δ (so that
 peers that move about a lot do not single one out), while the peers hold: their own median move is
 at most HOLD_SHARE of that drift (one GPU of two drifting: the other's level did not move). A GPU
@@ -35,9 +40,10 @@ FREED = 0.5  # under this share of its usual level a GPU's memory was freed (the
 
 
 def _moves(levels: np.ndarray) -> np.ndarray:
-    """Each GPU's move (rows: GPUs, columns: the grid): now less early, each the LOW percentile of its
-    stretch (what eval phases and saves, which hold memory for a while on every GPU, stand on)."""
-    early = np.percentile(levels[:, : GRID // 4], LOW, axis=1)
+    """Each GPU's move (rows: GPUs, columns: the grid): now less early (the first and the last eighth),
+    each the LOW percentile of its stretch (what eval phases and saves, which hold memory for a while on
+    every GPU, stand on)."""
+    early = np.percentile(levels[:, : GRID // 8], LOW, axis=1)
     now = np.percentile(levels[:, -(GRID // 8) :], LOW, axis=1)
     return now - early
 
@@ -54,13 +60,17 @@ def findings(
     grid_from, grid_to, rows = -math.inf, math.inf, []
     for k in keys:
         g = gpus[k]
-        mid, level, low, first = g.block_levels()
+        # The floor under spikes, not the smoothed median: spikes up half the time or more (every
+        # optimizer step, sampled every few seconds) hold the median on their top for stretches.
+        mid, _, _, first, level = g.block_levels()
         warm = (first >= max(5, g.n // 10)) & (mid >= max(loading, g.t_first + LOADING_S) + 60)
         if warm.sum() < 2:
             return []
         # Not the trailing blocks that no longer held the card (the process exiting frees it), nor the
-        # one before them (the smoothing lags the fall by a few samples).
-        held = np.flatnonzero(low >= FREED * float(np.median(level[warm])))
+        # one before them (it may hold the fall). Judged on the floor itself: it falls within 2 samples
+        # of the card's release, the smoothed median only after 5, and blocks between the two read
+        # the freed card as the level now.
+        held = np.flatnonzero(level >= FREED * float(np.median(level[warm])))
         warm &= np.arange(len(mid)) < (held[-1] if len(held) else 0)
         if warm.sum() < 2:
             return []

@@ -30,6 +30,11 @@ EARLY = HISTORY - 1 + MAX_SPIKE + AFTER  # samples that settle the first samples
 EXCURSION_S = 60.0  # a rise that has not come back down within this is a level change, not a spike
 DEPTH = 8  # excursions up on top of one another at once
 SMOOTH = 9  # the plateau's median: it ignores spikes up to 4 samples wide
+# The floor a device stands on between spikes: the FLOOR_RANK-th lowest (from 0) of the same SMOOTH
+# samples. Spikes that recur every few samples, up half the time or more, move the median (it sits on
+# their top for stretches), not this one: it reads the level under spikes up to SMOOTH - 1 - FLOOR_RANK
+# samples of the SMOOTH, and a single sample down (a release) does not pull it.
+FLOOR_RANK = 1
 BLOCKS = 512  # the plateau's summary of a run of any length
 PERIOD_SPREAD = 1.4  # a regular gap lies within this factor of the period (20 % jitter either way fits)
 LOADING_S = 60.0  # the first seconds of a job: weights arrive in shards (their transients recur at no period)
@@ -145,6 +150,16 @@ def noise_smooth(full: np.ndarray, h: int, edge: np.ndarray | None = None) -> tu
     return noise, smooth
 
 
+def floors(full: np.ndarray, h: int) -> np.ndarray:
+    """For each sample of full[h:]: the FLOOR_RANK-th lowest of the last SMOOTH, itself included
+    (before the run's SMOOTH-th sample its first pads the window, as for the smoothed value)."""
+    m = len(full) - h
+    pad = max(0, SMOOTH - 1 - h)
+    x = np.concatenate([np.repeat(full[:1], pad), full]) if pad else full
+    w = _windows(x, SMOOTH)[len(x) - SMOOTH + 1 - m :]
+    return np.partition(w, FLOOR_RANK, axis=1)[:, FLOOR_RANK]
+
+
 def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, int, float]], int]:
     """Spikes among the first samples, which have too little history for a baseline before them:
     an excursion of at most MAX_SPIKE samples that rose from the sample before it and fell back to
@@ -209,6 +224,7 @@ def _halved(blocks: list[list]) -> list[list]:
                 map(max, a[5], c[5]),
                 map(add, a[6], c[6]),
                 map(add, a[7], c[7]),
+                map(add, a[8], c[8]),
             ),
         )
     )
@@ -252,12 +268,13 @@ class Gpu:
         self.near = Occurrences()
         self.near_peak = 0.0
         self.calm_from = -math.inf  # the end of the last spike or near-OOM sample: no plateau before it
-        # The plateau's blocks: [first index, t0, t1, samples, min, max, sum of smoothed, sum of noise].
+        # The plateau's blocks: [first index, t0, t1, samples, min, max, sum of smoothed, sum of noise,
+        # sum of floors].
         self.blocks: list[list] = []
         self.block = 1
         self._cur: list | None = None
         # The closed blocks as an array, made again only when they change (see _block_rows).
-        self._rows: tuple[tuple[int, int], np.ndarray] = ((0, 1), np.empty((0, 8)))
+        self._rows: tuple[tuple[int, int], np.ndarray] = ((0, 1), np.empty((0, 9)))
         self.bulk = bulk
         self.skipped = 0  # samples passed over in bulk, nothing up and none rising (benchmarks, tests)
 
@@ -277,7 +294,7 @@ class Gpu:
         # The three detectors share no state but calm_from, which each only raises: each takes the
         # whole batch in turn.
         self._near(t, y, tot)
-        self._plateau(n0, t, smooth, noise)
+        self._plateau(n0, t, smooth, noise, floors(full, h))
         k = 0
         if self._early is not None:
             k = min(m, EARLY - n0)
@@ -383,7 +400,7 @@ class Gpu:
         self.calm_from = max(self.calm_from, float(t[above][-1]))
         self.near.extend(t[run >= 3].tolist())  # sustained: three samples in a row
 
-    def _plateau(self, g: int, t: np.ndarray, s: np.ndarray, noise: np.ndarray) -> None:
+    def _plateau(self, g: int, t: np.ndarray, s: np.ndarray, noise: np.ndarray, fl: np.ndarray) -> None:
         """Samples g, g + 1, ... into the blocks. The sums add sample by sample, in order (cumulative
         sums): summed otherwise they could differ in the last bit with how the samples came in."""
         k, m = 0, len(t)
@@ -392,7 +409,7 @@ class Gpu:
             if b is None and m - k >= self.block:  # whole blocks at once, up to the next coarsening
                 n = min((m - k) // self.block, BLOCKS - len(self.blocks))
                 j = k + n * self.block
-                ts, ss, ns = (v[k:j].reshape(n, self.block) for v in (t, s, noise))
+                ts, ss, ns, fs = (v[k:j].reshape(n, self.block) for v in (t, s, noise, fl))
                 self.blocks += map(
                     list,
                     zip(
@@ -404,17 +421,19 @@ class Gpu:
                         ss.max(axis=1).tolist(),
                         np.cumsum(ss, axis=1)[:, -1].tolist(),
                         np.cumsum(ns, axis=1)[:, -1].tolist(),
+                        np.cumsum(fs, axis=1)[:, -1].tolist(),
                     ),
                 )
                 k = j
             else:
                 if b is None:
-                    b = self._cur = [g + k, float(t[k]), 0.0, 0, float(s[k]), float(s[k]), 0.0, 0.0]
+                    b = self._cur = [g + k, float(t[k]), 0.0, 0, float(s[k]), float(s[k]), 0.0, 0.0, 0.0]
                 j = min(m, k + self.block - b[3])
                 b[2], b[3] = float(t[j - 1]), b[3] + j - k
                 b[4], b[5] = min(b[4], float(s[k:j].min())), max(b[5], float(s[k:j].max()))
                 b[6] = float(np.cumsum(np.concatenate([[b[6]], s[k:j]]))[-1])
                 b[7] = float(np.cumsum(np.concatenate([[b[7]], noise[k:j]]))[-1])
+                b[8] = float(np.cumsum(np.concatenate([[b[8]], fl[k:j]]))[-1])
                 k = j
                 if b[3] < self.block:
                     break
@@ -689,17 +708,17 @@ class Gpu:
         doubled `block`, so their count and size name their state."""
         key = (len(self.blocks), self.block)
         if self._rows[0] != key:
-            self._rows = (key, np.array(self.blocks, dtype=np.float64).reshape(-1, 8))
+            self._rows = (key, np.array(self.blocks, dtype=np.float64).reshape(-1, 9))
         closed = self._rows[1]
         if not self._cur:
             return closed
         return np.vstack((closed, np.array(self._cur, dtype=np.float64)))
 
-    def block_levels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(middle time, mean smoothed level, lowest smoothed level, first sample's index) of each
-        plateau block, the open one last: the whole run's memory at a bounded size."""
+    def block_levels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(middle time, mean smoothed level, lowest smoothed level, first sample's index, mean floor
+        under spikes) of each plateau block, the open one last: the whole run's memory at a bounded size."""
         b = self._block_rows()
-        return (b[:, 1] + b[:, 2]) / 2, b[:, 6] / b[:, 3], b[:, 4], b[:, 0]
+        return (b[:, 1] + b[:, 2]) / 2, b[:, 6] / b[:, 3], b[:, 4], b[:, 0], b[:, 8] / b[:, 3]
 
     def _plateau_findings(self, j: Judging) -> list[Finding]:
         """Memory settled after warm-up: the trailing flat stretch of the spike-free baseline covers at
