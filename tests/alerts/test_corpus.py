@@ -45,10 +45,10 @@ def test_periodic_advice_names_the_config():
     tr = next(t for t in generate(0) if t.name == "periodic-ga8-0")
     (f,) = [f for f in analyze(tr.series) if f.kind == "vram_periodic_spikes"]
     assert "every 16.0 s" in f.message and "1.0 optimizer steps = 8 micro-batches" in f.message
-    assert f.suggestion.startswith(
-        "gradient_accumulation_steps is 8 and the spikes recur every 8 micro-batches: try 4"
-    )
+    assert f.suggestion.startswith("the optimizer step's own working memory")
+    assert "gradient_accumulation_steps is 8 and the spikes recur every 8 micro-batches" in f.suggestion
     assert "reduce_bucket_size from 5e8 to 5e7" in f.suggestion
+    assert f.change is None  # the bucket's lower peak is text: its value needs the model's size
 
 
 def test_fp16_oscillation_wants_bf16():

@@ -48,7 +48,9 @@ def test_analyze_text_and_errors(runs, tmp_path):
         str(folder / "output"), "--memory", str(folder / "memory.csv"), "--config", str(folder / "train.yaml")
     )
     assert r.returncode == 0 and "WARNING  vram_periodic_spikes GPU 0" in r.stdout
-    assert "gradient_accumulation_steps is 8" in r.stdout
+    assert (
+        "gradient_accumulation_steps is 8" in r.stdout and "optimizer step's own working memory" in r.stdout
+    )
     r = analyze(str(tmp_path))
     assert r.returncode == 2 and "no trainer_log.jsonl" in r.stderr
     bad = tmp_path / "bad.csv"

@@ -121,6 +121,7 @@ def test_incremental_alerts_one_open_per_kind_and_gpu(tmp_path):
     assert not any(a.kind == "vram_spike" for a in open_alerts(engine, job_id))
     (a,) = [a for a in open_alerts(engine, job_id) if a.kind == "vram_periodic_spikes"]
     assert a.gpu == 0 and a.severity == "warning" and "gradient_accumulation_steps is 4" in a.suggestion
+    assert a.change is None
     # The job ends: nothing holds any more.
     with JobState(engine).begin() as conn:
         finish(conn, job_id, status=JobStatus.succeeded, exit_code=0, error=None)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.alerts.test_properties import RUNS as MEMORY_RUNS
 from tests.alerts.test_streaming import chunked, key
-from tunedeck.alerts import Point, Series, analyze
+from tunedeck.alerts import Point, Series, analyze, training
 
 RUNS = settings(MEMORY_RUNS, max_examples=30)  # a loss curve has fewer dimensions than a memory trace
 
@@ -73,6 +73,13 @@ def test_a_line_frozen_after_it_came_down_is_stuck(start, share, flat, jitter, d
     losses = descent + list(level * (1 + rng.uniform(-jitter, jitter, flat)))
     (f,) = judged(losses, seed)
     assert f.first <= T0 + 4 * (len(descent) + 19)
+    bar = training.STUCK_HIGH * min(losses[: training.EARLY_LOSS])  # the flat band's: 90 % of the start
+    if level < bar * (1 - 2 * training.STUCK_FROZEN):
+        # Below the start's height: said as a line that stopped, and no key change claims to restart it.
+        assert f.message.startswith("loss frozen at") and "after it came down from" in f.message, f.message
+        assert f.change is None and "what stopped the updates" in f.suggestion
+    elif level > bar * (1 + 2 * training.STUCK_FROZEN):
+        assert f.message.startswith("loss stuck at") and "not below 90%" in f.message, f.message
 
 
 @RUNS

@@ -181,6 +181,15 @@ def test_a_nan_loss_stays_open_only_while_the_loss_is_still_nan(losses, first, s
     assert f.open is still and f.step == first
 
 
+@pytest.mark.parametrize(("config", "said"), [({"bf16": True}, "(bf16: false)"), ({}, "(fp16/bf16 false)")])
+def test_a_nan_without_fp16_asks_for_the_precision_it_runs_in_off(config, said):
+    """A bf16 run is not told to turn fp16 off: what a run without AMP would show is asked of its own."""
+    losses = [2.0, 1.9, math.nan, 1.8]
+    s = Series(points=[Point(t=T0 + k, step=k + 1, loss=v) for k, v in enumerate(losses)], config=config)
+    (f,) = [f for f in analyze(s) if f.kind == "loss_nan"]
+    assert f"run once with AMP off {said}" in f.suggestion and "fp16: false)" not in f.suggestion
+
+
 def test_a_plateau_is_told_with_its_own_span():
     # A climb to 40 GiB, then 40 GiB ± 50 MiB of noise: the flat stretch after warm-up.
     rng = np.random.default_rng(5)

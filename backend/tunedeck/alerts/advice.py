@@ -192,20 +192,20 @@ def accumulate_more(s: Series) -> Tip:
     )
 
 
-def accumulate_less(s: Series, micro_batches: float | None) -> Tip:
-    """For spikes at the optimizer step: fewer micro-batches between steps."""
-    g, bs = ga(s), batch(s)
-    new = max(1, g // 2)
-    every = f"every {micro_batches / 2:.0f} micro-batches" if micro_batches else "twice as often"
-    lead = (
-        f"gradient_accumulation_steps is {g} and the spikes recur every {micro_batches:.0f} micro-batches: try {new}"
+def optimizer_peak(s: Series, micro_batches: float | None) -> Tip:
+    """For spikes at the optimizer step: what the step itself holds (gradients reduced, the optimizer's
+    update and its temporaries). gradient_accumulation_steps sets only how often it comes, never how
+    high, so it is no change to make; ZeRO's reduce bucket is, where the config has one."""
+    g = ga(s)
+    often = (
+        f"gradient_accumulation_steps is {g} and the spikes recur every {micro_batches:.0f} micro-batches"
         if micro_batches
-        else f"gradient_accumulation_steps is {g}: if the spikes follow optimizer steps, try {new}"
+        else f"gradient_accumulation_steps is {g}"
     )
     return Tip(
-        f"{lead} (the spikes then come {every}, the peak stays the same or lower, and the effective batch "
-        f"halves from {bs * g} to {bs * new} per GPU unless per_device_train_batch_size doubles to {bs * 2})",
-        {"gradient_accumulation_steps": new},
+        f"the optimizer step's own working memory (gradients reduced, the optimizer's update): expected at "
+        f"every step and as high at any accumulation ({often}: that sets how often, not how high); keep "
+        "that much headroom above the level between steps"
     )
 
 
@@ -267,6 +267,17 @@ def unstick(s: Series) -> Tip:
         f"{low.text}; if the loss never moved at all, check that something trains: labels not all masked "
         "(template, cutoff_len) and trainable parameters present (finetuning_type, lora_target)",
         low.change,
+    )
+
+
+def frozen() -> Tip:
+    """A loss that came down, then stopped moving at all: the updates no longer change the model. What
+    stopped them is not in the loss (the learning rate's schedule, gradients, data), so no key change."""
+    return Tip(
+        "look at what stopped the updates: the learning rate at these steps (lr_scheduler_type and its "
+        "end: a schedule that has decayed to 0, or an lr column at 0), grad_norm (0: nothing flows back), "
+        "and whether the data still varies (a dataset shorter than the steps repeats; a stream that ended "
+        "feeds the same batch)"
     )
 
 

@@ -599,10 +599,10 @@ class Gpu:
                     "not with optimizer steps: what runs when the Trainer logs (metrics gathered across "
                     "ranks, logging callbacks) allocates them; a higher logging_steps makes them rarer"
                 )
-            elif g > 1 and cause == "optimizer":
-                tips.append(advice.accumulate_less(s, mb))
-        elif g > 1:
-            tips.append(advice.accumulate_less(s, None))
+            elif cause == "optimizer":
+                tips.append(advice.optimizer_peak(s, mb))
+        elif g > 1:  # steps unknown: with accumulation, the step is the likeliest allocation to recur
+            tips.append(advice.optimizer_peak(s, None))
         tips.append(advice.reduce_bucket(s))
         if not any(tips):
             relief = advice.memory_relief(s)

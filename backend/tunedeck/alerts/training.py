@@ -196,7 +196,8 @@ class Training:
         self.flat: list | None = None  # the trailing flat run of losses: [first step, points, min, max]
         self.frozen: list | None = None  # the trailing frozen run (STUCK_FROZEN), same shape
         self.stuck = Occurrences()  # points at which the loss stood stuck
-        self.stuck_run: tuple[int | None, int, float, float, int | None] | None = None
+        # (first step, points, level, start, last step, frozen: the frozen rule's rather than the flat band's)
+        self.stuck_run: tuple[int | None, int, float, float, int | None, bool] | None = None
         self.stuck_now = False
         self.lr_cfg = advice.number((config or {}).get("learning_rate"))
         usual = advice.usual_lr(config or {})
@@ -293,7 +294,14 @@ class Training:
             if f[1] >= STUCK_POINTS and level > 0 and level >= floor * start:
                 self.stuck_now = True
                 self.stuck.add(t)
-                self.stuck_run = (f[0], f[1], level, start, step)
+                self.stuck_run = (
+                    f[0],
+                    f[1],
+                    level,
+                    start,
+                    step,
+                    f is self.frozen and level < STUCK_HIGH * start,
+                )
                 break
 
     def lr_tiny(self) -> bool:
@@ -466,7 +474,8 @@ class Training:
             clip if (s.config.get("max_grad_norm") or 1.0) > 1.0 else "",
         ]
         if not advice.fp16(s):
-            tips.append("gradient blow-ups want AMP off (fp16: false)")
+            amp = "bf16: false" if s.config.get("bf16") is True else "fp16/bf16 false"
+            tips.append(f"to tell a gradient blow-up from a precision one, run once with AMP off ({amp})")
         sug, change = advice.combine(tips)
         return [
             Finding(
@@ -558,8 +567,19 @@ class Training:
             return self._lr_stuck(s, running)
         if self.stuck_run is None:
             return []
-        step0, n, level, start, last = self.stuck_run
-        tip = advice.unstick(s)
+        step0, n, level, start, last, frozen = self.stuck_run
+        tip = advice.frozen() if frozen else advice.unstick(s)
+        if frozen:  # after it came down: no longer the start's height, a line that stopped moving
+            what = (
+                f"loss frozen at {level:.5g} for {n} logged points (steps {step0} to {last}), each within "
+                f"{100 * STUCK_FROZEN:.1f}% of the others after it came down from {start:.4g}: the updates stopped "
+                "changing the model"
+            )
+        else:
+            what = (
+                f"loss stuck at {level:.5g} for {n} logged points (steps {step0} to {last}), not below "
+                f"{100 * STUCK_HIGH:.0f}% of where the run began ({start:.4g}): the model is not learning"
+            )
         return [
             Finding(
                 "loss_stuck",
@@ -567,8 +587,7 @@ class Training:
                 None,
                 self.stuck.times(),
                 step0,
-                f"loss stuck at {level:.5g} for {n} logged points (steps {step0} to {last}), not below "
-                f"{100 * STUCK_HIGH:.0f}% of where the run began ({start:.4g}): the model is not learning",
+                what,
                 tip.text,
                 running and self.stuck_now,
                 self.stuck.n,
