@@ -3,7 +3,7 @@
 Debian's `slurm-wlm` and `munge` (scripts/setup.sh dev installs them): a munged of our own (its own
 key and socket), a slurmctld and two slurmd (`n1`, `n2`, one logical GPU each, as GRES) with every
 state, spool, log and pid file in a temporary folder. Nothing here touches a cluster already on the
-machine: the cluster name, the controller's port and the socket are this session's own. The
+machine: the cluster name, the daemons' ports and the socket are this session's own. The
 trainers run on the CPU (gloo), as everywhere in CI, while allocation, the batch script, srun and the
 rendezvous go through Slurm exactly as on a real cluster.
 """
@@ -26,10 +26,10 @@ from tests.utils.wait import until
 
 pytestmark = pytest.mark.slow
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
-NODES = {"n1": 17101, "n2": 17102}  # slurmd ports, far from Slurm's defaults (6817/6818)
+NODES = ("n1", "n2")
 
 
-def slurm_conf(root: Path, *, cluster: str, port: int) -> str:
+def slurm_conf(root: Path, *, cluster: str, port: int, node_ports: dict[str, int]) -> str:
     host = socket.gethostname()
     lines = [
         f"ClusterName={cluster}",
@@ -60,7 +60,7 @@ def slurm_conf(root: Path, *, cluster: str, port: int) -> str:
         f"SlurmctldLogFile={root}/slurmctld.log",
         f"SlurmdLogFile={root}/slurmd-%n.log",
     ]
-    for name, node_port in NODES.items():
+    for name, node_port in node_ports.items():
         lines.append(
             f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={node_port} "
             "CPUs=2 RealMemory=4000 Gres=gpu:1"
@@ -88,7 +88,10 @@ class SlurmCluster:
         key = r / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o600)
-        self.conf.write_text(slurm_conf(r, cluster=self.cluster, port=free_port()))
+        # The controller's and the slurmds' ports are free ones (tests/utils/servers.py): never Slurm's
+        # defaults (6817/6818), and two sessions on one machine each have their own.
+        node_ports = {name: free_port() for name in NODES}
+        self.conf.write_text(slurm_conf(r, cluster=self.cluster, port=free_port(), node_ports=node_ports))
         gres = ["AutoDetect=off"]
         for name in NODES:
             dev = r / "gpus" / f"{name}-gpu0"
