@@ -5,6 +5,7 @@ and routes and services check specs only through submission."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -14,6 +15,9 @@ PACKAGE = ROOT / "backend" / "tunedeck"
 CHECKS = {"tunedeck.checks.lint", "tunedeck.checks.reach", "tunedeck.checks.estimate"}
 
 
+# The tree does not change during a run: each file is listed and parsed once (reaches() walks every
+# module's imports, and read afresh each time they took half a minute).
+@functools.cache
 def modules() -> dict[str, Path]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -22,11 +26,17 @@ def modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
 def imported(path: Path) -> dict[str, str]:
     """Local name → the tunedeck module or `module.name` it is bound to, at any depth of the file."""
     known = modules()
     out = {}
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("tunedeck"):
@@ -42,8 +52,9 @@ def imported(path: Path) -> dict[str, str]:
     return out
 
 
-def imported_modules(path: Path) -> set[str]:
-    return {target.split(":")[0] for target in imported(path).values()}
+@functools.cache
+def imported_modules(path: Path) -> frozenset[str]:
+    return frozenset(target.split(":")[0] for target in imported(path).values())
 
 
 def private(name: str) -> bool:

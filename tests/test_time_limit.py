@@ -56,7 +56,7 @@ def test_a_time_limit_warning_saves_and_the_next_attempt_continues(server_factor
     child = server.api.get(f"/api/jobs/{child_id}").json()
     assert child["parent_id"] == first["id"] and child["owner"] == stopped["owner"]
     page.goto(f"{server.url}/jobs/{first['id']}")  # the stopped attempt's page links the next one
-    page.locator("#auto-resume a").wait_for(timeout=30_000)
+    page.locator("#auto-resume a").wait_for()
     assert page.locator("#auto-resume a").get_attribute("href") == f"/jobs/{child_id}"
     train = yaml.safe_load(server.api.get(f"/api/jobs/{child_id}/config").json()["train_yaml"])
     assert Path(train["resume_from_checkpoint"]).name == saved[-1]["name"]

@@ -175,7 +175,7 @@ def test_predict_job_scores_and_pages_its_generations(server, assets, trained, p
 
     # The job page: the scores as a table, the generations beside prompt and label.
     page.goto(f"{server.url}/jobs/{job['id']}")
-    page.wait_for_selector("#predictions tbody tr", timeout=60_000)
+    page.wait_for_selector("#predictions tbody tr")
     cells = page.locator("#predictions tbody tr").first.locator("td pre").all_inner_texts()
     assert [c.strip() for c in cells] == [lines[0][k].strip() for k in ("prompt", "label", "predict")]
     assert page.locator("#predictions tbody tr").count() == min(20, len(lines))
@@ -253,10 +253,10 @@ def test_chat_answers_through_the_openai_client_and_idle_stop_frees_the_slot(ser
     assert reply.choices[0].message.content, reply
     # The chat page streams its answer through the same route.
     page.goto(f"{server.url}/jobs/{chat['id']}/chat")
-    page.wait_for_function("() => window.tunedeck && window.tunedeck.ready", timeout=60_000)
+    page.wait_for_function("() => window.tunedeck && window.tunedeck.ready")
     page.fill("#question", "Who are you?")
     page.click("#send")
-    page.wait_for_function("() => window.tunedeck.answers.length === 1", timeout=60_000)
+    page.wait_for_function("() => window.tunedeck.answers.length === 1")
     assert page.locator(".chat-assistant .chat-text").inner_text().strip()
     shot(page, "chat")
     assert page.errors == []

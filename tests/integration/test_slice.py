@@ -69,24 +69,32 @@ def stale_build_lock(torch_extensions: Path) -> Path:
     from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 
     left = torch_extensions / ShareMemCommBuilder.NAME / "lock"
-    left.parent.mkdir(exist_ok=True)
+    left.parent.mkdir(parents=True, exist_ok=True)
     left.touch()
     os.utime(left, (0, 0))
     return left
 
 
 @pytest.mark.parametrize("deepspeed", [None, "ds_z3_rocm"], ids=["plain", "zero3-torchrun"])
-def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, torch_extensions, deepspeed):
+def test_cancel_is_graceful_and_leaves_nothing(server_factory, assets, torch_extensions, tmp_path, deepspeed):
     """A cancel stops after a step with the adapter saved and nothing left running. With the seed's
     ds_z3_rocm.json (its typo removed; fp16 off on the CPU) it runs ZeRO-3 under torchrun, where only
     the workers hold the stop handler, and a lock that a killed build of DeepSpeed's CPU op left
-    behind does not hang it (lf_train.clear_stale_build_locks)."""
-    server = server_factory()
+    behind does not hang it (lf_train.clear_stale_build_locks). In a parallel run that lock is in an
+    extensions folder of the test's own (the op builds there): the run's shared one serves the other
+    xdist worker's DeepSpeed jobs too, and theirs would clear it first."""
     ds = left = None
+    env = {}
     if deepspeed:
         ds = json.loads((CONFIGS / f"{deepspeed}.json").read_text())
         ds["fp16"]["enabled"] = False
-        left = stale_build_lock(torch_extensions)
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            own = tmp_path / "torch_extensions"
+            env["TORCH_EXTENSIONS_DIR"] = str(own)
+        else:
+            own = torch_extensions
+        left = stale_build_lock(own)
+    server = server_factory(**env)
     created = server.submit(
         {
             "name": "long",

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.utils.servers import Server
+from tests.utils.servers import Server, free_port
 
 ray_utils = pytest.importorskip("ray.cluster_utils")
 pytestmark = pytest.mark.slow
 
 STORE = 80 * 1024 * 1024  # Ray's object store per node: tunedeck passes nothing big through it
+
+
+def head_ports() -> dict[str, int]:
+    """The head's dashboard and dashboard agent on free ports, not Ray's fixed defaults (8265, 52365):
+    another cluster on this machine (another session's, or test_nodes_page's) may hold those."""
+    return {"dashboard_port": free_port(), "dashboard_agent_listen_port": free_port()}
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +33,7 @@ def ray_cluster():
             "num_gpus": 0,
             "include_dashboard": True,
             "object_store_memory": STORE,
+            **head_ports(),
         },
     )
     for _ in range(2):

@@ -11,6 +11,7 @@ from contextlib import closing
 
 import pytest
 
+from tests.ray.conftest import head_ports
 from tests.utils.browser import shot
 from tests.utils.servers import ROOT, demo_config
 from tests.utils.wait import until
@@ -34,7 +35,12 @@ def cluster(tmp_path_factory):
     path = os.pathsep.join([str(ROOT / "tests" / "fakes" / "nvml"), str(ROOT / "backend")])
     c = ray_cluster_utils.Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE},
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            "object_store_memory": STORE,
+            **head_ports(),
+        },
     )
     try:
         a = c.add_node(

@@ -11,8 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.runner.test_stacks import free_port
-from tests.utils.servers import ROOT
+from tests.utils.servers import ROOT, free_port
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from tests.utils.servers import free_port
 from tests.utils.wait import until
 from tunedeck.contract.stacks import flight_summary, summary
 from tunedeck.runner import stacks
@@ -53,12 +53,6 @@ LAUNCHER = textwrap.dedent("""
     for p in ranks:
         p.wait()
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Debian's `slurm-wlm` and `munge` (scripts/setup.sh dev installs them): a munged of our own (its own
 key and socket), a slurmctld and two slurmd (`n1`, `n2`, one logical GPU each, as GRES) with every
 state, spool, log and pid file in a temporary folder. Nothing here touches a cluster already on the
-machine: the cluster name, the controller's port and the socket are this session's own. The
+machine: the cluster name, the daemons' ports and the socket are this session's own. The
 trainers run on the CPU (gloo), as everywhere in CI, while allocation, the batch script, srun and the
 rendezvous go through Slurm exactly as on a real cluster.
 """

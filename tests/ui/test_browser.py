@@ -15,7 +15,7 @@ WAIT = 240_000  # ms: a tiny CPU fine-tune on a shared 2-core machine
 
 
 def ready(page) -> None:
-    page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
 
 
 def test_submit_watch_and_stop(server_factory, assets, page):
@@ -42,7 +42,7 @@ def test_submit_watch_and_stop(server_factory, assets, page):
     # The team page lists it, live.
     page.goto(f"{server.url}/")
     row = page.locator(f'tr[data-job="{job_id}"]')
-    row.wait_for(timeout=30_000)
+    row.wait_for()
     assert "ui-run" in row.inner_text()
     page.wait_for_selector(f'tr[data-job="{job_id}"][data-status="running"]', timeout=WAIT)
     shot(page, "jobs-page")
@@ -85,7 +85,7 @@ def test_submit_watch_and_stop(server_factory, assets, page):
             (job_id, t, t, t),
         )
     item = page.locator('.alert-item[data-kind="loss_spike"]')
-    item.wait_for(timeout=30_000)
+    item.wait_for()
     assert "lower learning_rate" in item.inner_text()
     shot(page, "job-page-cancelled")
 
@@ -147,7 +147,7 @@ def bad_form(page, url: str, assets) -> None:
     page.fill("#f-gpus", "0")
     page.click("#check")
     checked = page.locator('[data-field="extra"] .field-error')
-    checked.wait_for(timeout=30_000)
+    checked.wait_for()
     assert "LF001" in checked.inner_text() and "learning_rate" in checked.inner_text()
     assert page.locator('[data-field="extra"].has-error').count() == 1
 
@@ -160,7 +160,7 @@ def test_validation_errors_show_at_their_fields(server_factory, assets, page):
     bad_form(page, server.url, assets)
     page.click("#submit")
     model_err = page.locator('[data-field="config.model_name_or_path"] .field-error')
-    model_err.wait_for(timeout=30_000)
+    model_err.wait_for()
     assert "outside the allowed roots" in model_err.inner_text()
     extra_err = page.locator('[data-field="extra"] .field-error')
     assert "learning_rate" in extra_err.inner_text()  # "did you mean 'learning_rate'?"

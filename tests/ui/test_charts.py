@@ -243,7 +243,6 @@ def test_job_page_charts(deck, page):
     # Alerts arrive after the charts: wait for them to be drawn.
     page.wait_for_function(
         "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')",
-        timeout=60_000,
     )
 
     # A constant learning rate sits at its value on a narrow axis, not on a 0 ± 1 one.
@@ -493,8 +492,7 @@ def test_legends_clear_of_axis_titles_on_a_phone(deck, page):
     boxes_apart(page, "loss-chart", LOSS_LEGEND)  # the alerts' row makes the legend its tallest
     # On a phone too: periodic spikes a marker, never a band; an import's runtime its own span.
     page.wait_for_function(
-        "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')",
-        timeout=60_000,
+        "(document.getElementById('mem-chart').layout.shapes || []).some(s => s.name === 'test_repeat ×3')"
     )
     shaded = plot(
         page, "mem-chart", "gd.layout.shapes.filter(s => s.type === 'rect' && s.name).map(s => s.name)"
@@ -700,7 +698,6 @@ def test_one_x_axis_moves_every_chart_and_its_alerts(deck, page, screen):
     page.wait_for_function(
         "['loss-chart', 'lr-chart', 'mem-chart'].every(id => (document.getElementById(id).layout.shapes || [])"
         ".some(s => s.name === 'test_repeat ×3'))",
-        timeout=60_000,
     )
     steps = list(range(1, 31))
     # In steps, T0 + 2 s is step 1: the repeated memory jump from T0 + 20 to T0 + 80 runs from step
@@ -718,7 +715,6 @@ def test_one_x_axis_moves_every_chart_and_its_alerts(deck, page, screen):
         title = {"step": "step", "tokens": "tokens seen", "time": "time"}[axis]
         page.wait_for_function(
             f"{list(JOB_CHARTS)!r}.every(id => document.getElementById(id).layout.xaxis.title.text === {title!r})",
-            timeout=60_000,
         )
         charts = page.evaluate(AXIS_VIEW, list(JOB_CHARTS))
         for chart in ("lr-chart", "tp-chart", "grad-chart", "loss-chart"):

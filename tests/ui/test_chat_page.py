@@ -27,7 +27,7 @@ def test_a_queued_chat_says_it_waits_for_a_slot(server_factory, assets, strict_p
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{server.url}/jobs/{chat['id']}/chat")
         state = page.locator("#state")
-        state.filter(has_text="queued").wait_for(timeout=60_000)
+        state.filter(has_text="queued").wait_for()
         text = state.inner_text()
         assert text.startswith("queued") and "waiting for a slot" in text, text
         assert "loading" not in text, text

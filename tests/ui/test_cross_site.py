@@ -78,7 +78,7 @@ def test_another_site_cannot_submit_or_cancel(server_factory, assets, page):
     try:
         page.goto(url)
         assert page.evaluate("window.fetchesDone") is True
-        page.wait_for_function("window.formsDone()", timeout=60_000)
+        page.wait_for_function("window.formsDone()")
         results = page.evaluate("window.results")
     finally:
         httpd.shutdown()
@@ -116,7 +116,7 @@ def test_gpu_names_are_text_in_the_chart_legend(server_factory, assets, strict_p
     page = strict_page
     page.goto(f"{server.url}/jobs/{job['id']}")
     legend = page.locator("#mem-chart .legend")
-    legend.locator("text", has_text="MI300X").first.wait_for(timeout=30_000)
+    legend.locator("text", has_text="MI300X").first.wait_for()
     text = legend.text_content()
     assert '<a href="https://evil.example/">MI300X</a>' in text  # shown as written
     assert page.locator("#mem-chart a").count() == 0
@@ -128,5 +128,5 @@ def test_gpu_names_are_text_in_the_chart_legend(server_factory, assets, strict_p
         page.wait_for_load_state("networkidle")
         assert page.evaluate("window.tunedeckReady") is True, path
     page.goto(f"{server.url}/")
-    page.locator(f'tr[data-job="{job["id"]}"]').wait_for(timeout=30_000)
+    page.locator(f'tr[data-job="{job["id"]}"]').wait_for()
     assert page.csp_violations == [] and page.errors == []

@@ -26,7 +26,7 @@ def test_a_dataset_uploaded_from_the_form_is_offered_and_models_are_listed(
 ):
     server = server_factory(TUNEDECK_LAUNCH_PAUSED="true")
     page.goto(f"{server.url}/new")
-    page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
     model = str((assets / "demo" / "model").resolve())
     assert page.get_attribute("#f-model_name_or_path", "list") == "models-list"
     assert model in options(page, "models-list")
@@ -41,9 +41,7 @@ def test_a_dataset_uploaded_from_the_form_is_offered_and_models_are_listed(
     page.fill("#add-dataset-name", "my_chat")
     page.set_input_files("#add-dataset-file", str(upload))
     page.click("#add-dataset-send")
-    page.wait_for_function(
-        "document.querySelector('#add-dataset-said').textContent.startsWith('Added')", timeout=60_000
-    )
+    page.wait_for_function("document.querySelector('#add-dataset-said').textContent.startsWith('Added')")
     said = page.text_content("#add-dataset-said")
     assert "my_chat" in said and "sharegpt, 2 rows" in said, said
     assert page.input_value("#f-dataset") == "my_chat"
@@ -60,7 +58,7 @@ def test_a_dataset_uploaded_from_the_form_is_offered_and_models_are_listed(
     page.dispatch_event("#f-model_name_or_path", "change")
     page.fill("#f-cutoff_len", "16")
     page.dispatch_event("#f-dataset", "change")
-    page.click("#render-rows", timeout=30_000)
+    page.click("#render-rows")
     page.wait_for_function(
         "document.querySelector('#rendered-said').textContent.startsWith('Template')", timeout=120_000
     )
@@ -74,9 +72,7 @@ def test_a_dataset_uploaded_from_the_form_is_offered_and_models_are_listed(
     page.fill("#add-dataset-name", "bad_one")
     page.set_input_files("#add-dataset-file", str(bad))
     page.click("#add-dataset-send")
-    page.wait_for_function(
-        "document.querySelector('#add-dataset-said').textContent.startsWith('Not added')", timeout=60_000
-    )
+    page.wait_for_function("document.querySelector('#add-dataset-said').textContent.startsWith('Not added')")
     assert "row 2, column 'output': missing" in page.text_content("#add-dataset-said")
     shot(page, "new-job-dataset-added")
     assert page.errors == []

@@ -18,7 +18,7 @@ def test_a_job_opens_in_the_form_as_a_starting_point(server_factory, assets, pag
     page.wait_for_function("document.querySelector('#again').getAttribute('href').includes('from=')")
     assert page.get_attribute("#again", "href") == f"/new?from={job['id']}"
     page.goto(f"{server.url}/new?from={job['id']}")
-    page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
     assert float(page.input_value("#f-learning_rate")) == 0.00042
     assert page.input_value("#f-name") == "tuned before"
     assert page.input_value("#f-model_name_or_path") == str(assets / "demo" / "model")
@@ -30,7 +30,7 @@ def test_a_job_opens_in_the_form_as_a_starting_point(server_factory, assets, pag
     page.fill("#f-learning_rate", "0.0001")
     page.fill("#f-name", "tuned again")
     page.click("#submit")
-    page.wait_for_url("**/jobs/*", timeout=60_000)
+    page.wait_for_url("**/jobs/*")
     again = server.api.get("/api/jobs", params={"q": "tuned again"}).json()["jobs"][0]
     text = server.api.get(f"/api/jobs/{again['id']}/config").json()["train_yaml"]
     assert "learning_rate: 0.0001\n" in text and "neftune_noise_alpha: 5\n" in text

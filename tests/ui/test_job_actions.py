@@ -71,8 +71,8 @@ def signed_in(page, server, who: str, screen: str) -> list[str]:
 
 def open_job(page, server, job_id: int, who: str) -> None:
     page.goto(f"{server.url}/jobs/{job_id}")
-    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
-    page.locator("#me", has_text=f"{who} · submitter").wait_for(timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
+    page.locator("#me", has_text=f"{who} · submitter").wait_for()
 
 
 def job(server, job_id: int) -> dict:
@@ -87,7 +87,7 @@ def fits(page) -> None:
 
 
 def saved(page, target) -> tuple[str, bytes]:
-    with page.expect_download(timeout=30_000) as d:
+    with page.expect_download() as d:
         target.click()
     data = Path(d.value.path()).read_bytes()
     return d.value.suggested_filename, data
@@ -99,11 +99,11 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
     stopped = team.jobs["stopped"]
     open_job(page, team, stopped, "alice")
     # What it was queued with: its priority (no longer changeable: it has ended) and its environment.
-    page.locator("#job-env", has_text="OMP_NUM_THREADS=2").wait_for(timeout=30_000)
+    page.locator("#job-env", has_text="OMP_NUM_THREADS=2").wait_for()
     assert page.locator("#priority").inner_text() == "3" and page.locator("#edit-priority").is_hidden()
 
     # Downloads: each needs the token (reads are closed), so each comes through fetch with the header.
-    page.locator('#downloads [data-archive="adapter"]').wait_for(timeout=30_000)
+    page.locator('#downloads [data-archive="adapter"]').wait_for()
     assert team.api.get(f"/api/jobs/{stopped}/archive").status_code == 401  # a plain link's request
     name, data = saved(page, page.locator('#downloads [data-archive="adapter"]'))
     assert name == f"job{stopped}-adapter.zip"
@@ -124,44 +124,44 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
     page.fill("#tags-input", "baseline, not a tag!")
     page.click("#labels-save")
     refusal = page.locator("#refusals .refusal", has_text="Saving tags and notes failed")
-    refusal.wait_for(timeout=30_000)
+    refusal.wait_for()
     assert refusal.get_attribute("data-status") == "422"
     assert "tags.1" in page.locator("#labels-error").inner_text()
     refusal.locator(".dismiss").click()
     page.fill("#tags-input", "baseline, lr-sweep")
     page.fill("#notes-input", "stopped early:\nloss flat after step 2")
     page.click("#labels-save")
-    page.locator('#tags [data-tag="lr-sweep"]').wait_for(timeout=30_000)
+    page.locator('#tags [data-tag="lr-sweep"]').wait_for()
     assert job(team, stopped)["tags"] == ["baseline", "lr-sweep"]
     assert job(team, stopped)["notes"] == "stopped early:\nloss flat after step 2"
     page.reload()
-    page.locator('#tags [data-tag="baseline"]').wait_for(timeout=30_000)
+    page.locator('#tags [data-tag="baseline"]').wait_for()
     assert page.locator("#notes").inner_text() == "stopped early:\nloss flat after step 2"
     fits(page)
     shot(page, f"job-actions-{screen}")
 
     # Resume from the picker: the newest resumable checkpoint is chosen, the unresumable one is not offered.
-    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
-    page.locator("#resume").wait_for(state="visible", timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
+    page.locator("#resume").wait_for(state="visible")
     page.click("#resume")
     picker = page.locator("#resume-dialog")
-    picker.wait_for(timeout=30_000)
+    picker.wait_for()
     assert page.locator("#resume-checkpoint").input_value() == "checkpoint-2"
     assert page.locator('#resume-checkpoint option[value="checkpoint-4"]').is_disabled()
     shot(page, f"job-actions-resume-{screen}")
     page.click("#resume-dialog-ok")
-    page.wait_for_url(re.compile(rf"/jobs/(?!{stopped}$)\d+$"), timeout=30_000)
+    page.wait_for_url(re.compile(rf"/jobs/(?!{stopped}$)\d+$"))
     child = int(page.url.rsplit("/", 1)[1])
     assert child != stopped and job(team, child)["parent_id"] == stopped
     yaml = team.api.get(f"/api/jobs/{child}/config", headers=team.alice).json()["train_yaml"]
     assert f"resume_from_checkpoint: {team.out / 'checkpoint-2'}\n" in yaml
-    page.locator("#parent", has_text=f"from #{stopped}").wait_for(timeout=30_000)
+    page.locator("#parent", has_text=f"from #{stopped}").wait_for()
 
     # Export: a kind `export` job of the adapter, its parent recorded.
     open_job(page, team, stopped, "alice")
-    page.locator("#export-job").wait_for(state="visible", timeout=30_000)
+    page.locator("#export-job").wait_for(state="visible")
     page.click("#export-job")
-    page.wait_for_url(re.compile(rf"/jobs/(?!{stopped}$)\d+$"), timeout=30_000)
+    page.wait_for_url(re.compile(rf"/jobs/(?!{stopped}$)\d+$"))
     export = job(team, int(page.url.rsplit("/", 1)[1]))
     assert (export["kind"], export["parent_id"]) == ("export", stopped)
     yaml = team.api.get(f"/api/jobs/{export['id']}/config", headers=team.alice).json()["train_yaml"]
@@ -169,10 +169,10 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
 
     # Chat with the adapter: alice may act on her job.
     open_job(page, team, stopped, "alice")
-    page.locator("#start-chat").wait_for(state="visible", timeout=30_000)
+    page.locator("#start-chat").wait_for(state="visible")
     assert page.locator("#start-chat").is_enabled()
     page.click("#start-chat")
-    page.wait_for_url(re.compile(r"/jobs/\d+/chat$"), timeout=30_000)
+    page.wait_for_url(re.compile(r"/jobs/\d+/chat$"))
     chat = job(team, int(page.url.rsplit("/", 2)[1]))
     assert (chat["kind"], chat["parent_id"]) == ("chat", stopped)
 
@@ -183,25 +183,25 @@ def test_alice_resumes_downloads_tags_exports_chats_and_deletes(team, page, scre
     open_job(page, team, team.jobs["waiting"], "alice")
     assert page.locator("#gpus").inner_text() == "CPU on each of 2 nodes"
     assert page.locator("#edit-priority").is_enabled() and page.locator("#job-env").inner_text() == "none set"
-    page.locator("#delete").wait_for(state="visible", timeout=30_000)
+    page.locator("#delete").wait_for(state="visible")
     assert page.locator("#delete").is_disabled()
     assert "Stop it first" in page.locator("#delete").get_attribute("title")
     # Nothing saved yet and still queued: nothing to resume, export or chat with.
-    page.locator("#files", has_text="no files yet").wait_for(timeout=30_000)
+    page.locator("#files", has_text="no files yet").wait_for()
     assert page.locator("#resume").is_hidden() and page.locator("#export-job").is_hidden()
     assert page.locator("#start-chat").count() == 0
     open_job(page, team, stopped, "alice")
-    page.locator("#delete").wait_for(state="visible", timeout=30_000)
+    page.locator("#delete").wait_for(state="visible")
     page.click("#delete")
-    page.locator("#delete-dialog").wait_for(timeout=30_000)
+    page.locator("#delete-dialog").wait_for()
     page.click("#delete-dialog-cancel")
-    page.locator("#delete-dialog").wait_for(state="detached", timeout=30_000)
+    page.locator("#delete-dialog").wait_for(state="detached")
     assert job(team, stopped)["status"] == "cancelled"  # cancelled: nothing was deleted
     page.click("#delete")
     page.check("#delete-files")
     shot(page, f"job-actions-delete-{screen}")
     page.click("#delete-dialog-ok")
-    page.wait_for_url(f"{team.url}/", timeout=30_000)
+    page.wait_for_url(f"{team.url}/")
     assert team.api.get(f"/api/jobs/{stopped}", headers=team.alice).status_code == 404
     assert not team.out.exists()
     assert opened == [] and page.errors == []  # no window.confirm, prompt or alert on the way
@@ -214,21 +214,21 @@ def test_bob_sees_why_and_a_refusal_stays_until_dismissed(team, page, screen):
     open_job(page, team, stopped, "bob")
     # What only alice (or an admin) may do is disabled, with the reason on the button and on the page.
     why = "Only its owner (alice) or an admin may change this job."
-    page.locator("#actions-why", has_text=why).wait_for(timeout=30_000)
+    page.locator("#actions-why", has_text=why).wait_for()
     for button in ("#delete", "#edit-labels", "#start-chat"):
-        page.locator(button).wait_for(state="visible", timeout=30_000)
+        page.locator(button).wait_for(state="visible")
         assert page.locator(button).is_disabled(), button
         assert page.locator(button).get_attribute("title") == why, button
     # A new job from hers is his to make: Resume, Export and Edit as new are offered.
     for button in ("#resume", "#export-job", "#again"):
-        page.locator(button).wait_for(state="visible", timeout=30_000)
+        page.locator(button).wait_for(state="visible")
     assert page.locator("#resume").is_enabled() and page.locator("#export-job").is_enabled()
     fits(page)
     shot(page, f"job-actions-bob-{screen}")
 
     # Edit as new keeps the lineage and the queue's fields; the new job is bob's, its parent alice's job.
     page.click("#again")
-    page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
     assert page.input_value("#f-parent") == str(stopped)
     assert page.locator("#f-parent-link").inner_text() == f"#{stopped} stopped"
     assert (page.input_value("#f-priority"), page.input_value("#f-env")) == ("3", "OMP_NUM_THREADS=2")
@@ -239,7 +239,7 @@ def test_bob_sees_why_and_a_refusal_stays_until_dismissed(team, page, screen):
     )
     page.fill("#f-name", "bob tries again")
     page.click("#submit")
-    page.wait_for_url(re.compile(r"/jobs/\d+$"), timeout=60_000)
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
     again = job(team, int(page.url.rsplit("/", 1)[1]))
     assert (again["owner"], again["parent_id"], again["priority"]) == ("bob", stopped, 3)
     fits(page)
@@ -254,15 +254,15 @@ def test_bob_sees_why_and_a_refusal_stays_until_dismissed(team, page, screen):
         ),
     )
     open_job(page, team, stopped, "alice")
-    page.locator("#delete").wait_for(state="visible", timeout=30_000)
+    page.locator("#delete").wait_for(state="visible")
     page.click("#delete")
     page.click("#delete-dialog-ok")
     refusal = page.locator("#refusals .refusal", has_text="only its owner (alice) or an admin may delete")
-    refusal.wait_for(timeout=30_000)
+    refusal.wait_for()
     assert refusal.get_attribute("data-status") == "403"
     r = team.api.patch(f"/api/jobs/{stopped}", json={"notes": "seen by bob"}, headers=team.alice)
     assert r.status_code == 200, r.text
-    page.locator("#notes", has_text="seen by bob").wait_for(timeout=30_000)  # the stream's update
+    page.locator("#notes", has_text="seen by bob").wait_for()  # the stream's update
     assert refusal.count() == 1 and refusal.is_visible()
     refusal.locator(".dismiss").click()
     assert refusal.count() == 0

@@ -30,7 +30,7 @@ def test_the_nodes_page_says_who_is_on_each_gpu_and_how_it_runs(server_factory, 
     server.api.get("/api/nodes")  # a first reading: the page's then has an xGMI rate
     page.goto(server.url + "/nodes")
     rows = page.locator("tr[data-gpu]")
-    rows.first.wait_for(timeout=60_000)
+    rows.first.wait_for()
     shot(page, "nodes-gpus")
     mi300x, gcd0, gcd1 = (rows.nth(i) for i in range(3))
     assert "junction 84°C" in mi300x.locator(".temps").inner_text()
@@ -68,7 +68,7 @@ def test_a_node_without_gpus_says_so_in_a_sentence(server_factory, strict_page, 
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(server.url + "/nodes")
         card = page.locator("#nodes .card")
-        card.wait_for(timeout=60_000)
+        card.wait_for()
         text = card.inner_text()
         assert want in text, text
         for word in ("pyrsmi", "pynvml", "Error", "rocm", "libamd_smi", "Traceback"):

@@ -49,7 +49,7 @@ def test_the_predictions_table_scrolls_inside_its_card(run, page):
     for screen, (w, h) in SCREENS.items():
         page.set_viewport_size({"width": w, "height": h})
         page.goto(f"{run.url}/jobs/{run.job}")
-        page.locator("#predictions tbody tr").nth(2).wait_for(timeout=60_000)
+        page.locator("#predictions tbody tr").nth(2).wait_for()
         fits(page, "main, .card, #predictions-box, #results, #predictions-box > div, pre")
         table = page.evaluate(
             "(() => { const t = document.getElementById('predictions'), box = t.parentElement;"
@@ -72,7 +72,7 @@ def test_the_run_report_fits_a_phone(run, browser, tmp_path):
         try:
             page = context.new_page()
             page.goto(path.as_uri())
-            page.wait_for_function("window.reportReady === true", timeout=60_000)
+            page.wait_for_function("window.reportReady === true")
             fits(page, "body, table, pre, h1, .chart, #facts td")
             shot(page, f"report-{screen}")
         finally:

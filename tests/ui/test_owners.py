@@ -48,32 +48,32 @@ def test_bob_signs_in_on_the_page_and_is_offered_only_his_own_jobs(team, page, s
     opened = sized(page, screen)
     jobs = team.jobs
     page.goto(f"{team.url}/")
-    page.locator(f'tr[data-job="{jobs["bob-one"]}"]').wait_for(timeout=30_000)
+    page.locator(f'tr[data-job="{jobs["bob-one"]}"]').wait_for()
     # Not signed in on a server whose writes need a token: no Stop anywhere, and the page says so.
-    page.locator("#me", has_text="not signed in").wait_for(timeout=30_000)
+    page.locator("#me", has_text="not signed in").wait_for()
     assert page.locator("[data-stop]").count() == 0
     assert page.locator("#mine-label").is_hidden()
 
     page.click("#sign-in")
     page.fill("#signin-token", team.tokens["bob"])
     page.click("#signin-ok")
-    page.locator("#me", has_text="bob · submitter").wait_for(timeout=30_000)
+    page.locator("#me", has_text="bob · submitter").wait_for()
     assert page.evaluate("sessionStorage.getItem('tunedeck.token')") == team.tokens["bob"]
-    page.locator(f'[data-stop="{jobs["bob-one"]}"]').wait_for(timeout=30_000)
+    page.locator(f'[data-stop="{jobs["bob-one"]}"]').wait_for()
     for name in ("alice-first", "alice-second"):
         assert page.locator(f'tr[data-job="{jobs[name]}"]').count() == 1
         assert page.locator(f'[data-stop="{jobs[name]}"]').count() == 0, name
 
     # My jobs: only bob's, kept in the address (a reload keeps it).
     page.check("#mine")
-    page.locator(f'tr[data-job="{jobs["alice-first"]}"]').wait_for(state="detached", timeout=30_000)
+    page.locator(f'tr[data-job="{jobs["alice-first"]}"]').wait_for(state="detached")
     assert page.locator("#jobs tbody tr").evaluate_all("rs => rs.map(r => r.dataset.job)") == [
         str(jobs["bob-one"])
     ]
     assert "mine=1" in page.url
     page.reload()
-    page.locator("#me", has_text="bob · submitter").wait_for(timeout=30_000)
-    page.locator(f'tr[data-job="{jobs["bob-one"]}"]').wait_for(timeout=30_000)
+    page.locator("#me", has_text="bob · submitter").wait_for()
+    page.locator(f'tr[data-job="{jobs["bob-one"]}"]').wait_for()
     assert page.is_checked("#mine")
     assert page.locator("#jobs tbody tr").count() == 1
     shot(page, f"owners-my-jobs-{screen}")
@@ -81,36 +81,36 @@ def test_bob_signs_in_on_the_page_and_is_offered_only_his_own_jobs(team, page, s
     # The job pages: no Stop on alice's job, Stop on his own; her job's priority shown, its change
     # disabled with the reason.
     page.goto(f"{team.url}/jobs/{jobs['alice-first']}")
-    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
-    page.locator("#me", has_text="bob · submitter").wait_for(timeout=30_000)
+    page.wait_for_function("window.tunedeckReady === true")
+    page.locator("#me", has_text="bob · submitter").wait_for()
     assert page.locator("#owner").inner_text() == "by alice"
     assert page.locator("#stop").is_hidden()
     assert page.locator("#priority").inner_text() == "0"
-    page.locator("#edit-priority").wait_for(state="visible", timeout=30_000)
+    page.locator("#edit-priority").wait_for(state="visible")
     assert page.locator("#edit-priority").is_disabled()
     assert page.locator("#edit-priority").get_attribute("title") == (
         "Only its owner (alice) or an admin may change this job."
     )
     page.goto(f"{team.url}/jobs/{jobs['bob-one']}")
-    page.locator("#stop").wait_for(state="visible", timeout=30_000)
+    page.locator("#stop").wait_for(state="visible")
     assert page.locator("#stop").is_enabled()
 
     # His queued job's priority, changed on its page: a value the server refuses stays on screen, one
     # it takes moves the job up the line (PATCH, as `tunedeck priority` does).
-    page.locator("#waiting", has_text="Queued, #3 in line").wait_for(timeout=30_000)
-    page.locator("#edit-priority").wait_for(state="visible", timeout=30_000)
+    page.locator("#waiting", has_text="Queued, #3 in line").wait_for()
+    page.locator("#edit-priority").wait_for(state="visible")
     page.click("#edit-priority")
     page.fill("#priority-input", "11")
     page.click("#priority-dialog-ok")
     refusal = page.locator("#refusals .refusal", has_text="Changing the priority failed")
-    refusal.filter(has_text="priority").wait_for(timeout=30_000)
+    refusal.filter(has_text="priority").wait_for()
     assert refusal.get_attribute("data-status") == "422"
     refusal.locator(".dismiss").click()
     page.click("#edit-priority")
     assert page.input_value("#priority-input") == "0"
     page.fill("#priority-input", "4")
     page.click("#priority-dialog-ok")
-    page.locator("#waiting", has_text="Queued, #1 in line (priority 4)").wait_for(timeout=30_000)
+    page.locator("#waiting", has_text="Queued, #1 in line (priority 4)").wait_for()
     assert page.locator("#priority").inner_text() == "4"
     assert team.api.get(f"/api/jobs/{jobs['bob-one']}").json()["priority"] == 4
     wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
@@ -135,17 +135,17 @@ def test_a_refusal_stays_on_screen_through_live_updates_until_dismissed(team, pa
     second = jobs["alice-second"]
     page.goto(f"{team.url}/jobs/{second}")
     notice = page.locator("#waiting")
-    notice.filter(has_text="Queued, #2 in line").wait_for(timeout=30_000)
-    page.locator("#stop").wait_for(state="visible", timeout=30_000)
+    notice.filter(has_text="Queued, #2 in line").wait_for()
+    page.locator("#stop").wait_for(state="visible")
     page.click("#stop")
     refusal = page.locator("#refusals .refusal")
-    refusal.filter(has_text="only its owner (alice) or an admin may cancel").wait_for(timeout=30_000)
+    refusal.filter(has_text="only its owner (alice) or an admin may cancel").wait_for()
     assert refusal.get_attribute("data-status") == "403"
 
     # A live update of this job (the first leaves the queue) re-renders the header: the refusal stays.
     bearer = {"Authorization": f"Bearer {team.tokens['alice']}"}
     assert team.api.post(f"/api/jobs/{jobs['alice-first']}/cancel", headers=bearer).status_code == 200
-    notice.filter(has_text="Queued, #1 in line").wait_for(timeout=30_000)
+    notice.filter(has_text="Queued, #1 in line").wait_for()
     assert refusal.count() == 1 and refusal.is_visible()
     assert page.locator("#stop").inner_text() == "Stop" and page.locator("#stop").is_enabled()
     shot(page, f"owners-refusal-kept-{screen}")
@@ -155,10 +155,10 @@ def test_a_refusal_stays_on_screen_through_live_updates_until_dismissed(team, pa
     # The team page: the same refusal outlives the rows the stream redraws.
     page.goto(f"{team.url}/")
     page.locator(f'[data-stop="{second}"]').click()
-    refusal.filter(has_text=f"may cancel job {second}").wait_for(timeout=30_000)
+    refusal.filter(has_text=f"may cancel job {second}").wait_for()
     r = team.api.post("/api/jobs", json={"name": "alice-third", "config": team.demo}, headers=bearer)
     assert r.status_code == 201, r.text
-    page.locator(f'tr[data-job="{r.json()["id"]}"]').wait_for(timeout=30_000)
+    page.locator(f'tr[data-job="{r.json()["id"]}"]').wait_for()
     assert refusal.count() == 1 and refusal.is_visible()
     refusal.locator(".dismiss").click()
     assert refusal.count() == 0

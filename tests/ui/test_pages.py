@@ -52,7 +52,7 @@ def watched(browser, **context):
 def ready(page, selector: str | None = None) -> None:
     """Wait for the page's script (the pages' policy forbids wait_for_function's eval)."""
     if selector:
-        page.locator(selector).first.wait_for(timeout=60_000)
+        page.locator(selector).first.wait_for()
         return
     until(lambda: page.evaluate("window.tunedeckReady === true"), "the page's script loaded", 60)
 
@@ -69,10 +69,10 @@ def test_every_page_fits_a_phone_in_the_dark_without_errors_and_stop_asks_first(
             page.set_viewport_size(size)
             page.goto(server.url + "/")
             row = page.locator(f'tr[data-job="{job}"]')
-            row.wait_for(timeout=60_000)
-            page.locator("#me", has_text="open mode: anyone here may act").wait_for(timeout=30_000)
+            row.wait_for()
+            page.locator("#me", has_text="open mode: anyone here may act").wait_for()
             assert row.locator('td[title^="made without a token"]').inner_text() == "–"
-            page.locator(f'[data-stop="{job}"]').wait_for(timeout=30_000)
+            page.locator(f'[data-stop="{job}"]').wait_for()
             assert page.locator("#mine-label").is_hidden()
         for path, selector in pages:
             page.goto(server.url + path)
@@ -108,7 +108,7 @@ def test_every_page_fits_a_phone_in_the_dark_without_errors_and_stop_asks_first(
         assert page.locator("#stop").is_enabled()
         page.once("dialog", lambda d: d.accept())
         page.click("#stop")
-        page.locator('#status [data-status="cancelled"]').wait_for(timeout=60_000)
+        page.locator('#status [data-status="cancelled"]').wait_for()
         assert (
             page.locator("#stopped").inner_text()
             == "cancelled by a request without a token before it started"
@@ -134,32 +134,32 @@ def test_the_form_helps_offers_choices_and_clears_stale_results(server, browser,
         page.fill("#f-gpus", "0")
         page.fill("#f-model_name_or_path", str(assets / "demo" / "model"))
         page.locator("#f-model_name_or_path").dispatch_event("change")
-        page.locator('[data-hint="model_name_or_path"]', has_text="template qwen").wait_for(timeout=30_000)
+        page.locator('[data-hint="model_name_or_path"]', has_text="template qwen").wait_for()
         assert page.input_value("#f-template") == "qwen"  # the model folder chose it
         assert "llama3" in page.locator("#templates-list option").evaluate_all("os => os.map(o => o.value)")
 
         page.fill("#f-dataset_dir", str(assets / "demo" / "data"))
         page.locator("#f-dataset_dir").dispatch_event("change")
-        page.locator('[data-hint="dataset_dir"]', has_text="2 datasets").wait_for(timeout=30_000)
+        page.locator('[data-hint="dataset_dir"]', has_text="2 datasets").wait_for()
         options = page.locator("#datasets-list option").evaluate_all("os => os.map(o => o.value)")
         assert options == ["demo_identity", "demo_identity_small"]
         page.fill("#f-dataset", "demo_identity")
         page.locator("#f-dataset").dispatch_event("change")
         first = (assets / "demo" / "data" / "demo_identity.json").read_text()
-        page.locator("#dataset-preview pre").wait_for(timeout=30_000)
+        page.locator("#dataset-preview pre").wait_for()
         assert json.loads(first)[0]["instruction"] in page.locator("#dataset-preview pre").inner_text()
         page.fill("#f-max_steps", "5")
         page.select_option("#f-finetuning_type", "lora")
 
         # Preview and lint, then a refused submit: what they showed is gone.
         page.click("#preview")
-        page.locator("#preview-out", has_text="max_steps: 5").wait_for(timeout=30_000)
+        page.locator("#preview-out", has_text="max_steps: 5").wait_for()
         page.click("#check")
-        page.locator("#checks", has_text="Estimate").wait_for(timeout=30_000)
+        page.locator("#checks", has_text="Estimate").wait_for()
         page.fill("#f-dataset", "demo_identiy")
         page.click("#submit")
         err = page.locator('.field-error[data-loc="config.dataset"]')
-        err.wait_for(timeout=30_000)
+        err.wait_for()
         assert "LF014" in err.inner_text() and "demo_identity" in err.inner_text()
         assert "max_steps" not in page.inner_text("#preview-out")
         assert "Estimate" not in page.inner_text("#checks")
@@ -239,7 +239,7 @@ def test_the_report_renders_offline_and_runs_none_of_its_data(report, browser, t
         page.on("dialog", lambda d: (errors.append(f"dialog {d.message}"), d.dismiss()))
         context.route("http*://**/*", lambda route: (requests.append(route.request.url), route.abort()))
         page.goto(path.as_uri())
-        page.wait_for_function("window.reportReady === true", timeout=60_000)
+        page.wait_for_function("window.reportReady === true")
         assert requests == [] and errors == []
         assert page.evaluate("window.pwned") is None
         assert (

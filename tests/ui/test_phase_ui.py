@@ -25,7 +25,7 @@ def test_the_row_and_the_page_show_the_phase_and_its_duration(server_factory, as
 
     page.goto(f"{server.url}/")
     cell = page.locator(f'tr[data-job="{job["id"]}"] .phase')
-    cell.filter(has_text="building a DeepSpeed op (").wait_for(timeout=30_000)
+    cell.filter(has_text="building a DeepSpeed op (").wait_for()
     assert cell.get_attribute("data-phase") == "building_op"
     status = page.locator(f'tr[data-job="{job["id"]}"] td').nth(3).inner_text()
     assert status.startswith("running · building a DeepSpeed op ("), status
@@ -34,18 +34,18 @@ def test_the_row_and_the_page_show_the_phase_and_its_duration(server_factory, as
     job_page = page.context.new_page()
     job_page.goto(f"{server.url}/jobs/{job['id']}")
     phase = job_page.locator("#phase")
-    phase.filter(has_text="· building a DeepSpeed op (").wait_for(timeout=30_000)
+    phase.filter(has_text="· building a DeepSpeed op (").wait_for()
     logs = job_page.locator("#logs")
-    logs.filter(has_text="phase: building a DeepSpeed op").wait_for(timeout=30_000)
+    logs.filter(has_text="phase: building a DeepSpeed op").wait_for()
 
     # The build ends and training begins: both pages follow without a reload; the finished job keeps
     # its last phase, which a success does not show.
     release(Path(job["run_dir"]))
     done = server.wait(job["id"], ("succeeded", "failed", "cancelled"))
     assert done["status"] == "succeeded" and done["phase"] == "training", done
-    page.locator(f'tr[data-job="{job["id"]}"][data-status="succeeded"]').wait_for(timeout=30_000)
+    page.locator(f'tr[data-job="{job["id"]}"][data-status="succeeded"]').wait_for()
     assert cell.count() == 0
-    job_page.locator('#status [data-status="succeeded"]').wait_for(timeout=30_000)
+    job_page.locator('#status [data-status="succeeded"]').wait_for()
     assert job_page.locator("#phase").is_hidden()
     text = logs.inner_text()
     assert text.index("phase: building a DeepSpeed op") < text.index("phase: training"), text

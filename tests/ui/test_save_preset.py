@@ -23,11 +23,11 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
     for width, suffix in ((1440, "wide"), (PHONE, "phone")):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{server.url}/new")
-        page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+        page.wait_for_function("window.tunedeckReady === true")
         page.click("#toggle-paste")
         page.fill("#paste", text)
         page.click("#import-paste")
-        page.locator("#banner .notice").filter(has_text="Imported").wait_for(timeout=30_000)
+        page.locator("#banner .notice").filter(has_text="Imported").wait_for()
         page.fill("#f-max_steps", "-3")
 
         page.click("#save-preset")
@@ -37,7 +37,7 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
         page.fill("#preset-description", f"our LoRA SFT, {suffix}")
         page.click("#preset-save")
         problem = dialog.locator('.preset-problem[data-loc="config.max_steps"]')
-        problem.wait_for(timeout=30_000)
+        problem.wait_for()
         assert dialog.is_visible()  # nothing saved: the dialog stays, with why
         field = page.locator('[data-field="config.max_steps"]')
         assert "has-error" in (field.get_attribute("class") or "")
@@ -52,13 +52,13 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
         page.fill("#preset-name", "demo_cpu")  # a shipped preset's name: read-only
         page.click("#preset-save")
         taken = dialog.locator('[data-preset-field="name"] .field-error')
-        taken.wait_for(timeout=30_000)
+        taken.wait_for()
         assert "read-only" in taken.inner_text()
         assert dialog.locator(".preset-problem").count() == 0
 
         page.fill("#preset-name", f"team sft {suffix}")
         page.click("#preset-save")
-        page.locator("#preset-saved").wait_for(timeout=30_000)
+        page.locator("#preset-saved").wait_for()
         assert not dialog.is_visible()
         option = page.locator(f'#preset option[value="team sft {suffix}"]')
         assert option.get_attribute("data-source") == "team"
@@ -74,13 +74,13 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
 
         # The saved preset loads back into a fresh form.
         page.goto(f"{server.url}/new?preset=team sft {suffix}")
-        page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
-        page.locator("#banner .notice").filter(has_text="Imported").wait_for(timeout=30_000)
+        page.wait_for_function("window.tunedeckReady === true")
+        page.locator("#banner .notice").filter(has_text="Imported").wait_for()
         assert page.input_value("#f-max_steps") == "5"
 
         # Deleted from the form behind a dialog of its own (open mode: anyone here may); a shipped
         # preset offers no Delete.
-        page.locator("#delete-preset").wait_for(state="visible", timeout=30_000)
+        page.locator("#delete-preset").wait_for(state="visible")
         assert page.locator("#delete-preset").is_enabled()
         page.click("#delete-preset")
         page.locator("#delete-preset-dialog").wait_for(state="visible")
@@ -89,7 +89,7 @@ def test_save_as_preset_keeps_errors_at_the_fields_and_lists_the_preset(server_f
         assert server.api.get(f"/api/presets/team sft {suffix}").status_code == 200
         page.click("#delete-preset")
         page.click("#delete-preset-ok")
-        page.locator("#preset-deleted").wait_for(timeout=30_000)
+        page.locator("#preset-deleted").wait_for()
         assert server.api.get(f"/api/presets/team sft {suffix}").status_code == 404
         assert page.locator(f'#preset option[value="team sft {suffix}"]').count() == 0
         assert page.locator("#delete-preset").is_hidden()
@@ -115,21 +115,21 @@ def test_the_chat_starts_say_what_a_chat_holds(server_factory, page):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{server.url}/jobs/{job['id']}")
         holds = page.locator("#chat-holds").filter(has_text="15 minutes")
-        holds.wait_for(timeout=30_000)
+        holds.wait_for()
         cpu = "the only CPU slot" if server.api.get("/api/health").json()["cpu_slots"] == 1 else "a CPU slot"
         slot = "its GPU" if job["gpus"] else cpu
         want = f"A chat job holds {slot} until you stop it or it has had no request for 15 minutes."
         assert holds.inner_text() == want
         page.goto(f"{server.url}/new")  # the form's own chat start says it too
-        page.wait_for_function("window.tunedeckReady === true", timeout=30_000)
+        page.wait_for_function("window.tunedeckReady === true")
         page.fill("#f-gpus", "0")
         page.select_option("#f-kind", "chat")
         note = page.locator('[data-field="kind"] #chat-holds').filter(has_text="15 minutes")
-        note.wait_for(timeout=30_000)
+        note.wait_for()
         assert (
             note.inner_text()
             == f"A chat job holds {cpu} until you stop it or it has had no request for 15 minutes."
         )
         page.select_option("#f-kind", "train")
-        note.wait_for(state="detached", timeout=30_000)
+        note.wait_for(state="detached")
     assert page.errors == []

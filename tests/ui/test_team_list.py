@@ -53,7 +53,6 @@ def rows_become(page, want: list[int]) -> None:
         "want => JSON.stringify([...document.querySelectorAll('#jobs tbody tr')].map(r => +r.dataset.job))"
         " === JSON.stringify(want)",
         arg=want,
-        timeout=30_000,
     )
 
 
@@ -80,7 +79,7 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
     # Owner and tag together: bob's best runs (i % 10 == 1 are bob's, i odd); alice has none.
     page.fill("#owner", "alice")
     page.fill("#tag", "best")
-    page.locator("#unmatched").wait_for(timeout=30_000)
+    page.locator("#unmatched").wait_for()
     rows_become(page, [])
     page.fill("#owner", "bob")
     rows_become(page, [i + 1 for i in range(N - 1, -1, -1) if i % 10 == 1])
@@ -94,7 +93,6 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
     page.wait_for_function(
         """() => { const n = [...document.querySelectorAll('#jobs tbody tr td:nth-child(2) a')].map((a) => a.textContent);
                    return n.length === 20 && n.every((x, i) => i === 0 || n[i - 1] <= x); }""",
-        timeout=30_000,
     )
     names = page.locator("#jobs tbody tr td:nth-child(2) a").all_inner_texts()
     assert names == sorted(names) and len(names) == 20
@@ -102,7 +100,7 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
         assert f"{k}={v}" in page.url, (k, page.url)
 
     page.reload()  # the same rows, the same fields
-    page.wait_for_function("document.querySelectorAll('#jobs tbody tr').length === 20", timeout=30_000)
+    page.wait_for_function("document.querySelectorAll('#jobs tbody tr').length === 20")
     assert page.locator("#jobs tbody tr td:nth-child(2) a").all_inner_texts() == names
     assert (page.input_value("#owner"), page.input_value("#since"), page.input_value("#sort")) == (
         "bob",
@@ -118,7 +116,7 @@ def test_search_filters_sort_and_pages_are_kept_in_the_address(many, page, scree
     page.fill("#owner", "")
     page.fill("#since", "")
     page.fill("#q", f"found-{screen}")
-    page.locator("#unmatched").wait_for(timeout=30_000)
+    page.locator("#unmatched").wait_for()
     spec = {"name": f"found-{screen}", "config": demo_config(many.assets)}
     r = many.api.post("/api/jobs", json=spec, headers=many.alice)
     assert r.status_code == 201, r.text
@@ -132,7 +130,7 @@ def test_compare_picks_from_a_search_and_keeps_old_chosen_jobs_listed(many, page
     width, height = SCREENS[screen]
     page.set_viewport_size({"width": width, "height": height})
     page.goto(f"{many.url}/compare?jobs=1")  # job 1 is older than the newest fifty
-    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
+    page.wait_for_function("window.tunedeckReady === true")
     picks = page.locator("#pick [data-pick]")
     ids = picks.evaluate_all("ls => ls.map(l => +l.dataset.pick)")
     assert ids[0] == 1 and len(ids) == 51, ids  # the chosen one, then a page of the newest
@@ -141,11 +139,10 @@ def test_compare_picks_from_a_search_and_keeps_old_chosen_jobs_listed(many, page
     page.wait_for_function(
         "JSON.stringify([...document.querySelectorAll('#pick [data-pick]')].map(l => +l.dataset.pick))"
         " === '[1,34]'",
-        timeout=30_000,
     )
     page.locator('[data-pick="34"] input').check()
     page.wait_for_function("location.search.includes('jobs=1%2C34') || location.search.includes('jobs=1,34')")
-    page.locator("#diff", has_text="The configs are the same.").wait_for(timeout=30_000)  # two chosen now
+    page.locator("#diff", has_text="The configs are the same.").wait_for()  # two chosen now
     assert page.locator('[data-pick="1"] input').is_checked() and page.errors == []
     wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert wide[0] <= wide[1], wide

@@ -11,11 +11,11 @@ from tests.utils.servers import demo_config
 def sign_in(page, tok: str) -> str:
     """Answers the page's sign-in dialog with `tok`; returns the reason it gave for asking."""
     dialog = page.locator("dialog#signin")
-    dialog.wait_for(timeout=30_000)
+    dialog.wait_for()
     why = page.locator("#signin-why").inner_text()
     page.fill("#signin-token", tok)
     page.click("#signin-ok")
-    dialog.wait_for(state="detached", timeout=30_000)
+    dialog.wait_for(state="detached")
     return why
 
 
@@ -36,20 +36,20 @@ def test_page_asks_for_a_token_once(server_factory, assets, page, tmp_path):
     page.goto(f"{server.url}/jobs/1")  # a page that sends several requests at once asks only once
     signed = sign_in(page, wall)
     assert "needs a token" in signed
-    page.wait_for_selector('#status [data-status="queued"]', timeout=30_000)
-    page.locator("#me", has_text="wall · viewer").wait_for(timeout=30_000)
+    page.wait_for_selector('#status [data-status="queued"]')
+    page.locator("#me", has_text="wall · viewer").wait_for()
     assert page.locator("#signin").count() == 0
     assert page.locator("#stop").is_hidden()  # a viewer stops nothing: not offered
     page.goto(f"{server.url}/")
-    page.locator('tr[data-job="1"]').wait_for(timeout=30_000)
+    page.locator('tr[data-job="1"]').wait_for()
     assert page.locator("#signin").count() == 0 and opened == []
-    page.locator("#me", has_text="wall · viewer").wait_for(timeout=30_000)
-    page.locator("a.button[href='/new']").wait_for(state="hidden", timeout=30_000)  # a viewer submits nothing
+    page.locator("#me", has_text="wall · viewer").wait_for()
+    page.locator("a.button[href='/new']").wait_for(state="hidden")  # a viewer submits nothing
     assert page.locator("[data-stop]").count() == 0
     assert page.evaluate("sessionStorage.getItem('tunedeck.token')") == wall
     shot(page, "jobs-page-with-token")
     page.goto(f"{server.url}/new")  # the form lints and previews for a viewer, and offers no Submit
-    page.locator("#no-submit").wait_for(timeout=30_000)
+    page.locator("#no-submit").wait_for()
     assert page.locator("#submit").is_hidden() and page.locator("#check").is_visible()
     assert page.locator("#signin").count() == 0 and opened == []
 
@@ -67,7 +67,7 @@ def test_output_and_errors_are_shown_as_text(server_factory, assets, page):
             (job["id"], evil),
         )
     page.goto(f"{server.url}/jobs/{job['id']}")
-    page.wait_for_function("document.querySelector('#logs').textContent.includes('onerror')", timeout=30_000)
+    page.wait_for_function("document.querySelector('#logs').textContent.includes('onerror')")
     assert page.evaluate("window.pwned") is None
     assert page.locator("#logs img, #logs b").count() == 0
 
@@ -90,7 +90,7 @@ def test_a_viewer_compares_jobs_with_one_prompt(server_factory, assets, page, tm
     page.on("dialog", lambda d: (opened.append(d.type), d.dismiss()))
     page.goto(f"{server.url}/compare?jobs=1,2")
     sign_in(page, wall)
-    page.wait_for_function("window.tunedeckReady === true", timeout=60_000)
+    page.wait_for_function("window.tunedeckReady === true")
     assert "learning_rate" in page.locator("#diff").inner_text()
     assert page.locator("#signin").count() == 0 and opened == [] and page.errors == []
     shot(page, "compare-as-viewer")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.utils.servers import OUTPUT
+from tests.utils.wait import DEADLINE
 
 CHROMIUM = Path(os.environ.get("TUNEDECK_CHROMIUM", "/usr/bin/chromium"))
 ARGS = [
@@ -24,6 +25,23 @@ ARGS = [
 SHOTS = OUTPUT / "ui"
 
 
+class Browser:
+    """Playwright's browser, whose every context waits up to DEADLINE for what a page should show
+    (Playwright's own default, 30 s, is short for a loaded machine where a fine-tune runs beside the
+    page). A deadline only bounds a hang: a page that is ready goes on at once."""
+
+    def __init__(self, browser):
+        self._browser = browser
+
+    def new_context(self, **options):
+        context = self._browser.new_context(**options)
+        context.set_default_timeout(DEADLINE * 1000)
+        return context
+
+    def __getattr__(self, name: str):
+        return getattr(self._browser, name)
+
+
 @pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
@@ -31,7 +49,7 @@ def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
+        yield Browser(b)
         b.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,10 +27,36 @@ OUTPUT = ROOT / "test-output"
 CONFIGS = ROOT / "configs"  # the presets, shipped inside the package as tunedeck.configs
 
 
+# Ports the tests pick themselves: below the kernel's ephemeral range (32768 up), which every bind to
+# port 0 and every outgoing connection draws from, and above Ray's worker ports (10002-19999). Each
+# pytest-xdist worker takes its own slice, so two workers never pick the same port, and walks it from
+# a random place, so two runs on one machine rarely meet.
+PORTS = range(20000, 32000)
+_next_port: list[int] = []
+
+
+def _port_slice() -> range:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    width = len(PORTS) // max(workers, 1)
+    return range(PORTS.start + index * width, PORTS.start + (index + 1) * width)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, which this process has not handed out lately."""
+    ports = _port_slice()
+    if not _next_port:
+        _next_port.append(random.randrange(len(ports)))
+    for _ in range(len(ports)):
+        port = ports[_next_port[0] % len(ports)]
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken (or still closing): the next one
+            return port
+    raise RuntimeError(f"no free port in {ports}")
 
 
 def demo_config(assets: Path, **overrides) -> dict:
