@@ -6,15 +6,12 @@ a real torchrun here (tests/integration/test_slice.py drives the missing dataset
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.runner.test_stacks import free_port
+from tests.utils.torchrun import two_ranks
 from tunedeck.contract.output import clean
 from tunedeck.runner.causes import Causes, failure_cause
 
@@ -219,25 +216,7 @@ def test_a_rank_killed_under_a_real_torchrun_is_the_cause(tmp_path):
     each stream is read on its own, as the runner reads them."""
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(free_port()),
-            str(script),
-        ],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    r = two_ranks(script)
     assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
     causes = Causes()
     for stream, text in (("stdout", r.stdout), ("stderr", r.stderr)):

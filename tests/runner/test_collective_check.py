@@ -5,13 +5,12 @@ that does not come within the timeout fails the job at once, naming it, instead 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import textwrap
 
-from tests.utils.servers import ROOT, free_port
+from tests.utils.servers import ROOT
+from tests.utils.torchrun import two_ranks
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
@@ -25,31 +24,7 @@ SCRIPT = textwrap.dedent("""
 def torchrun(tmp_path, **env: str) -> subprocess.CompletedProcess:
     script = tmp_path / "check.py"
     script.write_text(SCRIPT)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(free_port()),
-            str(script),
-        ],
-        env={
-            **os.environ,
-            "PYTHONPATH": str(ROOT / "trainer"),
-            "OMP_NUM_THREADS": "1",
-            "TUNEDECK_COLLECTIVE_MB": "4",
-            **env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return two_ranks(script, {"PYTHONPATH": str(ROOT / "trainer"), "TUNEDECK_COLLECTIVE_MB": "4", **env})
 
 
 def test_two_ranks_meet_and_the_bus_bandwidth_is_logged(tmp_path):
