@@ -113,15 +113,16 @@ def test_advice_says_what_it_changes_and_carries_the_change(app, tmp_path):
     }
     job = app.api.post("/api/runs/import", files=files, data={"name": "ga8"}).json()
     spikes = alerts(app, job["id"])["vram_periodic_spikes"]
-    assert spikes["suggestion"].startswith("gradient_accumulation_steps is 8 and the spikes recur every 8")
+    # Spikes at every optimizer step are the step's own memory: the advice names that cause, says why
+    # gradient_accumulation_steps (how often, not how high) is no cure, and carries no key change.
+    assert spikes["suggestion"].startswith("the optimizer step's own working memory")
     for consequence in (
-        "try 4",
-        "the spikes then come every 4 micro-batches",
-        "the peak stays the same or lower",
-        "the effective batch halves from 32 to 16 per GPU unless per_device_train_batch_size doubles to 8",
+        "gradient_accumulation_steps is 8 and the spikes recur every 8 micro-batches",
+        "that sets how often, not how high",
+        "keep that much headroom above the level between steps",
     ):
         assert consequence in spikes["suggestion"], consequence
-    assert spikes["change"] == {"gradient_accumulation_steps": 4}
+    assert spikes["change"] is None
     nan = imported(app.api, "fp16-nan", [2.5, float("nan")], "fp16: true\nlearning_rate: 2.0e-4\n")
     loss_nan = alerts(app, nan["id"])["loss_nan"]
     assert loss_nan["change"] == {"bf16": True, "fp16": False}
