@@ -76,3 +76,28 @@ def test_a_conditional_request_gets_304_without_a_body(server, path):
 def test_a_missing_static_file_is_still_a_404(server):
     assert server.api.get("/static/js/nope.js").status_code == 404
     assert server.api.get("/static/vendor/0123456789abcdef/plotly.min.js").status_code == 404
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1440, 390])
+def test_the_browser_gets_plotly_gzipped_and_draws_with_it(server, browser, width):
+    """A real Chromium, as a team member's: the bundle crosses the wire gzipped (under half its size)
+    and the page's charts run on it, on a wide screen and a phone."""
+    job = server.api.post(
+        "/api/runs/import",
+        files={"trainer_log": b'{"current_steps": 1, "total_steps": 2, "loss": 2.5}\n'},
+        data={"name": f"gzip {width}"},
+    ).json()
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        seen = []
+        page.on("requestfinished", lambda r: seen.append(r) if r.url.endswith("/plotly.min.js") else None)
+        page.goto(f"{server.url}/jobs/{job['id']}")
+        page.locator("#loss-chart .main-svg").first.wait_for()
+        (request,) = seen
+        response = request.response()
+        assert response.status == 200 and response.headers["content-encoding"] == "gzip"
+        assert request.sizes()["responseBodySize"] < PLOTLY_JS.stat().st_size / 2, request.sizes()
+    finally:
+        context.close()

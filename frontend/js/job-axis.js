@@ -49,7 +49,9 @@ export function mapping(metrics) {
   const [tokSteps, tokens] = ascending(tok.step, tok.y);
   const [tokSorted, stepOfTokens] = ascending(tokens, tokSteps);
   return {
-    steps: byStep.length > 0, // a memory sample can be put on a step (or a tokens) axis
+    // A memory sample can be put on a step (or a tokens) axis only between two logged steps: with one
+    // (an eval job's step 0) every sample would stand on the same x, a vertical line.
+    steps: new Set(byStep).size > 1,
     tokens: tokSteps.length > 0,
     stepAtTime: (t) => interp(t, byTime, stepOfTime),
     timeAtStep: (s) => interp(s, byStep, timeOfStep),

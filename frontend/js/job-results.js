@@ -92,7 +92,7 @@ export async function showResults(job) {
   const parts = [];
   const chat = chatButton(job);
   if (chat) parts.push(h("div", { class: "toolbar" }, chat));
-  if (res.metrics.length && job.kind !== "train") parts.push(h("h2", { text: "Results" }), metricsTable(res.metrics));
+  if (res.metrics.length && job.kind !== "train") parts.push(h("h2", { text: "Results" }), h("div", { class: "scroll-x" }, metricsTable(res.metrics)));
   if (res.export) parts.push(exportBlock(res.export));
   const preds = h("div", { id: "predictions-box" });
   if (res.predictions) parts.push(preds);

@@ -221,7 +221,7 @@ const axisFor = (samples) => usable(state.axis, axisMap, samples);
 function axisNote() {
   const why = [];
   if (state.axis === "tokens" && !axisMap.tokens) why.push("this run logged no token counts (total_tokens): its curves are by step");
-  if (state.axis !== "time" && state.mem.size && axisFor(true) === "time") why.push("memory by time (no logged step to place its samples on)");
+  if (state.axis !== "time" && state.mem.size && axisFor(true) === "time") why.push("memory by time (fewer than two logged steps to place its samples between)");
   else if (state.axis !== "time" && state.mem.size) why.push("memory samples placed by the logged steps' times");
   $("#xaxis-note").textContent = why.join("; ");
 }

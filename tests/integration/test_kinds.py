@@ -24,6 +24,29 @@ FIGURES = OUTPUT / "kinds-figures.json"
 IDLE_S = 8
 
 
+SCREENS = ((1440, 900), (390, 844))
+
+
+def units(page) -> dict[str, str]:
+    """The results table's metric name -> the unit the page writes beside it."""
+    return dict(
+        page.locator("#result-metrics tbody tr").evaluate_all(
+            "rows => rows.map(r => [r.cells[1].textContent, r.cells[3].textContent])"
+        )
+    )
+
+
+def inside(page, sel: str) -> None:
+    """The table fits inside its card (its names wrap on a phone) and nothing sticks out of the page."""
+    got = page.evaluate(
+        "(sel) => { const t = document.querySelector(sel), card = document.getElementById('results');"
+        " return { page: document.documentElement.scrollWidth, view: document.documentElement.clientWidth,"
+        " box: t.getBoundingClientRect().right, card: card.getBoundingClientRect().right }; }",
+        sel,
+    )
+    assert got["page"] <= got["view"] and got["box"] <= got["card"] + 0.5, got
+
+
 def record(**figures) -> None:
     """Figures for the report, kept beside the other test output."""
     FIGURES.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +152,7 @@ def test_phases_follow_the_trainers_output(server, trained, exported):
     assert server.api.get(f"/api/jobs/{exported['id']}").json()["phase"] == "exporting"
 
 
-def test_eval_job_reports_the_adapters_loss(server, assets, trained):
+def test_eval_job_reports_the_adapters_loss(server, assets, trained, page):
     config = infer_config(
         assets, adapter_name_or_path=trained["output_dir"], finetuning_type="lora", **data_keys(assets)
     )
@@ -141,6 +164,22 @@ def test_eval_job_reports_the_adapters_loss(server, assets, trained):
     on_disk = json.loads((Path(job["output_dir"]) / "eval_results.json").read_text())
     assert metric(res, "eval", "loss") == pytest.approx(on_disk["eval_loss"])
     assert res["predictions"] == 0 and res["export"] is None
+    # The job page: each number with its unit, inside its card, at both widths.
+    for width, height in SCREENS:
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{server.url}/jobs/{job['id']}")
+        page.wait_for_selector("#result-metrics tbody tr")
+        got = units(page)
+        assert got["loss"] == "nats/token" and got["runtime"] == "s", got
+        assert got["samples_per_second"] == "samples/s", got
+        inside(page, "#result-metrics")
+        # Its memory by time: its only logged step (0) would stand every sample on one x.
+        page.wait_for_function("[...window.tunedeck.mem.values()].some(g => g.y.length >= 2)")
+        xs = page.evaluate("document.getElementById('mem-chart').data.filter(d => d.y && d.y.length > 1).map(d => d.x)")
+        assert xs and all(len(set(x)) > 1 for x in xs), xs
+        assert "memory by time" in page.locator("#xaxis-note").inner_text()
+        shot(page, f"eval-results-{width}")
+    assert page.errors == []
 
 
 def test_predict_job_scores_and_pages_its_generations(server, assets, trained, page):
@@ -173,21 +212,20 @@ def test_predict_job_scores_and_pages_its_generations(server, assets, trained, p
     r = server.api.get(f"/api/jobs/{job['id']}/predictions", params={"ofset": 2})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "ofset", r.text
 
-    # The job page: the scores as a table, the generations beside prompt and label.
-    page.goto(f"{server.url}/jobs/{job['id']}")
-    page.wait_for_selector("#predictions tbody tr")
-    cells = page.locator("#predictions tbody tr").first.locator("td pre").all_inner_texts()
-    assert [c.strip() for c in cells] == [lines[0][k].strip() for k in ("prompt", "label", "predict")]
-    assert page.locator("#predictions tbody tr").count() == min(20, len(lines))
-    assert "bleu-4" in page.locator("#result-metrics").inner_text()
-    # Each number with its unit: LLaMA-Factory's scores are on 0-100, its runtime in seconds.
-    units = dict(
-        page.locator("#result-metrics tbody tr").evaluate_all(
-            "rows => rows.map(r => [r.cells[1].textContent, r.cells[3].textContent])"
-        )
-    )
-    assert units["bleu-4"].startswith("%") and units["runtime"] == "s", units
-    shot(page, "predict-results")
+    # The job page: the scores as a table, the generations beside prompt and label, at both widths.
+    for width, height in SCREENS:
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{server.url}/jobs/{job['id']}")
+        page.wait_for_selector("#predictions tbody tr")
+        cells = page.locator("#predictions tbody tr").first.locator("td pre").all_inner_texts()
+        assert [c.strip() for c in cells] == [lines[0][k].strip() for k in ("prompt", "label", "predict")]
+        assert page.locator("#predictions tbody tr").count() == min(20, len(lines))
+        # Each number with its unit: LLaMA-Factory's scores are on 0-100, its runtime in seconds.
+        got = units(page)
+        assert got["bleu-4"].startswith("%") and got["runtime"] == "s", got
+        assert got["samples_per_second"] == "samples/s", got
+        inside(page, "#result-metrics")
+        shot(page, f"predict-results-{width}")
     assert page.errors == []
 
 

@@ -74,6 +74,9 @@ def test_the_run_report_fits_a_phone(run, browser, tmp_path):
             page.goto(path.as_uri())
             page.wait_for_function("window.reportReady === true")
             fits(page, "body, table, pre, h1, .chart, #facts td")
+            # An import trained elsewhere: its environment is said to be unknown, not this server's.
+            env = page.locator("#environment").inner_text()
+            assert "Unknown: this run was imported" in env and "python" not in env.lower(), env
             shot(page, f"report-{screen}")
         finally:
             context.close()
