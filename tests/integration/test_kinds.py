@@ -173,6 +173,12 @@ def test_eval_job_reports_the_adapters_loss(server, assets, trained, page):
         assert got["loss"] == "nats/token" and got["runtime"] == "s", got
         assert got["samples_per_second"] == "samples/s", got
         inside(page, "#result-metrics")
+        # A number and its unit are never broken across lines (only a metric's long name wraps).
+        lines = page.locator("#result-metrics tbody td:nth-child(n+3)").evaluate_all(
+            "cells => cells.map(c => { const r = document.createRange(); r.selectNodeContents(c);"
+            " return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; })"
+        )
+        assert max(lines) <= 1, lines
         # Its memory by time: its only logged step (0) would stand every sample on one x.
         page.wait_for_function("[...window.tunedeck.mem.values()].some(g => g.y.length >= 2)")
         xs = page.evaluate("document.getElementById('mem-chart').data.filter(d => d.y && d.y.length > 1).map(d => d.x)")
