@@ -79,7 +79,7 @@ def reconcile(
     same: set[Key] = set()
     if said is not None and not finished:
         before = {(g.kind, g.node, g.gpu): g for g in said}
-        same = {k for f in findings if before.get(k := (f.kind, f.node, f.gpu)) == f}
+        same = {(f.kind, f.node, f.gpu) for f in findings if before.get((f.kind, f.node, f.gpu)) == f}
         now = {(f.kind, f.node, f.gpu) for f in findings}
         kinds = {k[0] for k in now - same} | {k[0] for k in before if k not in now}
     # Only each condition's newest episode matters: the job's older ones are never loaded (a run whose
