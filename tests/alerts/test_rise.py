@@ -135,3 +135,31 @@ def test_a_change_to_an_open_alert_reaches_the_streams(tmp_path):
     assert again == seq and not told  # nothing changed: nothing told
     (a,), after = upto(170, 171)
     assert a.open and a.count == 2 and after > seq and told == [{job_id}]
+
+
+def test_a_pass_judges_the_job_whose_sample_rose_before_the_others(tmp_path):
+    """The engine's pass over the jobs due: a spike's job first, whatever its id (on a cluster a pass
+    judges dozens of jobs, and the spike's alert waited for every one before it)."""
+    from tunedeck.config import Settings
+    from tunedeck.services.alerting.engine import AlertEngine
+
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    y, level = flat(100), flat(100) + 0.94 * TOTAL - 50 * GiB  # the second just under near-OOM
+    mem = {0: [(T0 + i, int(v), TOTAL) for i, v in enumerate(y)]}
+    near, spiked = (new_job(engine, Series(memory=mem, config={}, devices=[0], running=True)) for _ in "ab")
+    store(engine, near, level, 0, 99)
+    store(engine, spiked, y, 0, 99)
+    worker = AlertEngine(engine, Settings(workspace=tmp_path))
+    for job_id in (near, spiked):
+        worker.tracker.evaluate(job_id, now=T0 + 99)  # their states built
+    # The lower id: three samples over 95 % of the card, no rise; the higher: a spike.
+    store(engine, near, np.r_[level, [0.96 * TOTAL] * 3], 100, 102)
+    store(engine, spiked, np.r_[y, y[-1] + 30 * GiB, y[-1], y[-1]], 100, 102)
+    with Session(engine) as s:
+        before = max([a.id for a in s.exec(select(Alert))], default=0)
+    worker.notify({near, spiked})
+    worker.run_once()
+    with Session(engine) as s:
+        opened = s.exec(select(Alert).where(col(Alert.id) > before).order_by(col(Alert.id))).all()
+    assert [(a.job_id, a.kind) for a in opened] == [(spiked, "vram_spike"), (near, "vram_near_oom")]

@@ -181,7 +181,9 @@ def test_eval_job_reports_the_adapters_loss(server, assets, trained, page):
         assert max(lines) <= 1, lines
         # Its memory by time: its only logged step (0) would stand every sample on one x.
         page.wait_for_function("[...window.tunedeck.mem.values()].some(g => g.y.length >= 2)")
-        xs = page.evaluate("document.getElementById('mem-chart').data.filter(d => d.y && d.y.length > 1).map(d => d.x)")
+        xs = page.evaluate(
+            "document.getElementById('mem-chart').data.filter(d => d.y && d.y.length > 1).map(d => d.x)"
+        )
         assert xs and all(len(set(x)) > 1 for x in xs), xs
         assert "memory by time" in page.locator("#xaxis-note").inner_text()
         shot(page, f"eval-results-{width}")

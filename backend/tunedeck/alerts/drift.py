@@ -57,7 +57,11 @@ def findings(
     keys = [k for k in sorted(gpus) if k[1] >= 0 and gpus[k].n and gpus[k].total]
     if len(keys) < 2:  # a single GPU has no peers
         return []
-    grid_from, grid_to, rows = -math.inf, math.inf, []
+    # A GPU's move lies within the range of its levels after warm-up (the grid interpolates between
+    # them), and so does its peers' median move: no drift exceeds the widest range twice. Most
+    # evaluations of most jobs end here (every evaluation reads this: on a cluster, hundreds of GPUs
+    # a second); the (1-byte) margin is for rounding.
+    blocks, widest = [], 0.0
     for k in keys:
         g = gpus[k]
         # The floor under spikes, not the smoothed median: spikes up half the time or more (every
@@ -66,6 +70,12 @@ def findings(
         warm = (first >= max(5, g.n // 10)) & (mid >= max(loading, g.t_first + LOADING_S) + 60)
         if warm.sum() < 2:
             return []
+        blocks.append((g, mid, level, warm))
+        widest = max(widest, float(level[warm].max() - level[warm].min()))
+    if 2 * widest < DRIFT_SHARE * min(gpus[k].total for k in keys) - 1.0:
+        return []
+    grid_from, grid_to, rows = -math.inf, math.inf, []
+    for g, mid, level, warm in blocks:
         # Not the trailing blocks that no longer held the card (the process exiting frees it), nor the
         # one before them (it may hold the fall). Judged on the floor itself: it falls within 2 samples
         # of the card's release, the smoothed median only after 5, and blocks between the two read

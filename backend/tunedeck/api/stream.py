@@ -34,16 +34,23 @@ async def _follow(request: Request, job: int | None, cur: feed.Cursor):
     waiting = False  # a queued job's place moves with every job's change: its page wakes with the team's
     while True:
         assumed = waiting
-        ticket, since = hub.ticket(job if job and not waiting else TEAM), hub.generation
+        woken = job if job and not waiting else TEAM
+        ticket, since = hub.ticket(woken), hub.woken(woken)
         key = (job or TEAM, str(cur))
         if job is None:
             events, cur = await hub.shared(
-                key, since, lambda c=cur: feed.team_events(engine, c, limit=limit, queue=queue)
+                key,
+                since,
+                lambda c=cur: feed.team_events(engine, c, limit=limit, queue=queue),
+                ticket=woken,
             )
             more = bool(events)
         else:
             events, cur, more = await hub.shared(
-                key, since, lambda c=cur: feed.job_events(engine, job, c, limit=limit, queue=queue)
+                key,
+                since,
+                lambda c=cur: feed.job_events(engine, job, c, limit=limit, queue=queue),
+                ticket=woken,
             )
         for ev in events:
             if ev.event == "job":

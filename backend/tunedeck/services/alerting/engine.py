@@ -97,7 +97,11 @@ class AlertEngine(Worker):
                 or self.tracker.risen(j)  # a spike's first sample is judged at once, whatever came before
             }
             self._dirty -= due
-        for job_id in sorted(due):
+        # A spike's job first, and one that rose while this pass judged others goes next: on a cluster
+        # a pass judges dozens of jobs, and a spike waited for all of them (and for the pass after).
+        order = sorted(due, key=lambda j: (not self.tracker.risen(j), j))
+        while order:
+            job_id = order.pop(0)
             self._last[job_id] = time.monotonic()
             if self.tracker.fresh(job_id):
                 self._last_fresh[job_id] = self._last[job_id]
@@ -105,6 +109,10 @@ class AlertEngine(Worker):
                 self.tracker.evaluate(job_id, on_new=self.on_new, on_closed=self._closed)
             except Exception:
                 log.exception("alert evaluation of job %s failed", job_id)
+            with self._lock:
+                jumped = sorted(j for j in self._dirty if self.tracker.risen(j))
+                self._dirty -= set(jumped)
+            order = jumped + [j for j in order if j not in jumped]
         if self._dirty:  # jobs evaluated too recently: look again shortly, not a whole interval later
             self.wake()
             time.sleep(0.05)

@@ -26,6 +26,37 @@ TRACKING = ("vram_plateau",)
 REFRESH_S = 30.0
 
 
+Key = tuple[str, str, int | None]  # (kind, node, gpu): one condition of a job
+
+
+def _kept(f: Finding) -> tuple:
+    """What of a TRACKING finding, besides its end, makes its row be written again at once."""
+    return (f.kind, f.node, f.gpu, f.severity, f.open, f.step is None, f.suggestion, _change(f))
+
+
+def _change(f: Finding) -> str | None:
+    return json.dumps(f.change) if f.change else None
+
+
+def unchanged(findings: list[Finding], said: list[Finding] | None, tracked: dict[Key, float]) -> bool:
+    """Whether storing `findings` of a running job would write nothing, after `said` was stored: the
+    same findings but for the ends of TRACKING ones whose rows (written at the series' time
+    `tracked[key]`) are not due a refresh. The alert engine reads a job's findings on each batch, and
+    a plateau's end moves with every sample: without this each pass read the job's alert rows and
+    committed, to change nothing (most of the engine's database work on a cluster)."""
+    if said is None or len(findings) != len(said):
+        return False
+    for f, g in zip(findings, said):
+        if f == g:
+            continue
+        if f.kind not in TRACKING or not f.open or _kept(f) != _kept(g):
+            return False
+        last = tracked.get((f.kind, f.node, f.gpu))
+        if last is None or not f.t - last < REFRESH_S:
+            return False
+    return True
+
+
 def reconcile(
     session: Session,
     job_id: int,
@@ -34,17 +65,29 @@ def reconcile(
     finished: bool,
     closed: list[Alert] | None = None,
     changed: list[Alert] | None = None,
+    tracked: dict[Key, float] | None = None,
+    said: list[Finding] | None = None,
 ) -> list[Alert]:
     """Store findings as alerts: update the episode that is open (or recomputed), open a new one when
     a closed condition recurs, close what no longer holds. Returns the alerts opened now; those closed
-    now are appended to `closed`, open ones whose count, message or severity changed to `changed`."""
+    now are appended to `closed`, open ones whose count, message or severity changed to `changed`;
+    `tracked` is kept as the series' time each open TRACKING row was last written at (`unchanged`).
+    `said`: the findings stored last (by this function, or found `unchanged`): a finding equal to its
+    own there changes nothing, and only the rows of the kinds that changed are read."""
     was_open = {}
-    latest: dict[tuple[str, str, int | None], Alert] = {}
+    latest: dict[Key, Alert] = {}
+    same: set[Key] = set()
+    if said is not None and not finished:
+        before = {(g.kind, g.node, g.gpu): g for g in said}
+        same = {(f.kind, f.node, f.gpu) for f in findings if before.get((f.kind, f.node, f.gpu)) == f}
+        now = {(f.kind, f.node, f.gpu) for f in findings}
+        kinds = {k[0] for k in now - same} | {k[0] for k in before if k not in now}
     # Only each condition's newest episode matters: the job's older ones are never loaded (a run whose
     # alerts come and go holds thousands).
-    newest = (
-        select(func.max(Alert.id)).where(Alert.job_id == job_id).group_by(Alert.kind, Alert.node, Alert.gpu)
-    )
+    newest = select(func.max(Alert.id)).where(Alert.job_id == job_id)
+    if said is not None and not finished:
+        newest = newest.where(col(Alert.kind).in_(sorted(kinds)))
+    newest = newest.group_by(Alert.kind, Alert.node, Alert.gpu)
     for a in session.exec(select(Alert).where(col(Alert.id).in_(newest)).order_by(col(Alert.id))):
         latest[(a.kind, a.node, a.gpu)] = a
         was_open[a.id] = a.open
@@ -53,6 +96,9 @@ def reconcile(
     seen = set()
     for f in findings:
         key = (f.kind, f.node, f.gpu)
+        if key in same:  # as stored: its row stands as the last pass left it
+            seen.add(key)
+            continue
         row = latest.get(key)
         if row is not None and f.kind in SPIKES and f.t < row.first_t:
             # Every occurrence of this episode was withdrawn (a spike alerted as it rose that stayed up:
@@ -66,7 +112,7 @@ def reconcile(
             "step": f.step,
             "message": f.message,
             "suggestion": f.suggestion,
-            "change": json.dumps(f.change) if f.change else None,
+            "change": _change(f),
             "open": is_open,
             "last_t": f.t,
         }
@@ -110,6 +156,12 @@ def reconcile(
             row.open = False
             session.add(row)
     shut = [row for row in latest.values() if was_open.get(row.id) and not row.open]
+    if tracked is not None:  # (read before the commit, which expires the rows' attributes)
+        for key in latest if said is not None and not finished else list(tracked):
+            tracked.pop(key, None)  # the rows read are told again; the others' stand
+        for row in [*latest.values(), *new]:  # (a recurrence's new row after the episode before it)
+            if row.kind in TRACKING and row.open:
+                tracked[(row.kind, row.node, row.gpu)] = row.last_t
     session.commit()
     for row in new:
         session.refresh(row)

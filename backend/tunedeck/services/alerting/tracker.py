@@ -21,7 +21,7 @@ from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
 from tunedeck.alerts.hardware import COLUMNS as HARDWARE
 from tunedeck.checks.submission import model_config
 from tunedeck.config import Settings
-from tunedeck.services.alerting.reconcile import reconcile
+from tunedeck.services.alerting.reconcile import reconcile, unchanged
 from tunedeck.services.charts.pyramid import Fresh
 from tunedeck.services.errors import NotFound
 from tunedeck.store import bulk
@@ -46,6 +46,8 @@ LOG_PATTERNS = (
 MEMORY, METRICS, LOGS = core(MemorySample), core(MetricPoint), core(LogLine)
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
+STATUS = "SELECT status FROM jobs WHERE id = ?"
+TOP = "SELECT " + ", ".join(f"(SELECT max(id) FROM {t.name})" for t in TABLES.values())
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -168,6 +170,7 @@ class _Followed:
         "risen",
         "run",
         "said",
+        "tracked",
         "upto",
     )
 
@@ -176,6 +179,7 @@ class _Followed:
         self.line = self.log_line = -1  # the last metric and log line fed
         self.fresh = False  # fed memory samples or metric points since its last evaluation
         self.said: list[Finding] | None = None  # the findings last stored (the job's alerts change only here)
+        self.tracked: dict[tuple[str, str, int | None], float] = {}  # reconcile's, for `unchanged`
         self.last_used: dict[tuple[str, int], float] = {}  # each device's last sample
         self.risen = False  # fed a sample well above the one before it since its last evaluation
         # Memory samples taken from the writer's columns and not yet handed to the detectors, which
@@ -215,7 +219,8 @@ class Tracker:
 
     @staticmethod
     def _top(conn: Connection) -> dict[str, int]:
-        return {k: conn.execute(select(func.max(t.c.id))).scalar() or 0 for k, t in TABLES.items()}
+        row = conn.exec_driver_sql(TOP).one()  # (read on every pass: one statement, plain SQL)
+        return {k: v or 0 for k, v in zip(TABLES, row)}
 
     def pull(self) -> None:
         """Feed the followed jobs the rows stored since the last pass. While the ingest writer has
@@ -336,6 +341,8 @@ class Tracker:
             table = (
                 "memory" if name == "hardware" else name
             )  # the hardware readings are memory samples' columns
+            if hi[table] <= lo[table]:  # nothing new (most passes, for most tables): no query
+                return iter(())
             return self._rows(conn, f"new {name}", lambda: query(new(table)), lo=lo[table], hi=hi[table])
 
         for part in fetch("memory", _memory_rows):  # rows: id, job_id, gpu, t, used, total, name, node
@@ -480,27 +487,48 @@ class Tracker:
         """Bring the job's state up to date and store what it finds; returns the alerts opened now.
         `on_closed` hears of the job when any of its alerts closed or changed (after the commit). The
         state is held only while the findings are read from it: the writer feeds it while they are stored."""
+        with self.engine.connect() as conn:  # (no session and no ORM object when nothing is stored)
+            status = conn.exec_driver_sql(STATUS, (job_id,)).scalar()
+        with self.lock:
+            if status is None:  # deleted: nothing more to follow
+                self.jobs.pop(job_id, None)
+                raise NotFound(f"job {job_id} not found")
+            status = JobStatus(status)
+            self.pull()
+            if job_id in self.jobs:
+                self._settle(job_id, self.jobs[job_id])
+            st = self.jobs.get(job_id)
+            if st is None:
+                with Session(self.engine) as session:
+                    job = session.get(Job, job_id)
+                    if job is None:
+                        raise NotFound(f"job {job_id} not found")
+                    st = self.build(job)
+            st.fresh = st.risen = False
+            running = status == JobStatus.running
+            findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
+        if not status.finished and unchanged(findings, st.said, st.tracked):
+            st.said = findings  # stored as they are (but for ends not yet due): nothing to do
+            return []
         with Session(self.engine) as session:
             job = session.get(Job, job_id)
-            with self.lock:
-                if job is None:  # deleted: nothing more to follow
+            if job is None:  # deleted meanwhile
+                with self.lock:
                     self.jobs.pop(job_id, None)
-                    raise NotFound(f"job {job_id} not found")
-                self.pull()
-                if job_id in self.jobs:
-                    self._settle(job_id, self.jobs[job_id])
-                st = self.jobs.get(job_id) or self.build(job)
-                st.fresh = st.risen = False
-                running = job.status == JobStatus.running
-                findings = st.run.findings(running=running, now=(now or time.time()) if running else None)
-            if findings == st.said and not job.status.finished:  # stored as they are: nothing to do
-                return []
+                raise NotFound(f"job {job_id} not found")
             moved: list[Alert] = []  # closed or changed: the job's open pages read its alerts again
             new = reconcile(
-                session, job_id, findings, finished=job.status.finished, closed=moved, changed=moved
+                session,
+                job_id,
+                findings,
+                finished=status.finished,
+                closed=moved,
+                changed=moved,
+                tracked=st.tracked,
+                said=st.said,
             )
             st.said = findings
-            if job.status.finished:  # nothing more comes; a late row builds it again
+            if status.finished:  # nothing more comes; a late row builds it again
                 with self.lock:
                     self.jobs.pop(job_id, None)
             if new and on_new:

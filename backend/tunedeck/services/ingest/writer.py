@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from itertools import repeat
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, and_, or_, select, update
+from sqlalchemy import Connection, Engine, or_, select, update
 
 from tunedeck.contract.lflog import METRICS as POINT_KEYS
 from tunedeck.contract.lflog import parse_point
@@ -134,6 +134,12 @@ SUMMARY_LOSS = (
     "UPDATE jobs SET last_loss = ?, last_loss_nonfinite = ?, last_loss_line = ? "
     "WHERE id = ? AND (last_loss_line IS NULL OR last_loss_line < ?)"
 )
+# Every batch's, likewise plain SQL.
+PROGRESS = (
+    "UPDATE jobs SET current_steps = ?, total_steps = ?, percentage = ?, eta_seconds = ? "
+    "WHERE id = ? AND (current_steps IS NULL OR current_steps <= ?)"
+)
+LAST_SEQ = "UPDATE jobs SET last_batch_seq = ? WHERE id = ? AND last_batch_seq < ?"
 
 
 OUTSIDE_STOP = (
@@ -189,16 +195,10 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
     insert_memory(conn, job_id, cols, batch.get("node") or "")
     summarise(conn, job_id, rows, cols)
     if progress is not None:  # progress only moves forward: a replayed old batch changes nothing
-        conn.execute(
-            update(JOBS)
-            .where(JOBS.c.id == job_id)
-            .where(or_(JOBS.c.current_steps.is_(None), JOBS.c.current_steps <= progress["step"]))
-            .values(
-                current_steps=progress["step"],
-                total_steps=progress["total_steps"],
-                percentage=progress["percentage"],
-                eta_seconds=progress["eta_seconds"],
-            )
+        step = progress["step"]
+        conn.exec_driver_sql(
+            PROGRESS,
+            (step, progress["total_steps"], progress["percentage"], progress["eta_seconds"], job_id, step),
         )
     for s in batch.get("states", ()):
         if s["event"] == "started":
@@ -218,11 +218,7 @@ def apply_batch(conn: Connection, job_id: int, batch: dict[str, Any]) -> None:
                 if s.get("time_limit"):
                     more["auto_resume"] = RESUME_PENDING
             finish(conn, job_id, status=status, exit_code=s.get("exit_code"), error=cause, **more)
-    conn.execute(
-        update(JOBS)
-        .where(and_(JOBS.c.id == job_id, JOBS.c.last_batch_seq < batch.get("seq", -1)))
-        .values(last_batch_seq=batch["seq"])
-    )
+    conn.exec_driver_sql(LAST_SEQ, (batch["seq"], job_id, batch.get("seq", -1)))
 
 
 def enter_phase(conn: Connection, job_id: int, phase: str, t: float) -> None:

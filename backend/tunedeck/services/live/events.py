@@ -42,6 +42,10 @@ class Broadcaster:
         self._seen_seq: int | None = None
         self._seen_alert: int | None = None
         self.generation = 0  # counts wake-ups; a read started at generation g has seen every change before g
+        # Wake-ups of each ticket's key: a stream joins a read started at its key's generation or later
+        # (`shared`). Counted per key: a job's batch bumps the overall count, and team streams resuming
+        # from one wake-up while batches were stored read again and again instead of once.
+        self._woken: dict[int, int] = {}
         self._reads: dict[tuple, tuple[int, asyncio.Future]] = {}
         self.clients = 0  # open streams, for /metrics
 
@@ -76,6 +80,12 @@ class Broadcaster:
             ev = self._events[key] = asyncio.Event()
         return ev
 
+    def woken(self, key: int) -> int:
+        """How many times the tickets of `key` were set: taken with a ticket, the `since` of a read
+        that the ticket's holder shares (a read started at that count or later has seen every change
+        the ticket would not wake it for)."""
+        return self._woken.get(key, 0)
+
     async def wait(self, ticket: asyncio.Event, timeout: float) -> bool:
         try:
             await asyncio.wait_for(ticket.wait(), timeout)
@@ -83,16 +93,20 @@ class Broadcaster:
         except asyncio.TimeoutError:
             return False
 
-    async def shared(self, key: tuple, since: int, read):
-        """Run `read` in a thread, or join an identical read that started at generation >= `since`.
+    async def shared(self, key: tuple, since: int, read, *, ticket: int | None = None):
+        """Run `read` in a thread, or join an identical read that started at generation >= `since`
+        (with `ticket`: at that key's count of wake-ups >= `since`, `woken`).
 
         Streams at the same cursor ask the same question after each wake-up; one answer serves
-        them all, so a hundred open pages of a job cost one database read per change."""
+        them all, so a hundred open pages of a job cost one database read per change. A change made
+        after a read started and before a stream took its ticket either set that key's tickets since
+        (the stream's `since` is then past the read's) or will set its ticket: the stream reads again."""
+        key = (ticket, *key)  # (counts of different keys are not compared)
         hit = self._reads.get(key)
         if hit is not None and hit[0] >= since:
             return await asyncio.shield(hit[1])
         fut = asyncio.get_running_loop().create_future()
-        self._reads[key] = (self.generation, fut)
+        self._reads[key] = (self.generation if ticket is None else self.woken(ticket), fut)
         try:
             result = await asyncio.to_thread(read)
         except BaseException as e:
@@ -126,6 +140,7 @@ class Broadcaster:
                 self._team_at = now
         self.generation += 1
         for key in keys:
+            self._woken[key] = self._woken.get(key, 0) + 1
             ev = self._events.pop(key, None)
             if ev is not None:
                 ev.set()
