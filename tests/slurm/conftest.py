@@ -219,3 +219,18 @@ def slurm_server(slurm_cluster, assets, tmp_path_factory):
     server = Server(tmp_path_factory.mktemp("slurmws") / "ws", assets, **slurm_settings(slurm_cluster))
     yield server.start()
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_on_the_cluster(request):
+    """After each test, every Slurm job it left is cancelled and gone: a test that fails mid-job (its
+    own cleanup never reached) would otherwise hold both nodes, and the next test would wait behind it
+    and fail for a reason of someone else's."""
+    yield
+    if "slurm_cluster" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("slurm_cluster")
+    if not cluster.run("squeue", "-h", "-o", "%i").strip():
+        return
+    cluster.run("scancel", "--full", "--user=root")
+    until(lambda: not cluster.run("squeue", "-h", "-o", "%i").strip(), "no job left on the cluster", 120)
