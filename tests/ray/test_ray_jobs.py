@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.utils.servers import demo_config, job_processes, zero3
-from tests.utils.wait import until
+from tests.utils.wait import RUN_DEADLINE, until
 from tunedeck.contract.stacks import COLLECTIVES
 from tunedeck.store.hashes import token_hash
 
@@ -110,7 +110,7 @@ def first_point(server, job: dict, after: int = 0) -> list[dict]:
     return until(
         lambda: len(pts := server.all(job["id"], "metrics")) > after and pts,
         f"metric points of job {job['id']} beyond {after}",
-        timeout=300,
+        timeout=RUN_DEADLINE,
         explain=lambda: server.explain(job["id"]),
     )
 
@@ -143,7 +143,7 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_cluster, ray_
     queued = ray_server.api.get(f"/api/jobs/{wide['id']}").json()
     assert queued["status"] == "queued" and "Ray cluster" in queued["waiting_for"], queued
     for job in (first, second):
-        done = ray_server.wait(job["id"], ENDED, timeout=300)
+        done = ray_server.wait(job["id"], ENDED, timeout=RUN_DEADLINE)
         assert done["status"] == "succeeded", done
         assert (Path(done["output_dir"]) / "adapter_model.safetensors").exists()
         assert_points_are_rank0s(ray_server, done)
@@ -164,7 +164,7 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_cluster, ray_
     assert ray_server.api.get(f"/api/jobs/{wide['id']}").json()["status"] == "running"
 
     assert ray_server.api.post(f"/api/jobs/{wide['id']}/cancel").status_code == 200
-    job = ray_server.wait(wide["id"], ENDED, timeout=300)
+    job = ray_server.wait(wide["id"], ENDED, timeout=RUN_DEADLINE)
     assert job["status"] == "cancelled" and job["exit_code"] == 0, job  # stopped after a step
     assert (Path(job["output_dir"]) / "adapter_model.safetensors").exists()
     assert_points_are_rank0s(ray_server, job)  # nothing lost across the restart
@@ -217,7 +217,7 @@ def test_a_hung_rank_is_dumped_on_every_node_and_the_summary_says_where_each_wai
             return got if {x["rank"] for x in got["ranks"]} == {0, 1} else None
 
         return until(
-            both, "both ranks' dumps", timeout=300, explain=lambda: ray_server.explain(created["id"])
+            both, "both ranks' dumps", timeout=RUN_DEADLINE, explain=lambda: ray_server.explain(created["id"])
         )
 
     def waits_in_a_collective(got: dict) -> bool:
@@ -248,7 +248,7 @@ def test_a_hung_rank_is_dumped_on_every_node_and_the_summary_says_where_each_wai
             os.kill(stopped.pid, signal.SIGCONT)
         # Always, so that a failure here leaves the shared cluster's nodes free for the next test.
         ray_server.api.post(f"/api/jobs/{created['id']}/cancel")
-        job = ray_server.wait(created["id"], ENDED, timeout=300)
+        job = ray_server.wait(created["id"], ENDED, timeout=RUN_DEADLINE)
     assert job["status"] == "cancelled", job
     assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)
 
@@ -267,7 +267,7 @@ def test_a_lost_node_fails_the_job_naming_it_and_ends_the_other_node(ray_cluster
     rank1 = placed(created)[1]
     (node,) = [n for n in ray_cluster.list_all_nodes() if n.node_id == rank1["node_id"]]
     ray_cluster.remove_node(node, allow_graceful=False)  # its raylet and workers are killed
-    job = ray_server.wait(created["id"], ENDED, timeout=300)
+    job = ray_server.wait(created["id"], ENDED, timeout=RUN_DEADLINE)
     assert job["status"] == "failed", job
     assert f"node {rank1['host']} ({rank1['ip']}, node {rank1['node_id'][:8]}) lost" in job["error"], job
     assert until(lambda: not left(job), "no process of the job left on either node", timeout=120)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.utils.servers import demo_config, job_processes, zero3
-from tests.utils.wait import until
+from tests.utils.wait import RUN_DEADLINE, until
 from tunedeck.scheduling.executors.slurm.cluster import seconds
 
 # Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
@@ -112,7 +112,7 @@ def test_a_one_node_job_trains_through_sbatch_and_srun(slurm_server, assets):
     created = slurm_server.submit(
         {"name": "one", "config": demo_config(assets, max_steps=10), "gpus": 1, "slurm": {"time": "10:00"}}
     )
-    job = slurm_server.wait(created["id"], ENDED, timeout=300)
+    job = slurm_server.wait(created["id"], ENDED, timeout=RUN_DEADLINE)
     assert job["status"] == "succeeded", job
     assert_points_are_rank0s(slurm_server, job)
     script = slurm_server.api.get(f"/api/jobs/{job['id']}/config").json()["batch_script"]
@@ -149,7 +149,7 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
         }
     )
     for job in small:
-        slurm_server.wait(job["id"], ("running",), timeout=300)
+        slurm_server.wait(job["id"], ("running",), timeout=RUN_DEADLINE)
 
     def waiting() -> str | None:
         got = slurm_server.api.get(f"/api/jobs/{wide['id']}").json()
@@ -163,14 +163,18 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     said = until(waiting, "the 2-node job waiting with Slurm's reason")
     assert "pending" in said and ("Resources" in said or "Priority" in said), said
     for job in small:
-        done = slurm_server.wait(job["id"], ENDED, timeout=300)
+        done = slurm_server.wait(job["id"], ENDED, timeout=RUN_DEADLINE)
         assert done["status"] == "succeeded", done
 
-    slurm_server.wait(wide["id"], ("running",), timeout=300)
+    slurm_server.wait(wide["id"], ("running",), timeout=RUN_DEADLINE)
     held = {n["name"]: n["jobs"] for n in slurm_server.api.get("/api/nodes").json()}
     assert held == {"n1": [wide["id"]], "n2": [wide["id"]]}, held  # the nodes page names the holder
     seen = len(
-        until(lambda: slurm_server.all(wide["id"], "metrics"), "the 2-node job's first points", timeout=300)
+        until(
+            lambda: slurm_server.all(wide["id"], "metrics"),
+            "the 2-node job's first points",
+            timeout=RUN_DEADLINE,
+        )
     )
     ours = os.environ["TORCH_EXTENSIONS_DIR"]  # tests/conftest.py's, for every process of the session
     seen_dirs = {r: extension_dirs(wide, r) for r in (0, 1)}
@@ -178,12 +182,14 @@ def test_two_node_job_waits_for_slurm_then_trains_through_restart_and_cancel(
     slurm_server.kill()  # Slurm holds the job: training goes on without the server
     slurm_server.start()
     until(
-        lambda: len(slurm_server.all(wide["id"], "metrics")) > seen, "points after the restart", timeout=300
+        lambda: len(slurm_server.all(wide["id"], "metrics")) > seen,
+        "points after the restart",
+        timeout=RUN_DEADLINE,
     )
     assert slurm_server.api.get(f"/api/jobs/{wide['id']}").json()["status"] == "running"
 
     assert slurm_server.api.post(f"/api/jobs/{wide['id']}/cancel").status_code == 200
-    job = slurm_server.wait(wide["id"], ENDED, timeout=300)
+    job = slurm_server.wait(wide["id"], ENDED, timeout=RUN_DEADLINE)
     assert job["status"] == "cancelled" and job["exit_code"] == 0, job  # stopped after a step
     assert (Path(job["output_dir"]) / "adapter_model.safetensors").exists()
     assert_points_are_rank0s(slurm_server, job)  # nothing lost across the restart
@@ -229,7 +235,7 @@ def continued(server, stopped: dict) -> dict:
     points = until(
         lambda: [p for p in server.all(child["id"], "metrics") if p.get("step") is not None],
         f"the first points of job {child['id']}",
-        timeout=300,
+        timeout=RUN_DEADLINE,
     )
     assert points[0]["step"] == last + 1, points[:3]
     return child
@@ -263,7 +269,7 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_clust
         *("sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "--gres=gpu:1"),
         *("-o", "/dev/null", "--wrap", "sleep 20"),
     ).strip()
-    preempted = slurm_server.wait(child["id"], ENDED, timeout=300)
+    preempted = slurm_server.wait(child["id"], ENDED, timeout=RUN_DEADLINE)
     assert preempted["status"] == "failed", preempted
 
     def told() -> dict | None:
@@ -275,7 +281,7 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_clust
     grandchild = continued(slurm_server, preempted)
     assert slurm_cluster.run("squeue", "-h", "-j", urgent, "-t", "all", "-o", "%T").strip() == "COMPLETED"
     assert slurm_server.api.post(f"/api/jobs/{grandchild['id']}/cancel").status_code == 200
-    ended = slurm_server.wait(grandchild["id"], ENDED, timeout=300)
+    ended = slurm_server.wait(grandchild["id"], ENDED, timeout=RUN_DEADLINE)
     assert ended["status"] == "cancelled", ended
     assert until(
         lambda: not left(stopped) and not left(preempted) and not left(ended),
@@ -297,8 +303,8 @@ def test_a_slurmd_killed_mid_job_fails_the_job_naming_the_node(slurm_cluster, sl
             "nodes": 2,
         }
     )
-    slurm_server.wait(created["id"], ("running",), timeout=300)
-    until(lambda: slurm_server.all(created["id"], "metrics"), "the job's first points", timeout=300)
+    slurm_server.wait(created["id"], ("running",), timeout=RUN_DEADLINE)
+    until(lambda: slurm_server.all(created["id"], "metrics"), "the job's first points", timeout=RUN_DEADLINE)
     run_dir = Path(created["run_dir"])
     ranks = [
         json.loads((run_dir / name).read_text())["node"] for name in ("runner.json", "runner.rank1.json")
@@ -308,7 +314,7 @@ def test_a_slurmd_killed_mid_job_fails_the_job_naming_the_node(slurm_cluster, sl
     slurmd = int((slurm_cluster.root / "slurmd-n2.pid").read_text().split()[0])
     os.kill(slurmd, signal.SIGKILL)
     try:
-        job = slurm_server.wait(created["id"], ENDED, timeout=300)
+        job = slurm_server.wait(created["id"], ENDED, timeout=RUN_DEADLINE)
         assert job["status"] == "failed", job
 
         def explained() -> str | None:  # rank 0's runner may report first: its error is then amended

@@ -13,7 +13,7 @@ import pytest
 from tests.slurm.conftest import slurm_settings
 from tests.slurm.test_slurm_jobs import ENDED, assert_points_are_rank0s, left
 from tests.utils.servers import Server, demo_config, free_port
-from tests.utils.wait import until
+from tests.utils.wait import RUN_DEADLINE, until
 
 # Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -54,7 +54,7 @@ def test_a_two_node_job_reports_through_the_shared_run_folder_only(files_server,
     )
     assert {d["node"] for d in nodes} == {"n1", "n2"}, nodes
     assert files_server.api.post(f"/api/jobs/{job['id']}/cancel").status_code == 200
-    ended = files_server.wait(job["id"], ENDED, timeout=300)
+    ended = files_server.wait(job["id"], ENDED, timeout=RUN_DEADLINE)
     assert ended["status"] == "cancelled" and ended["exit_code"] == 0, ended
     assert (Path(ended["output_dir"]) / "adapter_model.safetensors").exists()
     assert_points_are_rank0s(files_server, ended)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.utils.hardware import gpu_hardware
 from tests.utils.servers import ROOT, demo_config
-from tests.utils.wait import until
+from tests.utils.wait import RUN_DEADLINE, until
 from tunedeck.contract.protocol import node_name
 
 # Real multi-stage runs: their own waits (each with an account of the job) end them, not the suite-wide 600 s.
@@ -26,7 +26,7 @@ NO_IDENTITY = {"serial": None, "uuid": None, "partition": None, "power_shared_wi
 
 
 def wait_done(server, job_id: int) -> dict:
-    return server.wait(job_id, ("succeeded", "failed", "cancelled"), timeout=300)
+    return server.wait(job_id, ("succeeded", "failed", "cancelled"), timeout=RUN_DEADLINE)
 
 
 def test_demo_run_memory_is_stored_downsampled_and_healthy(server_factory, assets):
@@ -170,7 +170,7 @@ def test_gpu_job_samples_its_scripted_gpu_and_alerts_the_spike(server_factory, a
         }
     )
     assert Path(job["output_dir"]) == Path(job["run_dir"]) / "output"  # where the gate reads the trainer log
-    server.wait(job["id"], ("running",), timeout=300)
+    server.wait(job["id"], ("running",), timeout=RUN_DEADLINE)
     (node,) = server.api.get("/api/nodes").json()
     assert [g["job_id"] for g in node["gpus"]] == [job["id"], None]
 

@@ -16,6 +16,9 @@ PAUSES = frozenset({"sleep", "wait_for_timeout"})
 CLOCKS = frozenset({"monotonic", "perf_counter", "monotonic_ns", "perf_counter_ns"})
 # Bounds a hang, for until() and for waits on an event or a future (`.result(timeout=DEADLINE)`).
 DEADLINE = 120.0
+# Bounds a stage of a real (multi-rank, multi-node) fine-tune: at load 20 a 300 s wait for a 2-node
+# job's first points starved. Used only in modules whose own pytest timeout (1800 s) leaves room.
+RUN_DEADLINE = 900.0
 
 
 def until(
