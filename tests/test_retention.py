@@ -17,7 +17,7 @@ from tunedeck.store.db import make_engine, upgrade
 GiB = 1 << 30
 
 
-def seed(engine, *, job_id: int, ended: str, n: int = 3600) -> list[int]:
+def seed(engine, *, job_id: int, ended: str, n: int = 3600, created: str | None = None) -> list[int]:
     rnd = random.Random(job_id)
     values = [int(14 * GiB + rnd.randint(-50, 50) * 2**20) for _ in range(n)]
     values[n // 3] = 30 * GiB  # one sub-interval spike
@@ -25,9 +25,9 @@ def seed(engine, *, job_id: int, ended: str, n: int = 3600) -> list[int]:
         c.execute(
             text(
                 "INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at,"
-                " finished_at, last_batch_seq) VALUES (:id, 'j', 'succeeded', 1, '{}', '', '', '', :e, :e, 0)"
+                " finished_at, last_batch_seq) VALUES (:id, 'j', 'succeeded', 1, '{}', '', '', '', :c, :e, 0)"
             ),
-            {"id": job_id, "e": ended},
+            {"id": job_id, "e": ended, "c": created or ended},
         )
         c.execute(
             text(
@@ -55,6 +55,8 @@ def test_retention_keeps_coarse_tiles_and_the_peak(tmp_path):
     upgrade(engine)
     old = seed(engine, job_id=1, ended="2026-01-01 00:00:00")
     seed(engine, job_id=2, ended="2099-01-01 00:00:00")  # ended recently (in the future here): untouched
+    # Imported recently, a run that ended long ago: kept from the import, as long as a run of its own.
+    seed(engine, job_id=3, ended="2026-01-01 00:00:00", created="2099-01-01 00:00:00")
     report = rollup(engine, older_than_s=30 * 86400, interval_s=60)
     level = keep_level(60)
     assert 4**level >= 60 > 4 ** (level - 1)
@@ -66,7 +68,8 @@ def test_retention_keeps_coarse_tiles_and_the_peak(tmp_path):
                 "AND series='memory.0' ORDER BY level, tile"
             )
         ).all()
-        assert c.execute(text("SELECT count(*) FROM memory_samples WHERE job_id=2")).scalar() == 3600
+        for job in (2, 3):
+            assert c.execute(text(f"SELECT count(*) FROM memory_samples WHERE job_id={job}")).scalar() == 3600
     # The peak and the newest sample stay (the measured peak, the device's name and size).
     assert sorted(kept) == sorted({(30 * GiB, 1000.0 + 1200), (old[-1], 1000.0 + 3599)})
     assert report == {"jobs": 1, "before": 3600, "after": len(kept)}

@@ -236,8 +236,9 @@ class Settings(BaseSettings):
     memory_raw_retention_days: float | None = Field(
         30.0,
         gt=0,
-        description="Days after a job ends before its raw memory samples are dropped (each GPU's highest and "
-        "newest stay; charts draw from the kept chart tiles); unset or empty keeps raw samples forever.",
+        description="Days after a job ends (an imported run: after its import, if later) before its raw memory "
+        "samples are dropped (each GPU's highest and newest stay; charts draw from the kept chart tiles); "
+        "unset or empty keeps raw samples forever.",
     )
     memory_rollup_s: float = Field(
         60.0,

@@ -47,13 +47,16 @@ def keep_level(interval_s: float) -> int:
 
 
 def due_jobs(engine: Engine, *, older_than_s: float, now: float | None = None) -> list[int]:
-    """Ended jobs past the raw-retention age whose raw samples are still there."""
+    """Ended jobs past the raw-retention age whose raw samples are still there. The age counts from
+    the later of the end and the record's creation: an imported run ends when it ended (its own times),
+    maybe months ago, but its samples came here at the import and are kept as long from then."""
     cutoff = (now or time.time()) - older_than_s
     with engine.connect() as c:
         rows = c.execute(
             text(
                 "SELECT j.id FROM jobs j WHERE j.status IN ('succeeded','failed','cancelled') "
-                "AND j.finished_at IS NOT NULL AND CAST(strftime('%s', j.finished_at) AS INTEGER) < :cutoff "
+                "AND j.finished_at IS NOT NULL AND max(CAST(strftime('%s', j.finished_at) AS INTEGER), "
+                "coalesce(CAST(strftime('%s', j.created_at) AS INTEGER), 0)) < :cutoff "
                 "AND NOT EXISTS (SELECT 1 FROM chart_pruned p WHERE p.job_id = j.id) "
                 "AND EXISTS (SELECT 1 FROM memory_samples s WHERE s.job_id = j.id) ORDER BY j.id"
             ),
