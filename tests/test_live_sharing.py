@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from sse_starlette.event import ServerSentEvent
 
@@ -50,6 +51,9 @@ def test_streams_share_a_read_unless_their_key_was_woken_after_it_began():
         gate.set()
         return [await first, await joined, await late, await page, *sorted(reads)]
 
-    got = asyncio.run(scenario())
+    # In a thread of its own: the suite's session-wide browser (Playwright's sync API) keeps an event
+    # loop running in the main thread, where asyncio.run refuses to start another.
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(asyncio.run, scenario()).result(timeout=DEADLINE)
     assert got[:4] == ["first", "first", "late", "page"]
     assert got[4:] == ["first", "late", "page"]  # three reads for four streams
