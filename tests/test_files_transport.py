@@ -68,7 +68,8 @@ def test_a_runner_that_cannot_reach_the_server_reports_through_its_run_folder(tm
         )
         (node,) = dumps["nodes"]
         assert dumps["request"] == number and node["error"] is None, node
-        assert node["processes"] and any(p.get("threads") for p in node["processes"]), node
+        why = [(p["pid"], p.get("error"), len(p.get("threads") or [])) for p in node["processes"]]
+        assert node["processes"] and any(p.get("threads") for p in node["processes"]), why
         assert dumps["summary"], dumps
 
         server.kill()  # the runner trains on; the next server reads the outbox from its start

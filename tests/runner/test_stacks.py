@@ -100,6 +100,23 @@ def test_no_trainer_is_said():
     assert stacks.collect(None, request=1, node="n", runner_rank=0).error == "no trainer process runs"
 
 
+def test_a_process_py_spy_cannot_read_is_said_with_py_spy_s_reason_and_a_python_one_is_read():
+    spy = stacks.py_spy()
+    if spy is None:
+        pytest.skip("py-spy is not installed")
+    other = subprocess.Popen(["sleep", "600"])  # no Python in it: every read fails, each try says why
+    python = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    try:
+        got = stacks.dump_process(other.pid, spy, tries=2)
+        assert "threads" not in got and got["error"].startswith("py-spy"), got
+        read = until(lambda: stacks.dump_process(python.pid, spy).get("threads"), "the Python process read")
+        assert any(f["name"] == "<module>" for t in read for f in t["frames"]), read
+    finally:
+        for p in (other, python):
+            p.kill()
+            p.wait()
+
+
 # Both ranks complete all_reduce #1; then rank 0 enters all_gather #2 and rank 1 never does (it loads a
 # batch). The flight recorder is on (TORCH_FR_BUFFER_SIZE: gloo records too), and each rank answers the
 # runner's requests from the thread lf_train.py starts in every real run.

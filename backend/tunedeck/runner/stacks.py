@@ -42,6 +42,7 @@ from tunedeck.contract.stacks import (
 )
 
 DUMP_TIMEOUT_S = 30.0
+DUMP_TRIES = 3  # reads of a process that answered with an error or no thread (see dump_process)
 FLIGHT_WAIT_S = 20.0  # for every rank's answering thread to write its record (it looks twice a second)
 MAX_FLIGHT_BYTES = 64 * 2**20
 # The opcodes of a pickle of dicts, lists, tuples, strings, bytes, numbers, booleans and None (any
@@ -94,8 +95,22 @@ def _threads(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def dump_process(pid: int, spy: str, *, timeout_s: float = DUMP_TIMEOUT_S) -> dict[str, Any]:
-    """One process's threads (innermost frame first), or why not."""
+def dump_process(
+    pid: int, spy: str, *, timeout_s: float = DUMP_TIMEOUT_S, tries: int = DUMP_TRIES
+) -> dict[str, Any]:
+    """One process's threads (innermost frame first), or why not. A read without stopping the process
+    can catch its interpreter mid-change (an error, or no thread at all, which a live Python never has):
+    it is taken again, up to `tries` times, and the last reason is told."""
+    got: dict[str, Any] = {}
+    for _ in range(tries):
+        got = _dump_once(pid, spy, timeout_s)
+        if got.get("threads") or got.get("fatal"):
+            break
+    got.pop("fatal", None)
+    return got
+
+
+def _dump_once(pid: int, spy: str, timeout_s: float) -> dict[str, Any]:
     try:
         r = subprocess.run(
             [spy, "dump", "--nonblocking", "--json", "--pid", str(pid)],
@@ -105,16 +120,17 @@ def dump_process(pid: int, spy: str, *, timeout_s: float = DUMP_TIMEOUT_S) -> di
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"py-spy did not answer in {timeout_s:.0f} s"}
+        return {"error": f"py-spy did not answer in {timeout_s:.0f} s", "fatal": True}
     except OSError as e:
-        return {"error": f"cannot run py-spy: {e}"}
+        return {"error": f"cannot run py-spy: {e}", "fatal": True}
     if r.returncode != 0:
         why = (r.stderr or r.stdout).strip().splitlines()
         return {"error": "py-spy: " + (" / ".join(why[-2:]) if why else f"exit {r.returncode}")[:1900]}
     try:
-        return {"threads": _threads(json.loads(r.stdout))}
+        threads = _threads(json.loads(r.stdout))
     except (ValueError, AttributeError, TypeError) as e:
         return {"error": f"py-spy printed no stack list: {e}"[:1900]}
+    return {"threads": threads} if threads else {"error": "py-spy read no thread of the process"}
 
 
 def _flight_on(p: psutil.Process) -> bool:
