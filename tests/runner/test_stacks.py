@@ -105,7 +105,7 @@ def test_a_process_py_spy_cannot_read_is_said_with_py_spy_s_reason_and_a_python_
     if spy is None:
         pytest.skip("py-spy is not installed")
     other = subprocess.Popen(["sleep", "600"])  # no Python in it: every read fails, each try says why
-    python = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    python = subprocess.Popen([sys.executable, "-c", "import threading\nthreading.Event().wait()"])
     try:
         got = stacks.dump_process(other.pid, spy, tries=2)
         assert "threads" not in got and got["error"].startswith("py-spy"), got
