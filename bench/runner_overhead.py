@@ -9,7 +9,7 @@ loop only: model loading, evaluation at the end and start-up are outside it). Th
 (tunedeck first, then bare first) so a drift of the machine's speed falls on both. Prints every run,
 the runner's CPU seconds, the pairs' ratios and their median, with the load average beside them.
 
-    PYTHONPATH=backend:trainer python bench/runner_overhead.py [--pairs 3] [--steps 200]
+    PYTHONPATH=backend:trainer python bench/runner_overhead.py [--pairs 3] [--steps 2000] [--logging-steps 10]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import psutil
 import yaml
 from _common import Server, assets, demo_config
 
+SERVER_CPU: list[float] = []  # the server's CPU seconds over each run through tunedeck
 # The trainer's environment that is tunedeck's and not the training's: left out of the bare run.
 OURS = ("TUNEDECK_",)
 
@@ -81,13 +82,33 @@ def watch(run_dir: str, deadline_s: float = 1800) -> tuple[dict[str, str], float
     raise AssertionError(f"the job in {run_dir} did not end in {deadline_s:.0f} s")
 
 
-def through_tunedeck(server: Server, steps: int) -> tuple[float, float, str, dict[str, str]]:
-    config = demo_config(assets(), max_steps=steps, logging_steps=1, eval_steps=100_000, save_steps=100_000)
+def server_cpu(server: Server) -> float:
+    """CPU seconds of the server's own processes (the store process too), not its jobs' runners."""
+    assert server.proc is not None
+    root = psutil.Process(server.proc.pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            if "TUNEDECK_JOB_KEY" in p.environ():
+                continue
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def through_tunedeck(server: Server, steps: int, every: int) -> tuple[float, float, str, dict[str, str]]:
+    config = demo_config(
+        assets(), max_steps=steps, logging_steps=every, eval_steps=100_000, save_steps=100_000
+    )
     spec = {"name": "overhead", "config": config, "gpus": 0}
+    before = server_cpu(server)
     job = server.submit(spec)
     env, runner_cpu = watch(job["run_dir"])
     done = server.wait(job["id"], ("succeeded", "failed", "cancelled"), timeout=1800)
     assert done["status"] == "succeeded", done
+    SERVER_CPU.append(server_cpu(server) - before)
     train_yaml = server.api.get(f"/api/jobs/{job['id']}/config").json()["train_yaml"]
     return samples_per_second(Path(done["output_dir"])), runner_cpu, train_yaml, env
 
@@ -106,22 +127,29 @@ def bare(train_yaml: str, env: dict[str, str], folder: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=200)
+    # The demo model trains ~25 steps a second on 2 cores: 2000 steps is ~80 s of training, and a line
+    # every 10 steps is 2-3 a second (a GPU run of a real model logs far less often).
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--logging-steps", type=int, default=10)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="runner-overhead-"))
     server = Server(root / "ws", assets()).start()
     ratios, cpus, ours_all, bare_all = [], [], [], []
-    print(f"{args.steps} steps a run, {args.pairs} pairs; load before: {loadavg()}", flush=True)
+    print(
+        f"{args.steps} steps a run, a line every {args.logging_steps}, {args.pairs} pairs; "
+        f"load before: {loadavg()}",
+        flush=True,
+    )
     try:
         # A first job unmeasured (the model's files into the page cache, the imports compiled), whose
         # train.yaml at the full length is what a pair that starts bare runs.
-        _, _, train_yaml, env = through_tunedeck(server, 5)
+        _, _, train_yaml, env = through_tunedeck(server, 5, args.logging_steps)
         train_yaml = train_yaml.replace("max_steps: 5\n", f"max_steps: {args.steps}\n")
         for i in range(args.pairs):
             bare_first = i % 2 == 1
             if bare_first:
                 theirs = bare(train_yaml, env, root / f"bare{i}")
-            ours, cpu, train_yaml, env = through_tunedeck(server, args.steps)
+            ours, cpu, train_yaml, env = through_tunedeck(server, args.steps, args.logging_steps)
             if not bare_first:
                 theirs = bare(train_yaml, env, root / f"bare{i}")
             ratios.append(ours / theirs)
@@ -130,7 +158,7 @@ def main() -> None:
             bare_all.append(theirs)
             print(
                 f"pair {i + 1} ({'bare' if bare_first else 'tunedeck'} first): tunedeck {ours:.3f} samples/s "
-                f"(runner {cpu:.1f} s CPU), bare {theirs:.3f} samples/s, ratio {ours / theirs:.3f}; "
+                f"(runner {cpu:.1f} s CPU, server {SERVER_CPU[-1]:.1f} s), bare {theirs:.3f} samples/s, ratio {ours / theirs:.3f}; "
                 f"load {loadavg()}",
                 flush=True,
             )
@@ -139,7 +167,8 @@ def main() -> None:
     print(
         f"median: tunedeck {statistics.median(ours_all):.3f}, bare {statistics.median(bare_all):.3f} "
         f"samples/s; ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
-        f"runner CPU {statistics.median(cpus):.1f} s a run; load after: {loadavg()}"
+        f"runner CPU {statistics.median(cpus):.1f} s, server {statistics.median(SERVER_CPU[1:]):.1f} s a run; "
+        f"load after: {loadavg()}"
     )
 
 
