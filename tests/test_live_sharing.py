@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sse_starlette.event import ServerSentEvent
 
-from tests.utils.wait import DEADLINE
+from tests.utils.wait import DEADLINE, until
 from tunedeck.services.live.events import TEAM, Broadcaster
 from tunedeck.services.live.feed import Event
 
@@ -40,14 +40,15 @@ def test_streams_share_a_read_unless_their_key_was_woken_after_it_began():
 
         since = hub.woken(TEAM)
         first = asyncio.ensure_future(hub.shared(("c",), since, read("first"), ticket=TEAM))
-        await asyncio.sleep(0)  # (the read is under way)
+        await asyncio.to_thread(until, lambda: "first" in reads, "the first read under way")
         hub._fire({7})  # a batch of job 7: its page's key only
         joined = asyncio.ensure_future(hub.shared(("c",), hub.woken(TEAM), read("joined"), ticket=TEAM))
         hub._fire({TEAM, 7})  # the team's rows changed after the first read began
         late = asyncio.ensure_future(hub.shared(("c",), hub.woken(TEAM), read("late"), ticket=TEAM))
         # A job page's read at the same cursor is its own (its key counts its own wake-ups).
         page = asyncio.ensure_future(hub.shared(("c",), hub.woken(7), read("page"), ticket=7))
-        await asyncio.sleep(0)
+        # The streams' coroutines ran up to their reads: the two that read started them.
+        await asyncio.to_thread(until, lambda: {"late", "page"} <= set(reads), "the late and page reads")
         gate.set()
         return [await first, await joined, await late, await page, *sorted(reads)]
 

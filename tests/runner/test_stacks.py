@@ -104,7 +104,8 @@ def test_a_process_py_spy_cannot_read_is_said_with_py_spy_s_reason_and_a_python_
     spy = stacks.py_spy()
     if spy is None:
         pytest.skip("py-spy is not installed")
-    other = subprocess.Popen(["sleep", "600"])  # no Python in it: every read fails, each try says why
+    # No Python in it (cat waits on its input): every read fails, each try says why.
+    other = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
     python = subprocess.Popen([sys.executable, "-c", "import threading\nthreading.Event().wait()"])
     try:
         got = stacks.dump_process(other.pid, spy, tries=2)
