@@ -40,6 +40,8 @@ def app(tmp_path_factory, assets):
 
 
 def tiles(engine, job_id: int) -> dict[tuple, tuple]:
+    with engine.begin() as c:  # every level whole: each series' open finest tile folded up first
+        pyramid.settle(c.connection.cursor(), [job_id])
     with engine.connect() as c:
         rows = c.execute(
             text(

@@ -1,5 +1,6 @@
 """The chart tiles answer exactly what a brute-force min/max over the raw rows gives, for random windows,
-after incremental ingest in random batch sizes (resent batches too) and after retention."""
+after incremental ingest in random batch sizes (resent and late batches too, and open tiles settled
+midway, as a database from before `chart_open` has them) and after retention."""
 
 from __future__ import annotations
 
@@ -85,11 +86,18 @@ def store(tmp_path_factory):
         i, j = i + len(mem), j + len(batch["metrics"])
         if rnd.random() < 0.1:  # a runner resending a batch the server already stored
             batches.append(rnd.choice(batches))
+    for i in range(len(batches) - 4):  # a few late: their points land in tiles that already closed
+        if rnd.random() < 0.03:
+            batches.insert(i + 4, batches.pop(i))
     writer = IngestWriter(engine)
     writer.start()
     try:
-        for b in batches:
+        for i, b in enumerate(batches):
             writer.submit(1, b).result(timeout=120)
+            if i == len(batches) // 2:  # every level whole and no tile open: a database from before 0026
+                with engine.begin() as c:
+                    assert c.exec_driver_sql("SELECT count(*) FROM chart_open").scalar_one() > 0
+                    pyramid.settle(c.connection.cursor(), [1])
     finally:
         writer.stop()
     metrics = [(p["current_steps"], p, T0 + line) for line, p in enumerate(lines)]
@@ -232,3 +240,41 @@ def test_after_retention_old_runs_draw_from_whole_coarse_tiles(store, tmp_path):
     for g, pts in before.items():
         s = Series(pyramid.memory_key("", g), RAW, (1, "", g), floor=level)
         assert min(run_windows(copy, s, pts, rnd, 20, floor=level)) >= level
+
+
+def test_a_tile_open_when_the_levels_were_settled_goes_up_once(tmp_path):
+    """Small 1 Hz batches (4 s each, inside the 16 s tile an earlier one opened) with the open tiles
+    settled midway, mid-tile: that tile then holds points every level has, and must not go up twice."""
+    engine = make_engine(tmp_path / "o.db")
+    upgrade(engine)
+    with engine.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at)"
+                " VALUES (1, 'o', 'running', 1, '{}', '', '', '', '2026-01-01 00:00:00')"
+            )
+        )
+    rnd = random.Random(3)
+    writer = IngestWriter(engine)
+    writer.start()
+    try:
+        for b in range(200):
+            line = list(range(4 * b, 4 * b + 4))
+            used = [20 * GiB + rnd.randint(-50, 50) * 2**20 for _ in line]
+            mem = {"line": line, "t": [T0 + i for i in line], "gpu": [0] * 4, "used_bytes": used}
+            writer.submit(1, {"seq": b, "metrics": [], "memory": mem}).result(timeout=120)
+            if b == 70:  # 284 s in: three quarters through a 16 s tile
+                with engine.begin() as c:
+                    pyramid.settle(c.connection.cursor(), [1])
+    finally:
+        writer.stop()
+    with engine.connect() as c:  # the newest tile waits open (the coarse levels are not written a batch)
+        assert c.exec_driver_sql("SELECT series, tile FROM chart_open").all() == [
+            ("memory.0", (T0 + 799) // 16)
+        ]
+    pts = memory_points(engine, 0)
+    assert len(pts) == 800
+    levels = run_windows(
+        engine, Series(pyramid.memory_key("", 0), RAW, (1, "", 0)), pts, random.Random(4), 40
+    )
+    assert max(levels) > pyramid.FINEST  # coarse tiles were read

@@ -398,6 +398,17 @@ class ChartState(SQLModel, table=True):
     through_id: int
 
 
+class ChartOpen(SQLModel, table=True):
+    """A series' newest finest-level tile, not yet folded into the coarser levels (readers merge it in)."""
+
+    __tablename__ = "chart_open"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    series: str = Field(primary_key=True)
+    tile: int
+
+
 class ChartPruned(SQLModel, table=True):
     """A job whose raw memory samples retention dropped: its memory charts read tiles >= level only."""
 

@@ -22,8 +22,11 @@ def measured_peak(session: Session, job: Job) -> dict[str, Any] | None:
     chart tiles' top level (a few rows, not a scan of a long run's samples; kept by retention too)."""
     pyramid.current(engine_of(session))
     # The whole key, one series at a time: a handful of rows (a LIKE on the series walks every tile).
-    top = "SELECT max(y_max) FROM chart_tiles WHERE job_id = :j AND series = :s AND level = :top"
-    at = {"j": job.id, "top": pyramid.LEVELS}
+    top = (
+        "SELECT max(y_max) FROM chart_tiles WHERE job_id = :j AND series = :s AND (level = :top OR "
+        "(level = :fine AND tile = (SELECT tile FROM chart_open WHERE job_id = :j AND series = :s)))"
+    )  # the top level, and the open tile it does not hold yet
+    at = {"j": job.id, "top": pyramid.LEVELS, "fine": pyramid.FINEST}
     peaks = [
         (session.execute(text(top), {**at, "s": pyramid.memory_key(g.node, g.gpu)}).scalar(), g)
         for g in memory_charts.gpus_of(session, job.id)

@@ -2,9 +2,12 @@
 
 Every stored metric point (x = step) and memory sample (x = unix time) lands in one tile of each
 level k = FINEST..LEVELS. Ingest tiles the rows stored since a watermark of row ids (`catch_up`, in the
-writer's transaction, one upsert per touched tile; the memory samples from the columns the writer
-just inserted, not read back), so a chart read of any window picks the finest
-level whose tiles in the window fit and reads O(max_points) rows. A tile's min and max are real
+writer's transaction; the memory samples from the columns the writer just inserted, not read back),
+so a chart read of any window picks the finest level whose tiles in the window fit and reads
+O(max_points) rows. Each batch upserts the finest tiles it touches; a series' newest finest tile
+stays open (`chart_open`) and goes up into the coarser levels once, when a later tile opens (or
+retention settles the job), so a 1 Hz series writes its coarse levels every 4**FINEST seconds, not
+every second. Readers merge the open tile into the coarse tiles they read. A tile's min and max are real
 points (x, y and an aux value: the row id of a memory sample, the time of a metric point), so a
 spike drawn from tiles is the sample itself. Retention drops raw samples and fine levels but keeps
 the coarse ones, so old runs are still drawn from them.
@@ -224,28 +227,128 @@ SOURCES = (
 )
 
 
-def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
-    """Fold points into every level's tiles: one upsert per touched tile."""
-    (job, sid, tile), s = reduce([job, sid, tiles_of(x, FINEST)], points(x, y, a), single=True)
-    # Every coarser level from the finest tiles at once: one merge, whatever the batch's size.
+def _rows(
+    job: np.ndarray, names: list[str], level: np.ndarray | int, tile: np.ndarray, s: np.ndarray
+) -> list:
+    """Upsert rows of stats rows `s` (job ids, series names and tiles beside them)."""
+    n = len(s)
+    lv = np.broadcast_to(np.asarray(level, dtype=np.float64), (n,))
+    return list(
+        zip(
+            job.astype(np.int64).tolist(),
+            names,
+            lv.astype(np.int64).tolist(),
+            tile.astype(np.int64).tolist(),
+            s[:, N].astype(np.int64).tolist(),
+            *s[:, 1:].T.tolist(),
+        )
+    )
+
+
+def _coarse(cur, job: np.ndarray, names: list[str], tile: np.ndarray, s: np.ndarray) -> None:
+    """Fold finest-level stats rows into every coarser level: one merge, one upsert per touched tile."""
+    if not len(s):
+        return
+    codes = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    sid = np.fromiter(map(codes.__getitem__, names), np.float64, len(names))
     up = LEVELS - FINEST
     level = np.repeat(np.arange(FINEST + 1.0, LEVELS + 1), len(s))
     coarse = np.concatenate([np.floor_divide(tile, 4.0**k) for k in range(1, up + 1)])
-    keys, rows = reduce([level, np.tile(job, up), np.tile(sid, up), coarse], np.tile(s, (up, 1)))
-    level = np.concatenate((np.full(len(s), FINEST), keys[0]))
-    job, sid, tile = (np.concatenate(p) for p in zip((job, sid, tile), keys[1:]))
-    s = np.vstack((s, rows))
-    sids = sid.tolist()
-    named = {v: key(v) for v in set(sids)}  # (a few series, many tiles each)
-    out = zip(
-        job.astype(np.int64).tolist(),
-        [named[v] for v in sids],
-        level.astype(np.int64).tolist(),
-        tile.astype(np.int64).tolist(),
-        s[:, N].astype(np.int64).tolist(),
-        *s[:, 1:].T.tolist(),
+    (level, job, sid, coarse), rows = reduce(
+        [level, np.tile(job, up), np.tile(sid, up), coarse], np.tile(s, (up, 1))
     )
-    bulk.insert(cur, INTO_TILES, list(out), MERGE)
+    by_code = list(codes)
+    bulk.insert(cur, INTO_TILES, _rows(job, [by_code[int(v)] for v in sid], level, coarse, rows), MERGE)
+
+
+OPEN_SQL = "SELECT job_id, series, tile FROM chart_open WHERE job_id IN ({})"
+INTO_OPEN = "INSERT INTO chart_open (job_id, series, tile)"
+MOVE_OPEN = "ON CONFLICT (job_id, series) DO UPDATE SET tile = excluded.tile"
+FINEST_ROWS = (
+    f"SELECT t.job_id, t.series, t.tile, {', '.join('t.' + f for f in FIELDS)} FROM chart_tiles t "
+    "WHERE t.level = {finest} AND (t.job_id, t.series, t.tile) IN (VALUES {values})"
+)
+ROW_CHUNK = 500  # tiles looked up a statement
+
+
+def _finest(cur, keys: list[tuple[int, str, int]]) -> list[tuple]:
+    """The finest-level rows (job, series, tile, stats...) of these tiles."""
+    out: list[tuple] = []
+    for at in range(0, len(keys), ROW_CHUNK):
+        part = keys[at : at + ROW_CHUNK]
+        sql = FINEST_ROWS.format(finest=FINEST, values=", ".join(["(?, ?, ?)"] * len(part)))
+        out += cur.execute(sql, [v for k in part for v in k]).fetchall()
+    return out
+
+
+def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
+    """Fold points into the finest tiles (one upsert per touched tile), and into the coarser levels
+    those of them that are not their series' open tile: a late point's tile, and the open tile a
+    newer one closes (read back whole). The newest tile each series touched is its open tile now."""
+    (job, sid, tile), s = reduce([job, sid, tiles_of(x, FINEST)], points(x, y, a), single=True)
+    named = {v: key(v) for v in set(sid.tolist())}  # (a few series, many tiles each)
+    names = [named[v] for v in sid.tolist()]
+    bulk.insert(cur, INTO_TILES, _rows(job, names, FINEST, tile, s), MERGE)
+    jobs, tiles = job.astype(np.int64).tolist(), tile.astype(np.int64).tolist()
+    known = {
+        (j, ser): t
+        for j, ser, t in cur.execute(
+            OPEN_SQL.format(", ".join("?" * len(set(jobs)))), sorted(set(jobs))
+        ).fetchall()
+    }
+    # Rows come sorted by (job, series, tile): each series' last row holds its newest tile.
+    last = {(j, ser): i for i, (j, ser) in enumerate(zip(jobs, names))}
+    fresh = [i for (j, ser), i in last.items() if (j, ser) not in known]
+    if fresh:  # a series with no open tile: its newest tile is open only if this batch began it
+        had = {
+            (r[0], r[1], r[2]): r[3 + N] for r in _finest(cur, [(jobs[i], names[i], tiles[i]) for i in fresh])
+        }
+        for i in fresh:
+            if had.get((jobs[i], names[i], tiles[i])) == int(s[i, N]):
+                known[(jobs[i], names[i])] = None  # (no tile before this batch's)
+    direct, fold, moved = [], [], []
+    for i, (j, ser, t) in enumerate(zip(jobs, names, tiles)):
+        k = (j, ser)
+        if k not in known:  # older points in the newest tile: everything goes up now (after an upgrade)
+            direct.append(i)
+            continue
+        was = known[k]
+        top = tiles[last[k]] if was is None else max(tiles[last[k]], was)
+        if t != top and t != was:  # a late point, or a tile this batch both began and passed
+            direct.append(i)
+        if i == last[k] and top != was:  # a newer tile opens: the open one (read back whole) goes up
+            moved.append((j, ser, top))
+            if was is not None:
+                fold.append((j, ser, was))
+    f = np.float64
+    rows = _finest(cur, fold)
+    pick = np.asarray(direct, dtype=np.int64)
+    _coarse(
+        cur,
+        np.concatenate((job[pick], np.array([r[0] for r in rows], f))),
+        [names[i] for i in direct] + [r[1] for r in rows],
+        np.concatenate((tile[pick], np.array([r[2] for r in rows], f))),
+        np.vstack((s[pick], np.array([r[3:] for r in rows], f).reshape(len(rows), len(FIELDS)))),
+    )
+    bulk.insert(cur, INTO_OPEN, moved, MOVE_OPEN)
+
+
+def settle(cur, job_ids: list[int]) -> None:
+    """Fold these jobs' open tiles into the coarser levels (before retention drops the finest ones)."""
+    if not job_ids:
+        return
+    marks = ", ".join("?" * len(job_ids))
+    keys = [tuple(r) for r in cur.execute(OPEN_SQL.format(marks), job_ids).fetchall()]
+    rows = _finest(cur, keys)
+    f = np.float64
+    _coarse(
+        cur,
+        np.array([r[0] for r in rows], f),
+        [r[1] for r in rows],
+        np.array([r[2] for r in rows], f),
+        np.array([r[3:] for r in rows], f).reshape(len(rows), len(FIELDS)),
+    )
+    cur.execute(f"DELETE FROM chart_open WHERE job_id IN ({marks})", job_ids)
 
 
 def newest_sample(conn: Connection) -> int:
@@ -411,16 +514,40 @@ SELECT_TILES = (
 )
 
 
+SELECT_OPEN = (
+    f"SELECT t.tile, {', '.join('t.' + f for f in FIELDS)} FROM chart_open o JOIN chart_tiles t "
+    f"ON t.job_id = o.job_id AND t.series = o.series AND t.level = {FINEST} AND t.tile = o.tile "
+    "WHERE o.job_id = ? AND o.series = ?"
+)
+
+
 class Reader:
     """Window reads over one DBAPI cursor (the caller holds one read transaction: one snapshot)."""
 
     def __init__(self, cur, job_id: int):
         self.cur, self.job_id = cur, job_id
+        self._open: dict[str, tuple[float, np.ndarray] | None] = {}
+
+    def open_tile(self, s: Series) -> tuple[float, np.ndarray] | None:
+        """The series' open finest tile (not in the coarser levels yet) and its row, if it has one."""
+        if s.key not in self._open:
+            row = self.cur.execute(SELECT_OPEN, (self.job_id, s.key)).fetchone()
+            self._open[s.key] = None if row is None else (float(row[0]), np.array(row[1:], dtype=np.float64))
+        return self._open[s.key]
 
     def tiles(self, s: Series, level: int, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
         rows = self.cur.execute(SELECT_TILES, (self.job_id, s.key, level, t0, t1)).fetchall()
         arr = np.array(rows, dtype=np.float64).reshape(len(rows), 1 + len(FIELDS))
-        return arr[:, 0], arr[:, 1:]
+        tiles, stats = arr[:, 0], arr[:, 1:]
+        if level > FINEST and (held := self.open_tile(s)) is not None:
+            at = np.floor_divide(held[0], 4.0 ** (level - FINEST))
+            if t0 <= at <= t1:  # the open tile's points belong to this tile too
+                i = int(np.searchsorted(tiles, at))
+                if i < len(tiles) and tiles[i] == at:
+                    stats[i] = merged(np.vstack((stats[i], held[1])))
+                else:
+                    tiles, stats = np.insert(tiles, i, at), np.insert(stats, i, held[1], axis=0)
+        return tiles, stats
 
     def raw(self, s: Series, lo: float, hi: float) -> np.ndarray:
         rows = self.cur.execute(s.raw_sql, (*s.params, lo, hi)).fetchall()
@@ -482,11 +609,17 @@ class Reader:
 
     def count(self, s: Series, level: int, x0: float, x1: float, most: int) -> int:
         t0, t1 = tiles_of([x0, x1], level)
-        return self.cur.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM chart_tiles WHERE job_id = ? AND series = ? AND level = ? "
-            "AND tile >= ? AND tile <= ? LIMIT ?)",
-            (self.job_id, s.key, level, t0, t1, most + 1),
-        ).fetchone()[0]
+        held = self.open_tile(s) if level > FINEST else None
+        # (the open tile may lie in a tile no stored row holds yet: counted as one more, at most)
+        extra = int(held is not None and t0 <= np.floor_divide(held[0], 4.0 ** (level - FINEST)) <= t1)
+        return (
+            extra
+            + self.cur.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM chart_tiles WHERE job_id = ? AND series = ? AND level = ? "
+                "AND tile >= ? AND tile <= ? LIMIT ?)",
+                (self.job_id, s.key, level, t0, t1, most + 1),
+            ).fetchone()[0]
+        )
 
     def level(self, s: Series, x0: float, x1: float, most: int) -> int:
         """The finest level with at most `most` tiles in the window (counting at most most + 1 rows)."""

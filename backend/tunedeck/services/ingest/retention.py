@@ -70,6 +70,11 @@ def prune_job(engine: Engine, job_id: int, *, level: int) -> tuple[int, int]:
     count = text("SELECT count(*) FROM memory_samples WHERE job_id = :j")
     with engine.begin() as c:
         pyramid.catch_up(c)  # nothing goes before the tiles hold it
+        cur = c.connection.cursor()
+        try:
+            pyramid.settle(cur, [job_id])  # its open tiles into the levels that stay
+        finally:
+            cur.close()
         before = c.execute(count, {"j": job_id}).scalar_one()
         keep = sorted({i for pair in c.execute(text(KEEP), {"job": job_id}) for i in pair})
         c.execute(
