@@ -54,6 +54,45 @@ def test_a_plateau_row_is_written_at_each_refresh_and_at_its_end_not_each_pass(t
         assert row.message.endswith("for 125 s")
 
 
+def stuck(times: list[float], severity: str = "warning") -> Finding:
+    n = len(times)
+    return Finding(
+        "loss_stuck",
+        severity,
+        None,
+        times,
+        40,
+        f"loss stuck at 2.31 for {n} logged points (steps 40 to {40 + 10 * n})",
+        "raise learning_rate",
+        True,
+    )
+
+
+def test_a_stuck_loss_row_is_written_at_each_refresh_not_at_each_logged_line(tmp_path):
+    """A stuck loss's count and last step grow with every logged line: its row follows at each refresh
+    of REFRESH_S, and at once when anything else it says changes."""
+    engine, job = database(tmp_path)
+    said: list[Finding] | None = None
+    tracked: dict = {}
+    written: list[float] = []
+    times = [100.0 + k for k in range(20)]
+    with Session(engine) as s:
+        for k in range(100):  # a line a second
+            findings = [
+                stuck(times + [120.0 + i for i in range(k + 1)], "critical" if k == 50 else "warning")
+            ]
+            if not unchanged(findings, said, tracked):
+                changed: list[Alert] = []
+                reconcile(s, job, findings, finished=False, changed=changed, tracked=tracked, said=said)
+                written += [a.last_t for a in changed]
+            said = findings
+        (row,) = s.exec(select(Alert)).all()
+    # Opened at 120, then REFRESH_S apart, at once for the severity's change and back.
+    assert written == [120.0 + REFRESH_S, 170.0, 171.0, 171.0 + REFRESH_S]
+    # The row as the finding was at its last write (the line at 201 s, the 102nd point), not since.
+    assert row.last_t == 201.0 and row.count == 102 and row.message.endswith(f"(steps 40 to {40 + 10 * 102})")
+
+
 def spike(times: list[float]) -> Finding:
     return Finding(
         "vram_spike", "warning", 1, times, None, f"GPU 1: {len(times)} transient spike(s)", None, True

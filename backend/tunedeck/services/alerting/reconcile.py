@@ -17,12 +17,14 @@ from tunedeck.store.tables import Alert, Job
 
 log = logging.getLogger("tunedeck.alerts")
 SPIKES = ("vram_spike", "vram_periodic_spikes")  # alerted as they rise, withdrawn when the rise stays up
-# Kinds whose open finding follows the newest sample while nothing it says changes but its end and its
-# duration (the healthy plateau: "stayed within 0.4 GiB for 912 s"). Its row is written again when
-# REFRESH_S of the series' time have passed since its last write, or anything else changed, or it
-# ends, not on every pass: rewritten each pass, the plateaus of a cluster's GPUs were a quarter of
-# the server's CPU (bench/cluster_shape.py), and each rewrite reached every open page as a change.
-TRACKING = ("vram_plateau",)
+# Kinds whose open finding follows the newest point while nothing it says changes but its running
+# figures: its end, duration and count (the healthy plateau: "stayed within 0.4 GiB for 912 s"; a
+# stuck loss: "for 312 logged points (steps 40 to 352)"). Its row is written again when REFRESH_S of
+# the series' time have passed since its last write, or anything else changed, or it ends, not on
+# every pass: rewritten each pass, the plateaus of a cluster's GPUs were a quarter of the server's CPU
+# (bench/cluster_shape.py), a stuck loss a row and a commit a logged line, and each rewrite reached
+# every open page as a change.
+TRACKING = ("vram_plateau", "loss_stuck")
 REFRESH_S = 30.0
 
 
@@ -31,7 +33,7 @@ Key = tuple[str, str, int | None]  # (kind, node, gpu): one condition of a job
 
 def _kept(f: Finding) -> tuple:
     """What of a TRACKING finding, besides its end, makes its row be written again at once."""
-    return (f.kind, f.node, f.gpu, f.severity, f.open, f.step is None, f.suggestion, _change(f))
+    return (f.kind, f.node, f.gpu, f.severity, f.open, f.step, f.first, f.suggestion, _change(f))
 
 
 def _change(f: Finding) -> str | None:
