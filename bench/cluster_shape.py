@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD/backend:$PWD/trainer .venv/bin/python bench/cluster_shape.py [--ref REV]
         [--jobs 50] [--gpus G] [--viewers 200] [--job-viewers 20] [--seconds 30] [--warm-s 10]
-        [--history-h 0.17] [--spikes 15] [--restart] [--py-spy PREFIX]
+        [--history-h 0.17] [--spikes 15] [--restart] [--py-spy PREFIX] [--ref-hide MODULES]
 
 A simulated 64-node, 512-GPU cluster: `--jobs` running jobs of 8 or 16 GPUs (as many 16-GPU jobs,
 two nodes and two runners each, as fill the 64 nodes), or of `--gpus` each (8 a node). Their
@@ -37,7 +37,9 @@ late. The spike watcher reads the server's SQLite file read-only, from this proc
 On a 2-core machine the client still competes with the server for the cores: scale the shape down
 (`--jobs 10 --gpus 8 --viewers 50 --seconds 60`) and compare runs with the same flags, the `uptime`
 beside each. With `--ref REV` the same runs first on REV's code (a `git worktree` in a temporary
-folder, removed after), the two printed side by side. Nothing but 127.0.0.1 is contacted.
+folder, removed after), the two printed side by side; `--ref-hide uvloop,httptools` runs REV's server
+without those (they are dependencies since 2026-12-07; uvicorn takes them whenever they import, so a
+ref in the same virtual environment would run with them too). Nothing but 127.0.0.1 is contacted.
 """
 
 from __future__ import annotations
@@ -324,10 +326,21 @@ def tree_cpu(proc: psutil.Process) -> float:
     return total
 
 
-async def measure(code: Path, args, label: str) -> dict:
-    """One server on `code`'s backend, the cluster played against it."""
+def hidden(names: str, ws: Path) -> str:
+    """A folder whose modules `names` (comma-separated) fail to import, to put first on a server's path:
+    a revision from before a dependency was declared runs as it did then (uvicorn takes uvloop and
+    httptools whenever they import)."""
+    folder = ws / "hidden"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in filter(None, names.split(",")):
+        (folder / f"{name.strip()}.py").write_text('raise ImportError("hidden by bench/cluster_shape.py")\n')
+    return f"{folder}:"
+
+
+async def measure(code: Path, args, label: str, hide: str = "") -> dict:
+    """One server on `code`'s backend, the cluster played against it (`hide`: modules it cannot import)."""
     ws = Path(tempfile.mkdtemp(prefix="tunedeck-cluster-"))
-    path = f"{code}/backend:{code}/trainer"
+    path = (hidden(hide, ws) if hide else "") + f"{code}/backend:{code}/trainer"
     server = Server(ws / "ws", assets(), TUNEDECK_LAUNCH_PAUSED="true", PYTHONPATH=path).start()
     try:
         return await _measure(server, args, label)
@@ -506,6 +519,12 @@ async def main() -> None:
     ap.add_argument("--py-spy", metavar="PREFIX", help="record each server with py-spy into PREFIX-<run>.txt")
     ap.add_argument("--py-spy-bin", help="the py-spy executable (default: beside this Python)")
     ap.add_argument("--ref", help="a git revision to run the same against first (e.g. HEAD~4, main)")
+    ap.add_argument(
+        "--ref-hide",
+        default="",
+        metavar="MODULES",
+        help="modules the ref's server cannot import, comma-separated (uvloop,httptools: as before they were dependencies)",
+    )
     args = ap.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -533,7 +552,7 @@ async def main() -> None:
                     link = ref / "backend" / "tunedeck" / name
                     if not link.exists():
                         link.symlink_to(ref / name)
-                runs[f"ref {rev}"] = await measure(ref, args, f"ref {rev}")
+                runs[f"ref {rev}"] = await measure(ref, args, f"ref {rev}", args.ref_hide)
             finally:
                 subprocess.run(
                     ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref)], check=False
