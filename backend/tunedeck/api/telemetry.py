@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from tunedeck.api.answers import errors
@@ -26,12 +25,11 @@ from tunedeck.services.errors import NotFound
 from tunedeck.services.ingest.devices import NotGiven
 from tunedeck.services.ingest.writer import plain
 from tunedeck.store.hashes import token_hash
-from tunedeck.store.tables import Job, core
+from tunedeck.store.tables import JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["telemetry"])
 JSON_TYPES = ("", "application/json")
 STORE_WAIT_S = 60.0
-JOBS = core(Job)
 
 
 def _refused(e: ValidationError) -> RequestValidationError:
@@ -98,16 +96,25 @@ BODY = {
 }
 
 
-def runner_job(state: Any, job_id: int, authorization: str | None) -> Any:
+RUNNER_JOB = "SELECT status, runner_token_hash, gpus, nodes FROM jobs WHERE id = ?"
+
+
+class RunnerJob(NamedTuple):
+    status: JobStatus
+    runner_token_hash: str | None
+    gpus: int
+    nodes: int
+
+
+def runner_job(state: Any, job_id: int, authorization: str | None) -> RunnerJob:
     """The job's row (status, gpus, nodes) when `authorization` holds its runner's token; else 404 or 401."""
-    with state.engine.connect() as conn:  # a few columns: no session and no ORM object per batch
-        row = conn.execute(
-            select(JOBS.c.status, JOBS.c.runner_token_hash, JOBS.c.gpus, JOBS.c.nodes).where(
-                JOBS.c.id == job_id
-            )
-        ).first()
-    if row is None:
+    with (
+        state.engine.connect() as conn
+    ):  # a few columns, plain SQL: no statement built and no ORM object per batch
+        found = conn.exec_driver_sql(RUNNER_JOB, (job_id,)).first()
+    if found is None:
         raise NotFound(f"job {job_id} not found")
+    row = RunnerJob(JobStatus(found[0]), *found[1:])
     token = (authorization or "").removeprefix("Bearer ").strip()
     if row.status.finished:  # its token was revoked when it ended (rows from before then still hold one)
         raise HTTPException(
