@@ -33,7 +33,8 @@ Key = tuple[str, str, int | None]  # (kind, node, gpu): one condition of a job
 
 def _kept(f: Finding) -> tuple:
     """What of a TRACKING finding, besides its end, makes its row be written again at once."""
-    return (f.kind, f.node, f.gpu, f.severity, f.open, f.step, f.first, f.suggestion, _change(f))
+    # (a plateau's step follows its end; a stuck loss's is where it began, as its `first` is)
+    return (f.kind, f.node, f.gpu, f.severity, f.open, f.step is None, f.first, f.suggestion, _change(f))
 
 
 def _change(f: Finding) -> str | None:
