@@ -20,7 +20,7 @@ from tunedeck.contract.stacks import flight_summary, summary
 from tunedeck.runner import stacks
 
 RANK = textwrap.dedent("""
-    import os, sys, time
+    import os, sys, threading
     from pathlib import Path
     import torch
     import torch.distributed as dist
@@ -36,7 +36,7 @@ RANK = textwrap.dedent("""
 
         def __getitem__(self, i):
             (here / "loading").touch()
-            time.sleep(3600)
+            threading.Event().wait()  # stuck loading until the test kills it
 
     if rank == 0:
         (here / "reducing").touch()
@@ -122,7 +122,7 @@ def test_a_process_py_spy_cannot_read_is_said_with_py_spy_s_reason_and_a_python_
 # batch). The flight recorder is on (TORCH_FR_BUFFER_SIZE: gloo records too), and each rank answers the
 # runner's requests from the thread lf_train.py starts in every real run.
 FLIGHT_RANK = textwrap.dedent("""
-    import os, sys, time
+    import os, sys, threading
     from pathlib import Path
     import torch
     import torch.distributed as dist
@@ -141,7 +141,7 @@ FLIGHT_RANK = textwrap.dedent("""
 
         def __getitem__(self, i):
             (here / "loading").touch()
-            time.sleep(3600)
+            threading.Event().wait()  # stuck loading until the test kills it
 
     if rank == 0:
         (here / "gathering").touch()
