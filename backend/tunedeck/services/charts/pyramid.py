@@ -276,6 +276,13 @@ def _finest(cur, keys: list[tuple[int, str, int]]) -> list[tuple]:
     return [row for k in keys for row in cur.execute(FINEST_ROW, k).fetchall()]
 
 
+def _columns(rows: list[tuple]) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """`_finest` rows as `_coarse` takes them: job ids, series names, tiles and stats rows."""
+    f = np.float64
+    stats = np.array([r[3:] for r in rows], f).reshape(len(rows), len(FIELDS))
+    return np.array([r[0] for r in rows], f), [r[1] for r in rows], np.array([r[2] for r in rows], f), stats
+
+
 def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
     """Fold points into the finest tiles (one upsert per touched tile), and into the coarser levels
     those of them that are not their series' open tile: a late point's tile, and the open tile a
@@ -315,15 +322,14 @@ def add(cur, key: Key, job: np.ndarray, sid: np.ndarray, x, y, a) -> None:
             moved.append((j, ser, top))
             if was is not None:
                 fold.append((j, ser, was))
-    f = np.float64
-    rows = _finest(cur, fold)
+    f_job, f_names, f_tile, f_stats = _columns(_finest(cur, fold))
     pick = np.asarray(direct, dtype=np.int64)
     _coarse(
         cur,
-        np.concatenate((job[pick], np.array([r[0] for r in rows], f))),
-        [names[i] for i in direct] + [r[1] for r in rows],
-        np.concatenate((tile[pick], np.array([r[2] for r in rows], f))),
-        np.vstack((s[pick], np.array([r[3:] for r in rows], f).reshape(len(rows), len(FIELDS)))),
+        np.concatenate((job[pick], f_job)),
+        [names[i] for i in direct] + f_names,
+        np.concatenate((tile[pick], f_tile)),
+        np.vstack((s[pick], f_stats)),
     )
     bulk.insert(cur, INTO_OPEN, moved, MOVE_OPEN)
 
@@ -334,15 +340,7 @@ def settle(cur, job_ids: list[int]) -> None:
         return
     marks = ", ".join("?" * len(job_ids))
     keys = [tuple(r) for r in cur.execute(OPEN_SQL.format(marks), job_ids).fetchall()]
-    rows = _finest(cur, keys)
-    f = np.float64
-    _coarse(
-        cur,
-        np.array([r[0] for r in rows], f),
-        [r[1] for r in rows],
-        np.array([r[2] for r in rows], f),
-        np.array([r[3:] for r in rows], f).reshape(len(rows), len(FIELDS)),
-    )
+    _coarse(cur, *_columns(_finest(cur, keys)))
     cur.execute(f"DELETE FROM chart_open WHERE job_id IN ({marks})", job_ids)
 
 
@@ -530,18 +528,23 @@ class Reader:
             self._open[s.key] = None if row is None else (float(row[0]), np.array(row[1:], dtype=np.float64))
         return self._open[s.key]
 
+    def open_at(self, s: Series, level: int) -> tuple[float, np.ndarray] | None:
+        """The tile of `level` (coarser than the finest) that the series' open tile belongs to, and its row."""
+        held = self.open_tile(s) if level > FINEST else None
+        return None if held is None else (float(np.floor_divide(held[0], 4.0 ** (level - FINEST))), held[1])
+
     def tiles(self, s: Series, level: int, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
         rows = self.cur.execute(SELECT_TILES, (self.job_id, s.key, level, t0, t1)).fetchall()
         arr = np.array(rows, dtype=np.float64).reshape(len(rows), 1 + len(FIELDS))
         tiles, stats = arr[:, 0], arr[:, 1:]
-        if level > FINEST and (held := self.open_tile(s)) is not None:
-            at = np.floor_divide(held[0], 4.0 ** (level - FINEST))
-            if t0 <= at <= t1:  # the open tile's points belong to this tile too
-                i = int(np.searchsorted(tiles, at))
-                if i < len(tiles) and tiles[i] == at:
-                    stats[i] = merged(np.vstack((stats[i], held[1])))
-                else:
-                    tiles, stats = np.insert(tiles, i, at), np.insert(stats, i, held[1], axis=0)
+        held = self.open_at(s, level)
+        if held is not None and t0 <= held[0] <= t1:  # the open tile's points belong to this tile too
+            at, row = held
+            i = int(np.searchsorted(tiles, at))
+            if i < len(tiles) and tiles[i] == at:
+                stats[i] = merged(np.vstack((stats[i], row)))
+            else:
+                tiles, stats = np.insert(tiles, i, at), np.insert(stats, i, row, axis=0)
         return tiles, stats
 
     def raw(self, s: Series, lo: float, hi: float) -> np.ndarray:
@@ -604,9 +607,9 @@ class Reader:
 
     def count(self, s: Series, level: int, x0: float, x1: float, most: int) -> int:
         t0, t1 = tiles_of([x0, x1], level)
-        held = self.open_tile(s) if level > FINEST else None
+        held = self.open_at(s, level)
         # (the open tile may lie in a tile no stored row holds yet: counted as one more, at most)
-        extra = int(held is not None and t0 <= np.floor_divide(held[0], 4.0 ** (level - FINEST)) <= t1)
+        extra = int(held is not None and t0 <= held[0] <= t1)
         return (
             extra
             + self.cur.execute(
