@@ -108,9 +108,8 @@ class RunnerJob(NamedTuple):
 
 def runner_job(state: Any, job_id: int, authorization: str | None) -> RunnerJob:
     """The job's row (status, gpus, nodes) when `authorization` holds its runner's token; else 404 or 401."""
-    with (
-        state.engine.connect() as conn
-    ):  # a few columns, plain SQL: no statement built and no ORM object per batch
+    # A few columns, plain SQL: no statement built and no ORM object per batch.
+    with state.engine.connect() as conn:
         found = conn.exec_driver_sql(RUNNER_JOB, (job_id,)).first()
     if found is None:
         raise NotFound(f"job {job_id} not found")
