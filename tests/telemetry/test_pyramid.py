@@ -11,6 +11,7 @@ from bisect import bisect_left, bisect_right
 import pytest
 from sqlalchemy import text
 
+from tests.alerts.test_store import database
 from tunedeck.services.charts import pyramid
 from tunedeck.services.charts.memory import RAW
 from tunedeck.services.charts.metrics import series_of
@@ -245,15 +246,8 @@ def test_after_retention_old_runs_draw_from_whole_coarse_tiles(store, tmp_path):
 def test_a_tile_open_when_the_levels_were_settled_goes_up_once(tmp_path):
     """Small 1 Hz batches (4 s each, inside the 16 s tile an earlier one opened) with the open tiles
     settled midway, mid-tile: that tile then holds points every level has, and must not go up twice."""
-    engine = make_engine(tmp_path / "o.db")
-    upgrade(engine)
-    with engine.begin() as c:
-        c.execute(
-            text(
-                "INSERT INTO jobs (id, name, status, gpus, spec, train_yaml, run_dir, output_dir, created_at)"
-                " VALUES (1, 'o', 'running', 1, '{}', '', '', '', '2026-01-01 00:00:00')"
-            )
-        )
+    engine, job = database(tmp_path)
+    assert job == 1  # (the module's readers follow job 1)
     rnd = random.Random(3)
     writer = IngestWriter(engine)
     writer.start()
