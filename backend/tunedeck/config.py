@@ -297,6 +297,13 @@ class Settings(BaseSettings):
     alert_hold_s: float = Field(
         300.0, gt=0, description="A spike alert stays open this long after its last occurrence."
     )
+    alert_state_save_s: float = Field(
+        600.0,
+        ge=0,
+        description="How often a running job's detector state is saved (and at shutdown): a restarted server "
+        "resumes it from the rows stored after it instead of feeding the detectors every stored sample "
+        "again (0: never saved).",
+    )
     webhook_urls: list[str] = Field(
         default_factory=list,
         description="URLs that get a JSON POST (Slack-compatible `text`) on alerts and job ends.",

@@ -372,3 +372,54 @@ def test_the_log_prefilter_lets_every_oom_flush_and_save_line_through():
     where = " OR ".join("text LIKE ?" for _ in LOG_PATTERNS)
     for line in lines + flushes + saves:
         assert db.execute(f"SELECT ? AS text WHERE {where}", (line, *LOG_PATTERNS)).fetchone(), line
+
+
+def saved_rows(engine) -> dict[int, int]:
+    with engine.connect() as conn:
+        return dict(conn.exec_driver_sql("SELECT job_id, upto_memory FROM alert_states").all())
+
+
+def test_the_engine_saves_what_it_follows_and_a_restarted_one_resumes_it(tmp_path):
+    """A state is saved once it is `alert_state_save_s` old (one a pass) and by the engine's final
+    pass at shutdown; the next engine reads only the rows stored after it, and finds what a build
+    from the whole series finds."""
+    engine, job_id = database(tmp_path)
+    y = 50 * GiB + np.random.default_rng(3).normal(0, 0.05 * GiB, 400)
+    y[350] += 30 * GiB
+    rows = samples(job_id, y)
+    with engine.begin() as conn:
+        conn.execute(MemorySample.__table__.insert(), rows[:300])
+    never = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_state_save_s=0))
+    never.notify({job_id})
+    never.start()
+    until(lambda: job_id in never.tracker.jobs, "the engine following the job")
+    never.stop()
+    assert saved_rows(engine) == {}  # 0: never saved
+
+    first = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_state_save_s=1e-9))
+    first.notify({job_id})
+    first.run_once()  # builds the state, which is then due at once
+    assert first.tracker.rows == 300 and saved_rows(engine) == {job_id: 300}  # (ids count from 1)
+    with engine.begin() as conn:
+        conn.execute(MemorySample.__table__.insert(), rows[300:340])
+    first.notify({job_id})
+    first.start()
+    until(lambda: first.tracker.jobs[job_id].upto["memory"] >= 340, "the engine fed the new rows")
+    first.stop()  # the final pass saves it with every row it was fed
+    assert saved_rows(engine) == {job_id: 340}
+
+    with engine.begin() as conn:
+        conn.execute(MemorySample.__table__.insert(), rows[340:])
+    second = alerts.AlertEngine(engine, Settings(workspace=tmp_path))
+    second.notify({job_id})
+    second.run_once()
+    assert second.tracker.rows == 60  # the rows after the saved state, not the 400
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM alert_states")
+    whole = detectors.Tracker(engine, second.limits)
+    with Session(engine) as s:
+        whole.build(s.get(Job, job_id) or Job())
+    found = second.tracker.jobs[job_id].run.findings(running=True, now=T0 + 400)
+    again = whole.jobs[job_id].run.findings(running=True, now=T0 + 400)
+    assert [vars(f) for f in found] == [vars(f) for f in again]
+    assert any(f.kind == "vram_spike" for f in found)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 
 import numpy as np
 import pytest
@@ -96,13 +97,25 @@ def new_job(engine, series: Series) -> int:
 
 
 def store(
-    engine, job_id: int, trace, rng: random.Random, tracker: alerts.Tracker, *, until: float | None = None
+    engine,
+    job_id: int,
+    trace,
+    rng: random.Random,
+    tracker: alerts.Tracker,
+    *,
+    until: float | None = None,
+    since: float | None = None,
 ):
-    """The trace's rows in runner batches of random size, the tracker evaluating after each."""
+    """The trace's rows (those after `since`, up to `until`) in runner batches of random size, the
+    tracker evaluating after each."""
     s = trace.series
-    mem = [(i, x) for i, x in enumerate(s.memory[0]) if until is None or x[0] <= until]
-    pts = [(i, p) for i, p in enumerate(s.points) if until is None or p.t <= until]
-    logs = [(i, x) for i, x in enumerate(s.logs) if until is None or x[0] <= until]
+
+    def within(t: float) -> bool:
+        return (until is None or t <= until) and (since is None or t > since)
+
+    mem = [(i, x) for i, x in enumerate(s.memory[0]) if within(x[0])]
+    pts = [(i, p) for i, p in enumerate(s.points) if within(p.t)]
+    logs = [(i, x) for i, x in enumerate(s.logs) if within(x[0])]
     seq = 0
     while mem or pts or logs:
         n = rng.choice([1, 4, 9, 30, 120])
@@ -207,3 +220,112 @@ def test_rows_stored_out_of_order_rebuild_the_state(tmp_path):
     got = tracker.jobs[job_id].run.findings(running=True, now=T0 + 300)
     assert [(f.kind, f.times) for f in got if f.kind == "vram_spike"] == [("vram_spike", [T0 + 120])]
     assert key(got) == key(analyze(Series(**{**s.__dict__, "now": T0 + 300})))
+
+
+# ------------------------------------------------------------------ a saved state across a restart
+
+
+def saved_upto(engine, job_id: int) -> tuple[int, int, int] | None:
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql(
+            "SELECT upto_memory, upto_metrics, upto_logs FROM alert_states WHERE job_id = ?", (job_id,)
+        ).one_or_none()
+    return None if row is None else tuple(row)
+
+
+def rows_after(engine, job_id: int, upto: tuple[int, int, int]) -> int:
+    """The rows a state saved at `upto` is fed at a restart (log lines: those the detectors read)."""
+    like = " OR ".join("text LIKE ?" for _ in alerts.LOG_PATTERNS)
+    with engine.connect() as conn:
+        return sum(
+            conn.exec_driver_sql(sql, (job_id, lo, *extra)).scalar_one()
+            for sql, lo, extra in (
+                ("SELECT count(*) FROM memory_samples WHERE job_id = ? AND id > ?", upto[0], ()),
+                ("SELECT count(*) FROM metric_points WHERE job_id = ? AND id > ?", upto[1], ()),
+                (
+                    f"SELECT count(*) FROM log_lines WHERE job_id = ? AND id > ? AND ({like})",
+                    upto[2],
+                    alerts.LOG_PATTERNS,
+                ),
+            )
+        )
+
+
+@pytest.mark.parametrize("name", ["fragmentation-0", "hang-1", "nan-2", "divergence-3"])
+def test_a_restart_resumes_the_saved_state_from_the_rows_after_it(tmp_path, name):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    tr = next(t for t in corpus(range(4)) if t.name == name)
+    job_id = new_job(engine, tr.series)
+    tracker = alerts.Tracker(engine, Limits())
+    mid = tr.series.memory[0][len(tr.series.memory[0]) // 2][0]
+    store(engine, job_id, tr, random.Random(name), tracker, until=mid)
+    assert tracker.save(job_id)
+    upto = saved_upto(engine, job_id)
+    assert upto is not None and upto[0] > 0
+    store(engine, job_id, tr, random.Random(name), tracker, since=mid)  # the rest, by the same server
+    end = max(tr.series.memory[0][-1][0], tr.series.points[-1].t)
+    live = key(tracker.jobs[job_id].run.findings(running=True, now=end))
+
+    restarted = alerts.Tracker(engine, Limits())
+    restarted.evaluate(job_id, now=end)
+    assert restarted.rows == rows_after(engine, job_id, upto) < rows_after(engine, job_id, (0, 0, 0))
+    assert key(restarted.jobs[job_id].run.findings(running=True, now=end)) == live
+    assert {k[0] for k in live} == tr.labels
+
+
+def test_a_saved_state_that_cannot_be_used_is_dropped_and_the_series_read_whole(tmp_path):
+    """Saved by other detector code, under other alert settings, or followed by rows it cannot take
+    (a late batch older than its samples): the state comes from the stored series, as it did before."""
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    tr = next(t for t in corpus(range(1)) if t.name == "fragmentation-0")
+    job_id = new_job(engine, tr.series)
+    tracker = alerts.Tracker(engine, Limits())
+    store(engine, job_id, tr, random.Random(1), tracker)
+    end = tr.series.memory[0][-1][0]
+    live = key(tracker.jobs[job_id].run.findings(running=True, now=end))
+    whole = rows_after(engine, job_id, (0, 0, 0))
+
+    def restart(limits: Limits = Limits()) -> alerts.Tracker:
+        assert tracker.save(job_id)
+        again = alerts.Tracker(engine, limits)
+        again.evaluate(job_id, now=end)
+        return again
+
+    assert restart().rows == 0  # (saved after the last row: nothing to read)
+    with engine.begin() as conn:  # the same state, as other detector code would have saved it
+        blob = conn.exec_driver_sql("SELECT state FROM alert_states").scalar_one()
+        doc = json.loads(zlib.decompress(blob))
+        doc["code"] = "0" * 16
+        conn.exec_driver_sql("UPDATE alert_states SET state = ?", (zlib.compress(json.dumps(doc).encode()),))
+    again = alerts.Tracker(engine, Limits())
+    again.evaluate(job_id, now=end)
+    assert again.rows == whole and saved_upto(engine, job_id) is None
+    assert key(again.jobs[job_id].run.findings(running=True, now=end)) == live
+
+    other = restart(Limits(hold_s=60.0))
+    assert other.rows == whole and saved_upto(engine, job_id) is None
+
+    assert tracker.save(job_id)
+    late = {"job_id": job_id, "line": 10**6, "t": tr.series.memory[0][10][0], "gpu": 0, "used_bytes": GiB}
+    with engine.begin() as conn:
+        conn.execute(MemorySample.__table__.insert(), [late])
+    again = alerts.Tracker(engine, Limits())
+    again.evaluate(job_id, now=end)
+    # The late row, read after the saved state, which cannot take it; then the whole series with it.
+    assert again.rows == 1 + (whole + 1) and saved_upto(engine, job_id) is None
+
+
+def test_a_finished_jobs_saved_state_is_dropped(tmp_path):
+    engine = make_engine(tmp_path / "t.db")
+    upgrade(engine)
+    tr = next(t for t in corpus(range(1)) if t.name == "fragmentation-0")
+    job_id = new_job(engine, tr.series)
+    tracker = alerts.Tracker(engine, Limits())
+    store(engine, job_id, tr, random.Random(2), tracker)
+    assert tracker.save(job_id) and saved_upto(engine, job_id) is not None
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE jobs SET status = 'succeeded' WHERE id = ?", (job_id,))
+    tracker.evaluate(job_id)
+    assert saved_upto(engine, job_id) is None and job_id not in tracker.jobs

@@ -14,7 +14,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, Table, Text, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, Table, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -416,6 +416,21 @@ class ChartPruned(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
     level: int
+
+
+class AlertState(SQLModel, table=True):
+    """A running job's detector state as the alert engine last saved it (alerts/snapshot.py), and the
+    newest row of each series table it had been fed: after a restart the engine loads it and feeds
+    only the rows after those, instead of every stored sample."""
+
+    __tablename__ = "alert_states"
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    upto_memory: int
+    upto_metrics: int
+    upto_logs: int
+    state: bytes = Field(sa_type=LargeBinary)
+    saved_at: float
 
 
 def core(model: type[SQLModel]) -> Table:

@@ -26,6 +26,7 @@ class AlertEngine(Worker):
     went silent (a hang with no sampler) is still judged."""
 
     name = "alert-engine"
+    final_pass = True  # saves every followed job's state (a restart resumes them)
 
     def __init__(
         self,
@@ -71,7 +72,19 @@ class AlertEngine(Worker):
             running = session.exec(select(Job.id).where(Job.status == JobStatus.running)).all()
         self.notify(set(running))
 
+    def _save(self, jobs: list[int]) -> None:
+        for job_id in jobs:
+            try:
+                self.tracker.save(job_id)
+            except Exception:
+                log.exception("saving the alert state of job %s failed", job_id)
+
     def run_once(self) -> None:
+        every = self.settings.alert_state_save_s
+        if self.stopping:  # the final pass: nothing judged, every state saved
+            if every:
+                self._save(self.tracker.due(0.0))
+            return
         if time.monotonic() - self._last_sweep > self.sweep_s:
             self._last_sweep = time.monotonic()
             try:
@@ -113,6 +126,8 @@ class AlertEngine(Worker):
                 jumped = sorted(j for j in self._dirty if self.tracker.risen(j))
                 self._dirty -= set(jumped)
             order = jumped + [j for j in order if j not in jumped]
+        if every:  # one state a pass at most: saves spread out instead of coming together
+            self._save(self.tracker.due(every)[:1])
         if self._dirty:  # jobs evaluated too recently: look again shortly, not a whole interval later
             self.wake()
             time.sleep(0.05)

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, Engine, Select, bindparam, func, or_
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series
+from tunedeck.alerts import Finding, Limits, OutOfOrder, Point, Run, Series, snapshot
 from tunedeck.alerts.hardware import COLUMNS as HARDWARE
 from tunedeck.checks.submission import model_config
 from tunedeck.config import Settings
@@ -47,6 +48,14 @@ MEMORY, METRICS, LOGS = core(MemorySample), core(MetricPoint), core(LogLine)
 TABLES = {"memory": MEMORY, "metrics": METRICS, "logs": LOGS}
 CHUNK = 65536  # rows read and fed at a time
 STATUS = "SELECT status FROM jobs WHERE id = ?"
+SAVE = (
+    "INSERT INTO alert_states (job_id, upto_memory, upto_metrics, upto_logs, state, saved_at) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET upto_memory = excluded.upto_memory, "
+    "upto_metrics = excluded.upto_metrics, upto_logs = excluded.upto_logs, state = excluded.state, "
+    "saved_at = excluded.saved_at"
+)
+SAVED = "SELECT upto_memory, upto_metrics, upto_logs, state FROM alert_states WHERE job_id = ?"
+FORGET = "DELETE FROM alert_states WHERE job_id = ?"
 TOP = "SELECT " + ", ".join(f"(SELECT max(id) FROM {t.name})" for t in TABLES.values())
 
 
@@ -170,6 +179,7 @@ class _Followed:
         "risen",
         "run",
         "said",
+        "saved",
         "tracked",
         "upto",
     )
@@ -186,6 +196,7 @@ class _Followed:
         # cost less a sample in bigger chunks: (node, gpu, t, used, total, names) of each batch.
         self.pending: list[tuple] = []
         self.queued = 0  # samples in `pending`
+        self.saved = time.monotonic()  # when its state was last saved, or built (`Tracker.save`)
 
 
 class Tracker:
@@ -445,17 +456,33 @@ class Tracker:
         st.run.feed_logs((r[3], r[4]) for r in rows)
 
     def build(self, job: Job) -> _Followed:
-        """A job's state from all of its stored series."""
+        """A job's state: its saved one and the rows stored after it (`save`), or else all of its
+        stored series."""
+        return self._resume(job) or self._build(job, None)
+
+    def _build(self, job: Job, saved: tuple[Run, dict[str, int], dict[str, Any]] | None) -> _Followed:
+        """From the saved (state, the newest rows it was fed, the rest of what was followed), the rows
+        stored after those; without one, from all of the job's stored series."""
         with self.engine.connect() as conn:
             top = self._top(conn)
-            st = self.jobs[job.id] = _Followed(Run(meta_of(job, self.settings), self.limits), top)
+            lo = dict.fromkeys(TABLES, 0) if saved is None else saved[1]
+            run = Run(meta_of(job, self.settings), self.limits) if saved is None else saved[0]
+            st = self.jobs[job.id] = _Followed(run, top)
+            if saved is not None:
+                st.line, st.log_line, st.last_used = (
+                    saved[2]["line"],
+                    saved[2]["log_line"],
+                    saved[2]["last_used"],
+                )
 
             def of(name: str) -> Select:
                 t = TABLES[name]
-                return select(t.c.id).where(t.c.job_id == bindparam("job"), t.c.id <= bindparam("top"))
+                return select(t.c.id).where(
+                    t.c.job_id == bindparam("job"), t.c.id > bindparam("lo"), t.c.id <= bindparam("top")
+                )
 
             def fetch(name: str, query: Callable[[], Select]):
-                return self._rows(conn, f"all {name}", query, job=job.id, top=top[name])
+                return self._rows(conn, f"all {name}", query, job=job.id, lo=lo[name], top=top[name])
 
             q = lambda: _memory_rows(of("memory")).order_by(  # the key's order: no sort
                 MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.line, MEMORY.c.id
@@ -468,13 +495,77 @@ class Tracker:
             q = lambda: _hardware_rows(of("memory")).order_by(
                 MEMORY.c.node, MEMORY.c.gpu, MEMORY.c.t, MEMORY.c.line
             )
-            for part in self._rows(conn, "all hardware", q, job=job.id, top=top["memory"]):
+            for part in self._rows(conn, "all hardware", q, job=job.id, lo=lo["memory"], top=top["memory"]):
                 _feed_hardware(self.jobs, part, job.id)
             for part in fetch("metrics", lambda: _metric_rows(of("metrics")).order_by(METRICS.c.line)):
                 self._points(job.id, [(None, None, *r[1:]) for r in part])
             for part in fetch("logs", lambda: _log_rows(of("logs")).order_by(LOGS.c.line)):
                 self._logs(job.id, [(None, None, *r[1:]) for r in part])
         return st
+
+    def _resume(self, job: Job) -> _Followed | None:
+        """The job's saved state brought up to date, or None: none saved, saved by other detector code
+        or settings, or rows stored since that it cannot take (a late batch older than its samples)."""
+        with self.engine.connect() as conn:
+            row = conn.exec_driver_sql(SAVED, (job.id,)).one_or_none()
+        if row is None:
+            return None
+        try:
+            saved = snapshot.load(row[3])
+            run = saved["run"]
+            if not isinstance(run, Run):
+                raise snapshot.BadSnapshot("not a Run")
+            meta = meta_of(job, self.settings)
+            if run.limits != self.limits or (run.meta.config, run.meta.ds, run.meta.vocab_size) != (
+                meta.config,
+                meta.ds,
+                meta.vocab_size,
+            ):
+                raise snapshot.Stale("saved under other alert settings or another model config")
+            upto = {"memory": row[0], "metrics": row[1], "logs": row[2]}
+            st = self._build(job, (run, upto, saved))
+        except (snapshot.BadSnapshot, KeyError, TypeError) as e:
+            log.info("alerts: job %s's saved state is not used (%s): built from its series", job.id, e)
+            st = None
+        if st is None or job.id not in self.jobs:  # (a late batch older than its samples: dropped)
+            self.jobs.pop(job.id, None)
+            self.forget(job.id)
+            return None
+        return st
+
+    def save(self, job_id: int) -> bool:
+        """Save a followed job's detector state with the newest rows it was fed (`alert_states`): a
+        restarted server resumes it from there (`build`). False: not followed, or deleted."""
+        with self.lock:
+            st = self.jobs.get(job_id)
+            if st is None:
+                return False
+            self._settle(job_id, st)
+            if job_id not in self.jobs:
+                return False
+            state = {"run": st.run, "line": st.line, "log_line": st.log_line, "last_used": st.last_used}
+            blob, upto = snapshot.dump(state), dict(st.upto)
+            st.saved = time.monotonic()
+        try:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(
+                    SAVE, (job_id, upto["memory"], upto["metrics"], upto["logs"], blob, time.time())
+                )
+        except IntegrityError:  # the job was deleted meanwhile
+            return False
+        return True
+
+    def due(self, every_s: float) -> list[int]:
+        """The followed jobs whose state was last saved (or built) at least `every_s` ago, oldest first."""
+        now = time.monotonic()
+        with self.lock:
+            old = [(st.saved, j) for j, st in self.jobs.items() if now - st.saved >= every_s]
+        return [j for _, j in sorted(old)]
+
+    def forget(self, job_id: int) -> None:
+        """Drop a job's saved state (it ended, or the state cannot be used)."""
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(FORGET, (job_id,))
 
     def evaluate(
         self,
@@ -531,6 +622,7 @@ class Tracker:
             if status.finished:  # nothing more comes; a late row builds it again
                 with self.lock:
                     self.jobs.pop(job_id, None)
+                self.forget(job_id)
             if new and on_new:
                 on_new(job, new)
             if moved and on_closed:
