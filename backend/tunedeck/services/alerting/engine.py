@@ -27,6 +27,7 @@ class AlertEngine(Worker):
 
     name = "alert-engine"
     final_pass = True  # saves every followed job's state (a restart resumes them)
+    stop_timeout_s = 30.0  # (a state takes ~0.1 s to save: 16 GPUs, hours of samples)
 
     def __init__(
         self,
@@ -114,6 +115,10 @@ class AlertEngine(Worker):
         # a pass judges dozens of jobs, and a spike waited for all of them (and for the pass after).
         order = sorted(due, key=lambda j: (not self.tracker.risen(j), j))
         while order:
+            if self.stopping:  # the states are saved first: a pass of builds can take minutes
+                with self._lock:
+                    self._dirty |= set(order)
+                break
             job_id = order.pop(0)
             self._last[job_id] = time.monotonic()
             if self.tracker.fresh(job_id):
