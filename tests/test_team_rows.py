@@ -126,6 +126,9 @@ def test_a_team_row_costs_the_same_after_a_long_run_and_survives_a_restart(app_f
     assert cost_x <= cost_l * 1.05, (cost_l, cost_x)
 
     app.stop()
+    with sqlite3.connect(app.settings.db_path) as db:  # the alert engine saved what it followed, stopping
+        saved = dict(db.execute("SELECT job_id, upto_memory FROM alert_states").fetchall())
+    assert {long, longest} <= set(saved) and all(upto > 0 for upto in saved.values())
     again = steps(app_factory())
     assert [again(j)[0]["peak_vram_bytes"] for j in (short, long, longest)] == [70 * GiB] * 3
     assert again(longest)[0]["last_loss"] == loss(2990)

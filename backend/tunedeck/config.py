@@ -284,7 +284,10 @@ class Settings(BaseSettings):
         "measure it in your training environment for a closer CPU estimate.",
     )
     alert_interval_s: float = Field(
-        1.0, gt=0, description="Shortest time between two alert evaluations of a job."
+        2.0,
+        gt=0,
+        description="Shortest time between two alert evaluations of a job; a sample that spikes or reaches "
+        "the near-OOM share is judged at once.",
     )
     alert_near_oom_share: float = Field(
         0.95, gt=0, le=1, description="Share of device memory that, sustained, raises `vram_near_oom`."

@@ -14,7 +14,7 @@ from tunedeck.alerts import Limits, Series, analyze
 from tunedeck.alerts.memory import MAX_SPIKE
 from tunedeck.services.alerting import tracker as alerts
 from tunedeck.store.db import make_engine, upgrade
-from tunedeck.store.tables import Alert, MemorySample
+from tunedeck.store.tables import Alert, LogLine, MemorySample
 
 GiB = 1024**3
 
@@ -145,21 +145,27 @@ def test_a_pass_judges_the_job_whose_sample_rose_before_the_others(tmp_path):
 
     engine = make_engine(tmp_path / "t.db")
     upgrade(engine)
-    y, level = flat(100), flat(100) + 0.94 * TOTAL - 50 * GiB  # the second just under near-OOM
+    y = flat(100)
     mem = {0: [(T0 + i, int(v), TOTAL) for i, v in enumerate(y)]}
-    near, spiked = (new_job(engine, Series(memory=mem, config={}, devices=[0], running=True)) for _ in "ab")
-    store(engine, near, level, 0, 99)
+    oomed, spiked = (new_job(engine, Series(memory=mem, config={}, devices=[0], running=True)) for _ in "ab")
+    store(engine, oomed, y, 0, 99)
     store(engine, spiked, y, 0, 99)
     worker = AlertEngine(engine, Settings(workspace=tmp_path))
-    for job_id in (near, spiked):
+    for job_id in (oomed, spiked):
         worker.tracker.evaluate(job_id, now=T0 + 99)  # their states built
-    # The lower id: three samples over 95 % of the card, no rise; the higher: a spike.
-    store(engine, near, np.r_[level, [0.96 * TOTAL] * 3], 100, 102)
+    # The lower id: an out-of-memory line and ordinary samples; the higher: a spike.
+    store(engine, oomed, np.r_[y, y[-3:]], 100, 102)
+    line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    with engine.begin() as conn:
+        conn.execute(
+            LogLine.__table__.insert(),
+            [{"job_id": oomed, "line": 0, "t": T0 + 101, "stream": "stderr", "text": line}],
+        )
     store(engine, spiked, np.r_[y, y[-1] + 30 * GiB, y[-1], y[-1]], 100, 102)
     with Session(engine) as s:
         before = max([a.id for a in s.exec(select(Alert))], default=0)
-    worker.notify({near, spiked})
+    worker.notify({oomed, spiked})
     worker.run_once()
     with Session(engine) as s:
         opened = s.exec(select(Alert).where(col(Alert.id) > before).order_by(col(Alert.id))).all()
-    assert [(a.job_id, a.kind) for a in opened] == [(spiked, "vram_spike"), (near, "vram_near_oom")]
+    assert [(a.job_id, a.kind) for a in opened] == [(spiked, "vram_spike"), (oomed, "oom")]

@@ -289,10 +289,10 @@ def test_webhooks_are_retried_and_never_block(tmp_path):
     assert done["text"] == f"tunedeck: job {job_id} (j) failed: out of memory: HIP out of memory"
 
 
-def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_path):
-    """The interval between two judgements of a job holds back output lines, never a new sample: a
-    spike's confirming sample is judged on the engine's next pass, not an interval later. A job never
-    judged is judged at the first pass, however long the interval and however recent the boot."""
+def test_a_spike_is_judged_at_once_whatever_output_lines_came_before(tmp_path):
+    """The interval between two judgements of a job holds back output lines, never a spike: its
+    sample is judged on the engine's next pass, not an interval later. A job never judged is judged at
+    the first pass, however long the interval and however recent the boot."""
     engine, job_id = database(tmp_path)
     y = 50 * GiB + np.random.default_rng(1).normal(0, 0.05 * GiB, 102)
     y[100] += 30 * GiB
@@ -317,9 +317,8 @@ def test_new_samples_are_judged_at_once_whatever_output_lines_came_before(tmp_pa
 
 
 def test_a_rise_is_judged_at_once_though_the_job_was_judged_just_before(tmp_path):
-    """Samples are judged at most twice an interval, but a sample well above the one before it (a
-    spike's first) is judged on the engine's next pass: here the interval outlasts any uptime. The
-    first samples after the first judgement are judged at once: the job was never judged with any."""
+    """A job is judged at most once an interval, but a sample well above the one before it (a spike's
+    first) is judged on the engine's next pass: here the interval outlasts any uptime."""
     engine, job_id = database(tmp_path)
     y = 50 * GiB + np.random.default_rng(2).normal(0, 0.05 * GiB, 102)
     y[100] += 30 * GiB
@@ -336,10 +335,35 @@ def test_a_rise_is_judged_at_once_though_the_job_was_judged_just_before(tmp_path
 
     assert store(rows[:50]) == []
     assert job_id in judge.tracker.jobs  # the first judgement built the state
-    assert store(rows[50:99]) == [] and not judge.tracker.fresh(job_id)  # judged now
-    assert store(rows[99:100]) == [] and judge.tracker.fresh(job_id)  # an ordinary sample waits
+    assert store(rows[50:99]) == [] and judge.tracker.fresh(job_id)  # ordinary samples wait
+    assert store(rows[99:100]) == [] and judge.tracker.fresh(job_id)
     (a,) = store(rows[100:101])  # the rise does not
     assert a.open and a.t == T0 + 100
+
+
+def test_samples_at_the_near_oom_share_are_judged_at_once(tmp_path):
+    """A card held near full is judged on each such sample, whatever the interval: the near-OOM alert
+    comes with its third sample in a row, as it would if every sample were judged."""
+    engine, job_id = database(tmp_path)
+    y = 150 * GiB + np.random.default_rng(4).normal(0, 0.05 * GiB, 103)
+    y[100:] = 0.97 * 192 * GiB  # (samples() reports a 192 GiB card)
+    rows = samples(job_id, y)
+    judge = alerts.AlertEngine(engine, Settings(workspace=tmp_path, alert_interval_s=LONG_S))
+
+    def store(part) -> list[Alert]:
+        with engine.begin() as conn:
+            conn.execute(MemorySample.__table__.insert(), part)
+        judge.notify({job_id})
+        judge.run_once()
+        with Session(engine) as s:
+            return list(s.exec(select(Alert).where(Alert.job_id == job_id, Alert.kind == "vram_near_oom")))
+
+    assert store(rows[:99]) == []
+    assert store(rows[99:100]) == [] and judge.tracker.fresh(job_id)  # an ordinary sample waits
+    assert store(rows[100:101]) == [] and not judge.tracker.fresh(job_id)  # judged: one near full
+    assert store(rows[101:102]) == [] and not judge.tracker.fresh(job_id)
+    (a,) = store(rows[102:103])  # the third in a row
+    assert a.open and a.severity == "critical"
 
 
 def test_the_log_prefilter_lets_every_oom_flush_and_save_line_through():

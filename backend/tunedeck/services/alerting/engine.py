@@ -45,12 +45,11 @@ class AlertEngine(Worker):
         self.limits = limits_of(settings)
         self.tracker = Tracker(engine, self.limits, settings)  # used by this engine's thread only
         self._dirty: set[int] = set()
-        # When each job was last judged, and last judged with new samples or points; never reads as minus
+        # When each job was last judged; never reads as minus
         # infinity, so a job not yet judged is due at its first pass (without a state nothing else can
         # make it due). Not as 0: monotonic time counts from the boot, and on a machine up for less than
         # an interval "last judged at 0" held every new job back until the uptime caught up.
         self._last: dict[int, float] = {}
-        self._last_fresh: dict[int, float] = {}
         self._lock = threading.Lock()
         self._last_sweep = time.monotonic()
 
@@ -97,18 +96,16 @@ class AlertEngine(Worker):
                 self.tracker.pull()
             except Exception:
                 log.exception("alert pull failed")
-        # A job is judged at most once an interval; one fed new samples or points at most twice an
-        # interval, whatever else came: a sampler sending once an interval is judged on each arrival
-        # (the jitter of its arrivals is well under half an interval), and output lines, which come
-        # every flush, never hold back a spike's sample.
+        # A job is judged at most once an interval, whatever came (new samples, points, output lines),
+        # unless a sample rose well above the one before it: a spike's first sample is judged at once.
+        # A job on several nodes gets a batch from each of their runners every interval: judged on
+        # each it was judged as often as it has nodes, and its findings read twice as often as needed.
         interval, now = self.settings.alert_interval_s, time.monotonic()
         with self._lock:
             due = {
                 j
                 for j in self._dirty
-                if now - self._last.get(j, -math.inf) >= interval
-                or (self.tracker.fresh(j) and now - self._last_fresh.get(j, -math.inf) >= interval / 2)
-                or self.tracker.risen(j)  # a spike's first sample is judged at once, whatever came before
+                if now - self._last.get(j, -math.inf) >= interval or self.tracker.risen(j)
             }
             self._dirty -= due
         # A spike's job first, and one that rose while this pass judged others goes next: on a cluster
@@ -121,8 +118,6 @@ class AlertEngine(Worker):
                 break
             job_id = order.pop(0)
             self._last[job_id] = time.monotonic()
-            if self.tracker.fresh(job_id):
-                self._last_fresh[job_id] = self._last[job_id]
             try:
                 self.tracker.evaluate(job_id, on_new=self.on_new, on_closed=self._closed)
             except Exception:

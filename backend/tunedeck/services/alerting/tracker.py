@@ -191,7 +191,9 @@ class _Followed:
         self.said: list[Finding] | None = None  # the findings last stored (the job's alerts change only here)
         self.tracked: dict[tuple[str, str, int | None], float] = {}  # reconcile's, for `unchanged`
         self.last_used: dict[tuple[str, int], float] = {}  # each device's last sample
-        self.risen = False  # fed a sample well above the one before it since its last evaluation
+        # Fed a sample well above the one before it, or at the near-OOM share of its device, since its
+        # last evaluation: judged at once (the engine's interval holds back everything else).
+        self.risen = False
         # Memory samples taken from the writer's columns and not yet handed to the detectors, which
         # cost less a sample in bigger chunks: (node, gpu, t, used, total, names) of each batch.
         self.pending: list[tuple] = []
@@ -224,7 +226,8 @@ class Tracker:
         return st is not None and st.fresh
 
     def risen(self, job_id: int) -> bool:
-        """Whether the job was fed a sample well above the one before it since its last evaluation."""
+        """Whether the job was fed a sample well above the one before it, or at the near-OOM share of
+        its device, since its last evaluation."""
         st = self.jobs.get(job_id)
         return st is not None and st.risen
 
@@ -405,7 +408,8 @@ class Tracker:
         self._device(st, job_id, gpu, t, used, total, name, node)
 
     def _rises(self, st: _Followed, node: str, gpu: np.ndarray, used: np.ndarray, total: np.ndarray) -> None:
-        """Note whether any sample is well above the one before it on its device, and each device's last."""
+        """Note whether any sample is well above the one before it on its device or at the near-OOM
+        share of its device, and each device's last."""
         if not len(used):
             return
         order = np.argsort(gpu, kind="stable")
@@ -417,7 +421,8 @@ class Tracker:
         before[start] = [st.last_used.get((node, int(x)), np.nan) for x in g[start]]  # NaN: none yet
         floor = np.maximum(RISE_BYTES, RISE_SHARE * total[order])
         with np.errstate(invalid="ignore"):
-            st.risen = st.risen or bool(np.any(u - before >= floor))
+            near = (total > 0) & (used >= self.limits.near_oom_share * total)
+            st.risen = st.risen or bool(np.any(u - before >= floor)) or bool(near.any())
         last = np.r_[start[1:], True]
         for x, v in zip(g[last].tolist(), u[last].tolist()):
             st.last_used[(node, x)] = v
