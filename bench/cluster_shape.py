@@ -16,7 +16,8 @@ cost that grows with it shows here). `--viewers` follow the team stream (the fir
 rest only read it), `--job-viewers` follow job pages. `--spikes` one-sample spikes (+30 GiB on one
 device of one job) are injected at random seconds of the window. `--restart` stops the server after
 the history and starts it again: how soon it answers, and how long each runner's first batch then
-waits (the alert engine rebuilds its detectors from the stored series meanwhile).
+waits (the alert engine resumes each job's detector state, saved as the server stopped, from the rows
+stored after it; a server before those saves built them from the whole stored series meanwhile).
 
 It prints, for each server: batches accepted (acknowledged, of those a 1 Hz runner offers in the
 window), POST p50 and p99, team-event p50 and p99 (a trainer_log line's time -> the first team event
