@@ -251,7 +251,10 @@ def test_a_time_limit_warning_saves_a_checkpoint_and_the_run_resumes(slurm_clust
     continues from the step after; cancelled, nothing of any attempt is left."""
     config = demo_config(assets, max_steps=10**4, save_steps=10**4, eval_steps=10**4, logging_steps=1)
     first = slurm_server.submit({"name": "limited", "config": config, "gpus": 1, "slurm": {"time": "60"}})
-    script = slurm_server.api.get(f"/api/jobs/{first['id']}/config").json()["batch_script"]
+    script = until(  # written when the scheduler's pass hands the job to sbatch, not at the submit
+        lambda: slurm_server.api.get(f"/api/jobs/{first['id']}/config").json()["batch_script"],
+        "the batch script the job was submitted with",
+    )
     assert "#SBATCH --signal=USR1@150" in script and "#SBATCH --time=60" in script, script
     until(lambda: slurm_server.all(first["id"], "metrics"), "the first attempt's first points", timeout=600)
     # The limit 3-4 minutes ahead of what it has run: inside the warning's 150 s (Slurm looks about
