@@ -13,7 +13,7 @@ from tests.alerts import realistic
 from tunedeck.alerts import Point, Series, analyze
 from tunedeck.alerts.memory import BLOCKS, HISTORY, LEVEL, NOISE, SMOOTH, WINDOW, levels, periodic
 from tunedeck.alerts.rundir import BadInput, parse_config, parse_memory_csv, parse_trainer_log
-from tunedeck.alerts.series import gib
+from tunedeck.alerts.series import gib, median
 from tunedeck.alerts.training import swings
 
 GiB = 1024**3
@@ -429,3 +429,27 @@ def test_the_docs_state_the_stuck_and_stall_rules_the_code_holds():
     assert f"frozen (spread under {100 * training.STUCK_FROZEN:.1f} %)" in text
     assert f"above {100 * training.STUCK_FLOOR:.0f} % of that start" in text
     assert f"allowed {training.SAVE_BARS} bars more" in text
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_median_is_numpys_to_the_bit(seed):
+    """The findings' own median (a sort, not np.median's machinery) gives np.median's float for every
+    length, odd and even, ints, float32, repeated values, infinities and NaN, and for deques."""
+    from collections import deque
+
+    rng = np.random.default_rng(seed)
+    for n in range(1, 40):
+        for x in (
+            rng.normal(0, 1e9, n),
+            rng.integers(-5, 5, n),
+            rng.normal(0, 1, n).astype(np.float32),
+            np.round(rng.normal(0, 3, n)),
+            np.where(rng.random(n) < 0.2, np.inf, rng.normal(0, 1, n)),
+        ):
+            want = float(np.median(x))
+            assert median(x) == want or (math.isnan(want) and math.isnan(median(x))), (n, x)
+            assert median(deque(x.tolist())) == float(np.median(deque(x.tolist())))
+        with_nan = rng.normal(0, 1, n)
+        with_nan[rng.integers(n)] = np.nan
+        assert math.isnan(median(with_nan))
+    assert math.isnan(median([]))

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tunedeck.alerts.memory import LOADING_S, Gpu
-from tunedeck.alerts.series import Finding, Judging, device, gib
+from tunedeck.alerts.series import Finding, Judging, device, gib, median
 
 GRID = 64  # the common grid's points
 DRIFT_SHARE = 0.05  # of the drifting GPU's card
@@ -80,7 +80,7 @@ def findings(
         # one before them (it may hold the fall). Judged on the floor itself: it falls within 2 samples
         # of the card's release, the smoothed median only after 5, and blocks between the two read
         # the freed card as the level now.
-        held = np.flatnonzero(level >= FREED * float(np.median(level[warm])))
+        held = np.flatnonzero(level >= FREED * median(level[warm]))
         warm &= np.arange(len(mid)) < (held[-1] if len(held) else 0)
         if warm.sum() < 2:
             return []
@@ -94,9 +94,9 @@ def findings(
     out = []
     for i, k in enumerate(keys):
         peers = np.delete(moves, i)
-        centre = float(np.median(peers))
+        centre = median(peers)
         drift = float(moves[i]) - centre
-        mad = 1.4826 * float(np.median(np.abs(peers - centre)))
+        mad = 1.4826 * median(np.abs(peers - centre))
         total = gpus[k].total
         if abs(drift) <= max(DRIFT_SHARE * total, DRIFT_MADS * mad) or abs(centre) > HOLD_SHARE * abs(drift):
             continue
@@ -110,7 +110,7 @@ def _finding(
     node, gpu = key
     peers = np.delete(levels, i, axis=0)
     off = levels[i] - np.median(peers, axis=0)  # its offset from the peers' median, along the grid
-    dev = np.abs(off - float(np.median(off[: GRID // 4])))
+    dev = np.abs(off - median(off[: GRID // 4]))
     half = int(np.argmax(dev >= abs(drift) / 2))
     calm = np.flatnonzero(dev[: half + 1] <= 0.2 * abs(drift))
     began = float(grid[int(calm[-1]) if len(calm) else 0])
@@ -121,7 +121,7 @@ def _finding(
     msg = (
         f"{device(gpu)}: VRAM {way} {gib(abs(drift))} ({100 * abs(drift) / g.total:.0f}% of its {gib(g.total)}) "
         f"away from its peers' ({others}) from about {when} on, while theirs held: now {gib(float(levels[i, -1]))} "
-        f"against their median {gib(float(np.median(peers[:, -1])))}"
+        f"against their median {gib(median(peers[:, -1]))}"
     )
     cause = (
         "memory kept across steps on that rank only: a leak in code that runs on it alone (rank-0 logging, "

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tunedeck.alerts.series import Finding, Judging, Occurrences, Point
+from tunedeck.alerts.series import Finding, Judging, Occurrences, Point, median
 
 CE_FAST = 10  # correctable errors ...
 CE_WINDOW_S = 600.0  # ... within this long: rising fast
@@ -382,7 +382,7 @@ class Hardware:
         if not runs:
             return []
         a, b = runs[-1]
-        best, now = float(prior[a]), float(np.median(med[a:b]))
+        best, now = float(prior[a]), median(med[a:b])
         began = float(t_med[a])
         step = j.steps.step_at(began)
         times = t_med[a:b].tolist()

@@ -19,7 +19,17 @@ from numpy.lib.stride_tricks import as_strided
 
 from tunedeck.alerts import advice
 from tunedeck.alerts.phases import in_phase
-from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, Series, device, gib
+from tunedeck.alerts.series import (
+    KEEP,
+    Finding,
+    Judging,
+    Limits,
+    Occurrences,
+    Series,
+    device,
+    gib,
+    median,
+)
 
 LEVEL = 10  # samples in the baseline level
 HISTORY = 5  # samples before the first that is judged against the ones before it
@@ -78,7 +88,7 @@ def threshold(level: float, noise: float, total: float | None) -> float:
 
 
 def _mad(w: np.ndarray) -> float:
-    return float(np.median(np.abs(w - np.median(w)))) * NOISE if len(w) else 0.0
+    return median(np.abs(w - median(w))) * NOISE if len(w) else 0.0
 
 
 def _windows(a: np.ndarray, w: int) -> np.ndarray:
@@ -94,7 +104,7 @@ def levels(full: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
     m = len(full) - h
     base, spread = np.empty(m), np.empty(m)
     for p in range(h, min(h + m, LEVEL)):  # windows cut short by the start of the run
-        base[p - h] = float(np.median(full[:p])) if p else math.nan
+        base[p - h] = median(full[:p]) if p else math.nan
         spread[p - h] = float(np.ptp(full[:p])) if p else math.inf
     lo = max(h, LEVEL)
     if lo < h + m:
@@ -176,7 +186,7 @@ def early_spikes(y: np.ndarray, total: float | None) -> tuple[list[tuple[int, in
         for j in range(i + 1, i + MAX_SPIKE + 1):
             if j + AFTER > n:
                 break
-            ref = float(np.median(y[j : j + AFTER]))
+            ref = median(y[j : j + AFTER])
             thr = threshold(ref, 0.0, total)
             if (
                 y[i - 1] <= ref + thr / 2
@@ -202,7 +212,7 @@ def periodic(times: list[float]) -> float | None:
     if len(times) < 4:
         return None
     d = np.diff(times)
-    mid = float(np.median(d))
+    mid = median(d)
     if not mid:  # the times are sorted: a median gap is never negative
         return None
     p = float(np.mean(d[(d >= mid / 1.6) & (d <= mid * 1.6)]))
@@ -558,7 +568,7 @@ class Gpu:
         trained = [t for t in times if t >= max(loading, self.t_first + LOADING_S)]
         period = periodic(trained)
         at = steps.at(trained)
-        sp = float(np.median(np.diff(at))) if at is not None and len(at) > 1 else None
+        sp = median(np.diff(at)) if at is not None and len(at) > 1 else None
         # Before blaming the batch or accumulation: what else recurs with the spikes (checkpoint saves,
         # evaluations, logging).
         cause = advice.spike_cause(s, sp if period else None, self._at_saves(s, trained, at, saves))
@@ -753,8 +763,8 @@ class Gpu:
         i0, size = b[:, 0], b[:, 3]
         warm = max(5, n // 10)
         after = b[i0 >= warm] if np.any(i0 >= warm) else b[-1:]
-        level = float(np.median(after[:, 6] / after[:, 3]))
-        sigma = float(np.median(after[:, 7] / after[:, 3]))  # sample noise, robust
+        level = median(after[:, 6] / after[:, 3])
+        sigma = median(after[:, 7] / after[:, 3])  # sample noise, robust
         total = self.total or None
         band = max(0.03 * level, 0.005 * total if total else 0.0, 32 * 1024**2, 4 * sigma)
         w = b[int(np.argmax(i0 + size > warm))]

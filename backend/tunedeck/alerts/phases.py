@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 
-from tunedeck.alerts.series import Point
+from tunedeck.alerts.series import Point, median
 
 PHASES = 4096  # eval phases kept: one every few minutes for days of a run
 PACE = 32  # step durations a step's usual duration is the median of
@@ -37,7 +37,7 @@ class EvalPhases:
         self.last, self.after_eval = (p.t, p.step), False
 
     def step_s(self) -> float:
-        return float(np.median(self.pace)) if self.pace else 0.0
+        return median(self.pace) if self.pace else 0.0
 
     def _step_end(self, step: int) -> float:
         """When training step `step` ended: the last training point, moved on by the steps since."""

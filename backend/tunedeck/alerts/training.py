@@ -16,7 +16,17 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tunedeck.alerts import advice
-from tunedeck.alerts.series import KEEP, Finding, Judging, Limits, Occurrences, Point, Series, Steps
+from tunedeck.alerts.series import (
+    KEEP,
+    Finding,
+    Judging,
+    Limits,
+    Occurrences,
+    Point,
+    Series,
+    Steps,
+    median,
+)
 
 # CUDA/HIP OOM, the CPU allocator, Python's MemoryError, Rust's abort (tokenizers) under RLIMIT_AS, and
 # a thread whose stack no longer fits in the address space (which of these comes first is chance).
@@ -121,7 +131,7 @@ def swings(y: np.ndarray) -> tuple[float, float, int] | None:
     if len(y) < 2 * h + SWING_PERIOD:
         return None
     resid = y[h:-h] - np.median(sliding_window_view(y[:-1], 2 * h), axis=1)
-    level = float(np.median(np.abs(y)))
+    level = median(np.abs(y))
     rel = float(np.std(resid) / level) if level else 0.0  # a median of magnitudes: never negative
     if rel < SWING_MIN:
         return None
@@ -336,12 +346,12 @@ class Training:
         # The train loss where the eval stands: the median of the last few points (the trailing mean
         # lags a fast descent, so a loss that later froze higher read as having fallen since).
         near = list(self._ten)[-5:]
-        train = float(np.median(near)) if near else self.sm
+        train = median(near) if near else self.sm
         self.eval_last = (loss, step, train, t)
         self.eval_recent.append(loss)
         # Second differences: a trend that bends (falling, then turning up) does not inflate them.
         d = np.diff(np.array(self.eval_recent), 2)
-        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(6) if len(d) >= 3 else 0.0
+        sigma = 1.4826 * median(np.abs(d - median(d))) / math.sqrt(6) if len(d) >= 3 else 0.0
         if self.eval_lo is None or loss < self.eval_lo[0]:
             # Below the lowest again: what rose before it was a swing, not a turn.
             self.eval_lo, self.eval_up, self.overfit = (loss, step, train), 0, Occurrences()
@@ -413,11 +423,11 @@ class Training:
 
     def usual(self) -> float:
         """Seconds per optimizer step, the median over the recent logged intervals."""
-        return float(np.median(self.intervals)) if self.intervals else 0.0
+        return median(self.intervals) if self.intervals else 0.0
 
     def stride(self) -> int:
         """Optimizer steps between logged training points (logging_steps, as the log shows it)."""
-        return int(np.median(self.strides)) if self.strides else 1
+        return int(median(self.strides)) if self.strides else 1
 
     def _bar(self) -> float:
         return max(10 * self.usual(), self.stall_min_s)
