@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
+import psutil
 from sqlalchemy import text
 
 from tests.utils.factories import running_job_database
 from tests.utils.wait import until
 from tunedeck.config import Settings
 from tunedeck.services.ingest.retention import Retention
+from tunedeck.services.ingest.storage import IntegrityCheck, StorageHealth
+from tunedeck.services.ingest.upkeep import StoreSurvey
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.store.db import make_engine, upgrade
 from tunedeck.workers import Worker
@@ -105,6 +109,7 @@ def test_the_lifespan_starts_every_worker_and_stops_them_all(app_factory):
         "scheduler",
         "retention",
         "store-upkeep",
+        "store-survey",
         "chat-idle",
         "auto-resume",
         "integrity-check",
@@ -127,3 +132,38 @@ def test_the_files_transport_adds_the_outbox_reader_before_the_scheduler(app_fac
     reader = app.app.state.workers[names.index("outbox-reader")]
     assert reader.writer is app.app.state.writer and reader._thread.is_alive()
     app.stop()
+
+
+def _priorities(thread: threading.Thread) -> tuple[int, int]:
+    """(nice, I/O class) of a live thread, as Linux keeps them per thread."""
+    assert thread.native_id is not None
+    return os.getpriority(os.PRIO_PROCESS, thread.native_id), psutil.Process(
+        thread.native_id
+    ).ionice().ioclass
+
+
+def test_the_workers_that_read_the_whole_file_run_at_the_lowest_priorities_and_the_others_keep_theirs(
+    tmp_path,
+):
+    """The full check and the page survey read every page beside serving: on a store larger than the
+    machine's memory they took a core and the disk for minutes while ingest fell behind."""
+    engine = running_job_database(tmp_path / "t.db")
+    engine.dispose()
+    health = StorageHealth(tmp_path, tmp_path / "t.db")
+    check = IntegrityCheck(tmp_path / "t.db", health)
+    survey = StoreSurvey(tmp_path / "t.db", survey_s=0.2)
+    plain = Counter()
+    own = _priorities(threading.current_thread())
+    for w in (check, survey, plain):
+        w.start()
+    try:
+        until(lambda: check.state == "ok", "the full check done")
+        until(lambda: survey.day is not None, "a survey done")
+        for w in (check, survey):  # their threads live on, waiting for the next pass
+            assert w._thread is not None and w._thread.is_alive()
+            assert _priorities(w._thread) == (19, psutil.IOPRIO_CLASS_IDLE), w.name
+        assert plain._thread is not None and _priorities(plain._thread) == own
+        assert _priorities(threading.current_thread()) == own
+    finally:
+        for w in (check, survey, plain):
+            w.stop()

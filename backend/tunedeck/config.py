@@ -259,7 +259,8 @@ class Settings(BaseSettings):
         6 * 3600.0,
         ge=0,
         description="How often the server measures what a day of telemetry costs on disk (/api/health "
-        "`storage.day`; it reads every page of the file, beside serving); 0 never.",
+        "`storage.day`; it reads every page of the file, beside serving, in a thread at the lowest CPU and I/O "
+        "priorities); 0 never.",
     )
     page_limit: int = Field(1000, ge=1, description="Default page size of history endpoints.")
     page_limit_max: int = Field(20000, ge=1, description="Largest page a client may ask for.")
@@ -352,7 +353,8 @@ class Settings(BaseSettings):
     integrity_check: Literal["background", "start"] = Field(
         "background",
         description="When the database's full integrity check (SQLite's quick_check, 1–5 s of CPU per GiB) runs: "
-        "`background` checks the header and schema at start and the whole file beside the serving server "
+        "`background` checks the header and schema at start and the whole file beside the serving server, "
+        "in a thread at the lowest CPU and I/O priorities "
         "(`/api/health` says when it ran and what it found; damage found is refused at every later start "
         "until `tunedeck db restore`); `start`: the whole file before the server answers.",
     )

@@ -49,7 +49,7 @@ from tunedeck.services.ingest.outboxes import OutboxReader
 from tunedeck.services.ingest.retention import Retention
 from tunedeck.services.ingest.storage import IntegrityCheck, StorageHealth
 from tunedeck.services.ingest.store_process import ProcessStore
-from tunedeck.services.ingest.upkeep import StoreUpkeep
+from tunedeck.services.ingest.upkeep import StoreSurvey, StoreUpkeep
 from tunedeck.services.ingest.writer import IngestWriter
 from tunedeck.services.jobs.chat import ChatIdle
 from tunedeck.services.jobs.jobstate import JobState
@@ -143,11 +143,18 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
         resumer = Resumer(
             engine=engine, settings=settings, node=lambda: node_of(app.state), wake=scheduler.wake
         )
+        survey = (
+            StoreSurvey(settings.db_path, survey_s=settings.storage_survey_s)
+            if settings.storage_survey_s
+            else None
+        )
         upkeep = app.state.upkeep = StoreUpkeep(
-            settings.db_path, wal_limit_bytes=settings.wal_limit_bytes, survey_s=settings.storage_survey_s
+            settings.db_path, wal_limit_bytes=settings.wal_limit_bytes, survey=survey
         )
         retention = Retention(engine, settings, pruned=upkeep.wake)  # freed pages go back at once
         workers = [notifier, alerts, writer, scheduler, retention, upkeep, idle, resumer]
+        if survey is not None:  # (0: never)
+            workers.insert(workers.index(upkeep) + 1, survey)
         if settings.integrity_check == "background":  # the whole file read beside serving, not before
             integrity = app.state.integrity = IntegrityCheck(settings.db_path, storage)
             workers.append(integrity)

@@ -7,10 +7,27 @@ next pass still comes, so one bad row never stops the scheduler or the ingest wr
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 
+import psutil
+
 log = logging.getLogger("tunedeck.workers")
+
+
+def lower_this_thread() -> None:
+    """The calling thread at the lowest CPU priority (nice 19) and in the idle I/O class, where the
+    system allows it: for work that reads a whole database file beside serving (its full check, the
+    page survey). On a store larger than the machine's memory such a read took a core and the disk
+    for minutes, and ingest fell behind (bench/cluster_shape.md, 72 h of history). Linux sets both
+    per thread; the server's other threads keep theirs."""
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, tid, 19)
+    with contextlib.suppress(psutil.Error, OSError, AttributeError, ValueError):
+        psutil.Process(tid).ionice(psutil.IOPRIO_CLASS_IDLE)
 
 
 class Worker:
@@ -19,6 +36,7 @@ class Worker:
     delay_s = 0.0  # before the first pass: work that must not compete with start-up
     final_pass = False  # one more pass after stop(): queues are drained, not dropped
     stop_timeout_s = 10.0
+    background = False  # its thread runs at the lowest priorities (lower_this_thread)
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -62,6 +80,8 @@ class Worker:
         self._wake.clear()
 
     def _loop(self) -> None:
+        if self.background:
+            lower_this_thread()
         if self.delay_s:
             self._sleep(self.delay_s)
         while not self._stop.is_set():

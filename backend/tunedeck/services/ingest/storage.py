@@ -138,6 +138,7 @@ class IntegrityCheck(Worker):
 
     name = "integrity-check"
     delay_s = 2.0  # the start's own work first
+    background = True  # every page read: serving comes first (Worker.background)
     interval_s = 24 * 3600.0
 
     def __init__(self, db_path: Path, health: StorageHealth):

@@ -14,7 +14,7 @@ telemetry costs there.
   its free pages back in short steps here (`incremental_vacuum`, at most `VACUUM_STEP_S` a pass, so
   ingest never waits long). An older database says so in `/api/health`, and `tunedeck db vacuum`
   (with the server stopped) converts it.
-- **A day on disk.** Every `storage_survey_s` the worker reads SQLite's own page accounting (the
+- **A day on disk.** Every `storage_survey_s` a worker of its own (`StoreSurvey`) reads SQLite's own page accounting (the
   `dbstat` table: every page of the file, like the integrity check, and beside serving like it) to
   learn what one stored memory sample and one metric point cost with their indexes and chart tiles,
   and multiplies by how many arrived in the last 24 h (found by bisecting the ids by time: a few
@@ -154,22 +154,48 @@ def give_back(conn: sqlite3.Connection, *, budget_s: float = VACUUM_STEP_S) -> i
     return (before - conn.execute("PRAGMA page_count").fetchone()[0]) * page
 
 
+class StoreSurvey(Worker):
+    """Every `survey_s` (the first 5 minutes after the start at the latest), what a day of telemetry
+    costs on disk (`day_cost`). It reads every page of the file: in a thread of its own at the lowest
+    CPU and I/O priorities (Worker.background), so that serving comes first and the upkeep's
+    checkpoints, which hold writers back while they run, keep theirs."""
+
+    name = "store-survey"
+    background = True
+
+    def __init__(self, db_path: Path, *, survey_s: float):
+        super().__init__()
+        self.db_path = db_path
+        self.delay_s, self.interval_s = min(300.0, survey_s), survey_s
+        self.day: dict[str, Any] | None = None  # the last survey's
+
+    def run_once(self) -> None:
+        with closing(sqlite3.connect(self.db_path, timeout=CHECKPOINT_WAIT_S, isolation_level=None)) as conn:
+            self.day = day_cost(conn)
+
+
 class StoreUpkeep(Worker):
-    """Checkpoints a WAL past its limit, gives free pages back, and surveys a day's cost now and then."""
+    """Checkpoints a WAL past its limit and gives free pages back; says the file's state with the
+    last `StoreSurvey`'s day."""
 
     name = "store-upkeep"
     delay_s = 5.0
 
-    def __init__(self, db_path: Path, *, wal_limit_bytes: int, survey_s: float, interval_s: float = 10.0):
+    def __init__(
+        self,
+        db_path: Path,
+        *,
+        wal_limit_bytes: int,
+        survey: StoreSurvey | None = None,
+        interval_s: float = 10.0,
+    ):
         super().__init__()
-        self.db_path, self.wal_limit_bytes, self.survey_s = db_path, wal_limit_bytes, survey_s
+        self.db_path, self.wal_limit_bytes, self.survey = db_path, wal_limit_bytes, survey
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._last_checkpoint: dict[str, Any] | None = None
         self._checkpoints = 0
         self._given_back = 0
-        self._day: dict[str, Any] | None = None
-        self._next_survey = time.monotonic() + min(300.0, survey_s) if survey_s else None
 
     def run_once(self) -> None:
         if file_size(Path(f"{self.db_path}-wal")) > self.wal_limit_bytes:
@@ -186,11 +212,6 @@ class StoreUpkeep(Worker):
                 given = give_back(conn)
             except sqlite3.OperationalError:  # busy: the next pass
                 given = 0
-            if self._next_survey is not None and time.monotonic() >= self._next_survey:
-                self._next_survey = time.monotonic() + self.survey_s
-                day = day_cost(conn)
-                with self._lock:
-                    self._day = day
         if given:
             with self._lock:
                 self._given_back += given
@@ -215,5 +236,5 @@ class StoreUpkeep(Worker):
                 "last_checkpoint": self._last_checkpoint,
                 "incremental_vacuum": incremental,
                 "given_back_bytes": self._given_back,
-                "day": self._day,
+                "day": self.survey.day if self.survey is not None else None,
             }
