@@ -140,7 +140,12 @@ def test_placement_queue_zero3_across_nodes_restart_and_cancel(ray_cluster, ray_
     )
     a, b = placed(first), placed(second)
     assert a[0]["node_id"] != b[0]["node_id"]  # the second 1-GPU job runs on the other node
-    queued = ray_server.api.get(f"/api/jobs/{wide['id']}").json()
+
+    def waiting() -> dict | None:  # its reason comes with the scheduler's next plan, not at the submit
+        job = ray_server.api.get(f"/api/jobs/{wide['id']}").json()
+        return job if job["status"] != "queued" or job["waiting_for"] else None
+
+    queued = until(waiting, "the wide job's reason to wait", timeout=RUN_DEADLINE)
     assert queued["status"] == "queued" and "Ray cluster" in queued["waiting_for"], queued
     for job in (first, second):
         done = ray_server.wait(job["id"], ENDED, timeout=RUN_DEADLINE)
