@@ -152,9 +152,8 @@ def create_app(settings: Settings | None = None, *, db_checked: bool = False) ->
             settings.db_path, wal_limit_bytes=settings.wal_limit_bytes, survey=survey
         )
         retention = Retention(engine, settings, pruned=upkeep.wake)  # freed pages go back at once
-        workers = [notifier, alerts, writer, scheduler, retention, upkeep, idle, resumer]
-        if survey is not None:  # (0: never)
-            workers.insert(workers.index(upkeep) + 1, survey)
+        surveys = [survey] if survey is not None else []  # (TUNEDECK_STORAGE_SURVEY_S=0: never)
+        workers = [notifier, alerts, writer, scheduler, retention, upkeep, *surveys, idle, resumer]
         if settings.integrity_check == "background":  # the whole file read beside serving, not before
             integrity = app.state.integrity = IntegrityCheck(settings.db_path, storage)
             workers.append(integrity)

@@ -14,8 +14,9 @@ telemetry costs there.
   its free pages back in short steps here (`incremental_vacuum`, at most `VACUUM_STEP_S` a pass, so
   ingest never waits long). An older database says so in `/api/health`, and `tunedeck db vacuum`
   (with the server stopped) converts it.
-- **A day on disk.** Every `storage_survey_s` a worker of its own (`StoreSurvey`) reads SQLite's own page accounting (the
-  `dbstat` table: every page of the file, like the integrity check, and beside serving like it) to
+- **A day on disk.** Every `storage_survey_s` a worker of its own (`StoreSurvey`) reads SQLite's own
+  page accounting (the `dbstat` table: every page of the file, like the integrity check, and beside
+  serving like it, at the lowest priorities) to
   learn what one stored memory sample and one metric point cost with their indexes and chart tiles,
   and multiplies by how many arrived in the last 24 h (found by bisecting the ids by time: a few
   index lookups). `/api/health` says it, with when it was measured.
